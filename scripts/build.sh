@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Configures and builds chunkpipe (Release) into ./build. Extra args go to cmake --build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S . -B build -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" >/dev/null
+cmake --build build -j "$jobs" "$@"

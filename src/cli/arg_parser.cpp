@@ -1,0 +1,124 @@
+// ArgParser implementation.
+#include "cli/arg_parser.h"
+
+#include <algorithm>
+
+namespace cli {
+namespace {
+
+std::string normalize(std::string s) {
+  std::replace(s.begin(), s.end(), '_', '-');
+  return s;
+}
+
+}  // namespace
+
+void ArgParser::add_positional(const std::string& name, const std::string& help) {
+  positional_specs_.emplace_back(name, help);
+}
+
+void ArgParser::add_option(const std::string& name, const std::string& help,
+                           std::optional<std::string> default_value) {
+  specs_.push_back({name, help, false, std::move(default_value)});
+}
+
+void ArgParser::add_flag(const std::string& name, const std::string& help) {
+  specs_.push_back({name, help, true, std::nullopt});
+}
+
+common::Result<const ArgParser::Spec*> ArgParser::resolve(const std::string& given) const {
+  const std::string key = normalize(given);
+  std::vector<const Spec*> matches;
+  for (const Spec& s : specs_) {
+    if (s.name == key) return &s;
+    if (s.name.rfind(key, 0) == 0) matches.push_back(&s);
+  }
+  if (matches.size() == 1) return matches[0];
+  if (matches.empty()) return common::invalid_argument("unrecognized argument: --" + given);
+  std::string names;
+  for (const Spec* s : matches) names += (names.empty() ? "--" : ", --") + s->name;
+  return common::invalid_argument("ambiguous option: --" + given + " could match " + names);
+}
+
+common::Status ArgParser::parse(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help_requested_ = true;
+      return {};
+    }
+    if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
+      positionals_.push_back(arg);
+      continue;
+    }
+    std::string body = arg.substr(2);
+    std::optional<std::string> inline_value;
+    if (auto eq = body.find('='); eq != std::string::npos) {
+      inline_value = body.substr(eq + 1);
+      body = body.substr(0, eq);
+    }
+    auto spec = resolve(body);
+    if (!spec.ok() && normalize(body).rfind("no-", 0) == 0) {
+      auto negated = resolve(normalize(body).substr(3));
+      if (negated.ok() && negated.value()->is_flag) {
+        values_[negated.value()->name] = "false";
+        continue;
+      }
+    }
+    if (!spec.ok()) return spec.status();
+    const Spec* s = spec.value();
+    if (s->is_flag) {
+      if (inline_value) return common::invalid_argument("argument --" + s->name + ": takes no value");
+      values_[s->name] = "true";
+    } else if (inline_value) {
+      values_[s->name] = *inline_value;
+    } else {
+      if (i + 1 >= argc) return common::invalid_argument("argument --" + s->name + ": expected one argument");
+      values_[s->name] = argv[++i];
+    }
+  }
+  if (positionals_.size() > positional_specs_.size()) {
+    return common::invalid_argument("unrecognized arguments: " + positionals_[positional_specs_.size()]);
+  }
+  if (positionals_.size() < positional_specs_.size()) {
+    return common::invalid_argument("the following arguments are required: " +
+                                    positional_specs_[positionals_.size()].first);
+  }
+  return {};
+}
+
+std::string ArgParser::usage() const {
+  std::string u = "usage: " + program_;
+  for (const auto& [name, help] : positional_specs_) u += " " + name;
+  u += " [options]\n\n" + description_ + "\n\n";
+  for (const auto& [name, help] : positional_specs_) u += "  " + name + "\n      " + help + "\n";
+  for (const Spec& s : specs_) {
+    u += "  --" + s.name + (s.is_flag ? "" : " VALUE") + "\n      " + s.help;
+    if (s.default_value) u += " (default: " + *s.default_value + ")";
+    u += "\n";
+  }
+  return u;
+}
+
+std::string ArgParser::positional(const std::string& name) const {
+  for (size_t i = 0; i < positional_specs_.size(); ++i) {
+    if (positional_specs_[i].first == name) return positionals_.at(i);
+  }
+  return {};
+}
+
+std::optional<std::string> ArgParser::option(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it != values_.end()) return it->second;
+  for (const Spec& s : specs_) {
+    if (s.name == name) return s.default_value;
+  }
+  return std::nullopt;
+}
+
+bool ArgParser::flag(const std::string& name) const {
+  auto it = values_.find(name);
+  return it != values_.end() && it->second == "true";
+}
+
+}  // namespace cli

@@ -1,0 +1,9 @@
+// Entry points of chunkpipe's subcommands. Each returns the process exit code
+// (0 ok, 1 runtime failure, 2 usage error) and prints its own errors.
+#pragma once
+
+namespace cli {
+
+int run_logits_command(int argc, char** argv);
+
+}  // namespace cli

@@ -1,0 +1,29 @@
+// chunkpipe: one binary, several roles; dispatches on the first argument.
+#include <cstdio>
+#include <cstring>
+
+#include "cli/commands.h"
+
+namespace {
+
+void print_usage() {
+  std::printf(
+      "usage: chunkpipe COMMAND [args]\n\n"
+      "commands:\n"
+      "  logits MODEL --ids 1,2,3 [--all] [--mtp] [--chunk N] [--out FILE]\n"
+      "      print a checkpoint's logits as JSON (parity with shared/reference/dsv3_ref.py)\n\n"
+      "Run 'chunkpipe COMMAND --help' for a command's options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    print_usage();
+    return argc < 2 ? 2 : 0;
+  }
+  if (std::strcmp(argv[1], "logits") == 0) return cli::run_logits_command(argc, argv);
+  std::fprintf(stderr, "chunkpipe: error: unknown command '%s'\n", argv[1]);
+  print_usage();
+  return 2;
+}

@@ -1,0 +1,39 @@
+// LOG(INFO) << "...": one line per message on stderr in vLLM's shape
+// `INFO 11-30 01:15:24 [file.cpp:123] message`. Thread-safe: each line is written with one call.
+#pragma once
+
+#include <sstream>
+
+namespace common {
+
+enum class LogLevel { kDebug, kInfo, kWarning, kError };
+
+// Messages below this level are dropped. Default kInfo; CHUNKPIPE_LOG_LEVEL=DEBUG|INFO|WARNING|ERROR.
+LogLevel min_log_level();
+void set_min_log_level(LogLevel level);
+
+class LogMessage {
+ public:
+  LogMessage(LogLevel level, const char* file, int line);
+  ~LogMessage();
+  template <typename T>
+  LogMessage& operator<<(const T& value) {
+    stream_ << value;
+    return *this;
+  }
+
+ private:
+  LogLevel level_;
+  std::ostringstream stream_;
+};
+
+}  // namespace common
+
+#define CP_LOG_LEVEL_DEBUG ::common::LogLevel::kDebug
+#define CP_LOG_LEVEL_INFO ::common::LogLevel::kInfo
+#define CP_LOG_LEVEL_WARNING ::common::LogLevel::kWarning
+#define CP_LOG_LEVEL_ERROR ::common::LogLevel::kError
+#define LOG(level)                                          \
+  if (CP_LOG_LEVEL_##level < ::common::min_log_level()) {   \
+  } else                                                    \
+    ::common::LogMessage(CP_LOG_LEVEL_##level, __FILE__, __LINE__)

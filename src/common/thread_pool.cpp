@@ -1,0 +1,79 @@
+// ThreadPool implementation: workers spin briefly on a generation counter (cheap hand-off for
+// the many small parallel regions of a decode step), then sleep in atomic::wait.
+#include "common/thread_pool.h"
+
+#include <algorithm>
+
+
+namespace common {
+namespace {
+
+constexpr int kSpinIterations = 20000;
+
+inline void cpu_relax() { __builtin_ia32_pause(); }
+
+// Contiguous split of [0, n) into `parts` ranges; returns range `i`.
+inline std::pair<int64_t, int64_t> split_range(int64_t n, int parts, int i) {
+  int64_t base = n / parts, rem = n % parts;
+  int64_t begin = i * base + std::min<int64_t>(i, rem);
+  return {begin, begin + base + (i < rem ? 1 : 0)};
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const RangeFn& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  int parts = static_cast<int>(std::min<int64_t>(num_threads_, (n + grain - 1) / grain));
+  if (parts <= 1) {
+    fn(0, n, 0);
+    return;
+  }
+  task_ = &fn;
+  task_n_ = n;
+  task_parts_ = parts;
+  // Every worker acknowledges every generation, so none can read the parameters of a later task
+  // while still working on an earlier one.
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  auto [b, e] = split_range(n, parts, 0);
+  fn(b, e, 0);
+  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  task_ = nullptr;
+}
+
+void ThreadPool::worker_loop(int thread_index) {
+  uint32_t seen = 0;  // generation at construction; a late-starting thread still sees task 1
+  while (true) {
+    int spins = 0;
+    uint32_t gen;
+    while ((gen = generation_.load(std::memory_order_acquire)) == seen) {
+      if (++spins < kSpinIterations) {
+        cpu_relax();
+      } else {
+        generation_.wait(seen);
+      }
+    }
+    seen = gen;
+    if (stop_.load()) return;
+    if (thread_index < task_parts_) {
+      auto [b, e] = split_range(task_n_, task_parts_, thread_index);
+      (*task_)(b, e, thread_index);
+    }
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace common

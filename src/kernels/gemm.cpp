@@ -1,0 +1,172 @@
+// Linear-layer kernels. The streaming kernel is hand-written because no Debian library has a
+// bf16-weight GEMV that runs at DRAM speed (OpenBLAS sgemv reaches ~5 GB/s here, see
+// docs/ARCHITECTURE.md); everything compute-bound goes through OpenBLAS sgemm.
+#include "kernels/gemm.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "common/check.h"
+#include "tensor/aligned_buffer.h"
+
+namespace kernels {
+namespace {
+
+using tensor::DType;
+using tensor::WeightView;
+
+// OpenBLAS threads would fight with our pool; every call we make is single-threaded.
+void ensure_blas_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_hadd_ps(lo, lo);
+  lo = _mm_hadd_ps(lo, lo);
+  return _mm_cvtss_f32(lo);
+}
+
+template <bool kBf16>
+inline __m256 load8(const void* base, int64_t i) {
+  if constexpr (kBf16) {
+    __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+  } else {
+    return _mm256_loadu_ps(static_cast<const float*>(base) + i);
+  }
+}
+
+template <bool kBf16>
+inline float load1(const void* base, int64_t i) {
+  if constexpr (kBf16) {
+    return tensor::bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+  } else {
+    return static_cast<const float*>(base)[i];
+  }
+}
+
+// NB weight rows against MB activation rows: out[nb][mb] = dot(w[n0+nb], x[mb]).
+template <bool kBf16, int NB, int MB>
+inline void dot_tile(const float* x, int64_t k, const void* w, int64_t n0, float* y, int64_t ldy) {
+  const int64_t elem = kBf16 ? 2 : 4;
+  const char* wb = static_cast<const char*>(w);
+  const void* rows[NB];
+  for (int nb = 0; nb < NB; ++nb) rows[nb] = wb + (n0 + nb) * k * elem;
+  __m256 acc[NB][MB];
+  for (int nb = 0; nb < NB; ++nb)
+    for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    __m256 xv[MB];
+    for (int mb = 0; mb < MB; ++mb) xv[mb] = _mm256_loadu_ps(x + mb * k + i);
+    for (int nb = 0; nb < NB; ++nb) {
+      __m256 wv = load8<kBf16>(rows[nb], i);
+      for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm256_fmadd_ps(wv, xv[mb], acc[nb][mb]);
+    }
+  }
+  for (int nb = 0; nb < NB; ++nb) {
+    for (int mb = 0; mb < MB; ++mb) {
+      float s = hsum(acc[nb][mb]);
+      for (int64_t j = i; j < k; ++j) s += load1<kBf16>(rows[nb], j) * x[mb * k + j];
+      y[mb * ldy + n0 + nb] = s;
+    }
+  }
+}
+
+template <bool kBf16>
+void streaming_range(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
+                     int64_t n_begin, int64_t n_end) {
+  const int64_t k = w.cols;
+  int64_t n = n_begin;
+  for (; n + 4 <= n_end; n += 4) {
+    int64_t r = 0;
+    for (; r + 2 <= m; r += 2) dot_tile<kBf16, 4, 2>(x + r * k, k, w.data, n, y + r * ldy, ldy);
+    if (r < m) dot_tile<kBf16, 4, 1>(x + r * k, k, w.data, n, y + r * ldy, ldy);
+  }
+  for (; n < n_end; ++n) {
+    for (int64_t r = 0; r < m; ++r) dot_tile<kBf16, 1, 1>(x + r * k, k, w.data, n, y + r * ldy, ldy);
+  }
+}
+
+// Per-thread scratch for bf16 -> f32 weight tiles.
+tensor::AlignedBuffer<float>& tile_scratch(size_t size) {
+  thread_local tensor::AlignedBuffer<float> buffer;
+  if (buffer.size() < size) buffer.resize(size);
+  return buffer;
+}
+
+}  // namespace
+
+void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8<true>(src, i));
+  for (; i < n; ++i) dst[i] = tensor::bf16_to_f32(src[i]);
+}
+
+void linear_streaming(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
+                      common::ThreadPool& pool) {
+  pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) {
+    if (w.dtype == DType::kBF16) {
+      streaming_range<true>(x, m, w, y, ldy, b, e);
+    } else {
+      streaming_range<false>(x, m, w, y, ldy, b, e);
+    }
+  });
+}
+
+void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, bool b_transposed, float beta, float* c, int64_t ldc) {
+  ensure_blas_single_threaded();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+void linear_blas(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
+                 common::ThreadPool& pool) {
+  const int64_t k = w.cols;
+  // Weight tiles of ~1 MiB of f32 keep conversion in cache and sgemm calls wide enough.
+  const int64_t tile_n = std::max<int64_t>(16, (int64_t{1} << 18) / std::max<int64_t>(k, 1) / 16 * 16);
+  pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) {
+    if (w.dtype == DType::kF32) {
+      sgemm(m, e - b, k, 1.0f, x, k, w.f32() + b * k, k, true, 0.0f, y + b, ldy);
+      return;
+    }
+    auto& scratch = tile_scratch(static_cast<size_t>(tile_n * k));
+    for (int64_t n0 = b; n0 < e; n0 += tile_n) {
+      const int64_t nt = std::min(tile_n, e - n0);
+      bf16_to_f32_row(w.bf16() + n0 * k, scratch.data(), nt * k);
+      sgemm(m, nt, k, 1.0f, x, k, scratch.data(), k, true, 0.0f, y + n0, ldy);
+    }
+  });
+}
+
+void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
+            common::ThreadPool& pool) {
+  CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear: unsupported weight dtype";
+  if (m <= 0 || w.rows == 0) return;
+  if (m <= kStreamingMaxRows) {
+    linear_streaming(x, m, w, y, ldy, pool);
+  } else {
+    linear_blas(x, m, w, y, ldy, pool);
+  }
+}
+
+void linear_reference(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy) {
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t n = 0; n < w.rows; ++n) {
+      double s = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) s += static_cast<double>(x[r * w.cols + c]) * w.at(n, c);
+      y[r * ldy + n] = static_cast<float>(s);
+    }
+  }
+}
+
+}  // namespace kernels

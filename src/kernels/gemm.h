@@ -1,0 +1,44 @@
+// Linear layers: y[M, N] = x[M, K] · W[N, K]ᵀ with f32 activations and F32 or BF16 weights.
+// Small M (decode) streams the weights once through an AVX2 kernel; larger M converts weight
+// tiles to f32 and runs OpenBLAS sgemm (single-threaded, tiles split across our ThreadPool).
+// Thread-safe for distinct outputs; uses per-thread scratch.
+#pragma once
+
+#include <cstdint>
+
+#include "common/thread_pool.h"
+#include "tensor/weight_matrix.h"
+
+namespace kernels {
+
+// Rows of x at or below which the streaming (GEMV-style) kernel is used. Measured crossover:
+// docs/ARCHITECTURE.md, "GEMM choice".
+inline constexpr int64_t kStreamingMaxRows = 8;
+
+// y (row stride ldy, >= N) = x (row stride K) · Wᵀ.
+void linear(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
+            common::ThreadPool& pool);
+inline void linear(const float* x, int64_t m, const tensor::WeightView& w, float* y,
+                   common::ThreadPool& pool) {
+  linear(x, m, w, y, w.rows, pool);
+}
+
+// The two fast paths, exposed for tests and the benchmark.
+void linear_streaming(const float* x, int64_t m, const tensor::WeightView& w, float* y,
+                      int64_t ldy, common::ThreadPool& pool);
+void linear_blas(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
+                 common::ThreadPool& pool);
+
+// Naive reference: one double-accumulated dot product per output.
+void linear_reference(const float* x, int64_t m, const tensor::WeightView& w, float* y,
+                      int64_t ldy);
+
+// Plain f32 sgemm wrapper used by attention: C[m,n] = alpha·A[m,k]·op(B) + beta·C.
+// b_transposed: B is [n, k] (row stride ldb) instead of [k, n].
+void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, bool b_transposed, float beta, float* c, int64_t ldc);
+
+// Converts n bf16 values to f32 (AVX2).
+void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n);
+
+}  // namespace kernels

@@ -1,0 +1,55 @@
+// Multi-head latent attention (MLA) kernels for one sequence's chunk of queries.
+// Causality: the chunk's T queries are the last T of a context of context_len tokens, so
+// query t (0-based in the chunk) sees keys [0, context_len - T + t].
+// Both kernels are thread-safe for distinct outputs and parallelize internally over the pool.
+#pragma once
+
+#include <cstdint>
+
+#include "common/thread_pool.h"
+
+namespace kernels {
+
+// Expanded form (prefill): per-head keys k = [k_nope_h | k_pe] and values v_h are given.
+struct MlaPrefillArgs {
+  int num_heads = 0;
+  int nope_dim = 0;  // dn
+  int rope_dim = 0;  // dr
+  int v_dim = 0;     // dv
+  int64_t num_queries = 0;
+  int64_t context_len = 0;
+  float scale = 1.0f;
+  const float* q = nullptr;  // [T, nh, dn + dr], contiguous
+  // Head h of key row j is at k_nope + j * kv_row_stride + h * kv_head_stride; same for v.
+  const float* k_nope = nullptr;
+  const float* v = nullptr;
+  int64_t kv_row_stride = 0;
+  int64_t kv_head_stride = 0;
+  const float* k_pe = nullptr;  // row j at k_pe + j * k_pe_stride (shared by all heads)
+  int64_t k_pe_stride = 0;
+  float* out = nullptr;  // [T, nh, dv], contiguous
+};
+
+void mla_prefill_attention(const MlaPrefillArgs& args, common::ThreadPool& pool);
+void mla_prefill_attention_reference(const MlaPrefillArgs& args);
+
+// Absorbed form (decode): MQA over the paged latent cache. Each cache row is
+// [c_kv (kv_lora_rank) | k_pe (rope_dim)]; the query per head is [q_nope·W_UK | q_pe].
+struct MlaDecodeArgs {
+  int num_heads = 0;
+  int kv_lora_rank = 0;  // r
+  int rope_dim = 0;      // dr
+  int64_t num_queries = 0;
+  int64_t context_len = 0;
+  float scale = 1.0f;
+  const float* q = nullptr;  // [T, nh, r + dr], contiguous
+  const float* cache = nullptr;  // [num_blocks, block_size, r + dr] for this layer
+  const int32_t* block_table = nullptr;  // physical block of logical block i
+  int block_size = 0;
+  float* out = nullptr;  // [T, nh, r]: attention-weighted latent, contiguous
+};
+
+void mla_decode_attention(const MlaDecodeArgs& args, common::ThreadPool& pool);
+void mla_decode_attention_reference(const MlaDecodeArgs& args);
+
+}  // namespace kernels

@@ -1,0 +1,280 @@
+// DeepSeek-V3 forward. Activations are f32 rows [T, ·] for all chunks of a batch concatenated;
+// attention is the only per-sequence step. Math follows deepseek-v3-model.md §4-8 exactly.
+#include "model/deepseek_v3.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common/check.h"
+#include "kernels/activation.h"
+#include "kernels/gemm.h"
+#include "kernels/mla_attention.h"
+#include "kernels/moe.h"
+#include "kernels/norm.h"
+
+namespace model {
+
+struct DeepseekV3Model::Layout {
+  const ForwardBatch* batch = nullptr;
+  int64_t num_tokens = 0;
+  std::vector<int32_t> positions;    // [T] absolute position of each token
+  std::vector<int64_t> slots;        // [T] cache row: block_id * block_size + offset
+  std::vector<int64_t> token_offset;  // [num_sequences] first row of each sequence
+
+  Layout(const ForwardBatch& b, int block_size) : batch(&b), num_tokens(b.num_tokens()) {
+    positions.reserve(num_tokens);
+    slots.reserve(num_tokens);
+    int64_t offset = 0;
+    for (const SequenceChunk& s : b.sequences) {
+      token_offset.push_back(offset);
+      const int64_t n = static_cast<int64_t>(s.token_ids.size());
+      const int64_t needed_blocks = (s.num_computed_tokens + n + block_size - 1) / block_size;
+      CHECK(static_cast<int64_t>(s.block_table.size()) >= needed_blocks)
+          << "block table too short: " << s.block_table.size() << " < " << needed_blocks;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t pos = s.num_computed_tokens + i;
+        positions.push_back(static_cast<int32_t>(pos));
+        slots.push_back(static_cast<int64_t>(s.block_table[pos / block_size]) * block_size +
+                        pos % block_size);
+      }
+      offset += n;
+    }
+  }
+};
+
+DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  rope_ = kernels::compute_rope_params(config_.qk_rope_head_dim, config_.rope_theta,
+                                       config_.qk_head_dim(), config_.yarn);
+}
+
+common::Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(
+    const std::string& model_dir, const LoadOptions& options) {
+  CP_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(model_dir));
+  CP_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::open(model_dir));
+  CP_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(*checkpoint, config, options));
+  return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights));
+}
+
+void DeepseekV3Model::embed_rows(const tensor::WeightMatrix& table, std::span<const int32_t> ids,
+                                 float* out) const {
+  CHECK(!table.empty()) << "embedding table not loaded on this stage";
+  const int64_t h = table.cols();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    CHECK(ids[i] >= 0 && ids[i] < table.rows()) << "token id " << ids[i] << " out of range";
+    if (table.dtype() == tensor::DType::kBF16) {
+      kernels::bf16_to_f32_row(table.view().bf16() + ids[i] * h, out + i * h, h);
+    } else {
+      std::memcpy(out + i * h, table.view().f32() + ids[i] * h, h * sizeof(float));
+    }
+  }
+}
+
+void DeepseekV3Model::embed(const ForwardBatch& batch, float* hidden) const {
+  int64_t row = 0;
+  for (const SequenceChunk& s : batch.sequences) {
+    embed_rows(weights_.embed_tokens, s.token_ids, hidden + row * config_.hidden_size);
+    row += static_cast<int64_t>(s.token_ids.size());
+  }
+}
+
+void DeepseekV3Model::run_layers(const ForwardBatch& batch, int layer_begin, int layer_end,
+                                 float* hidden, LatentKvCache& cache,
+                                 common::ThreadPool& pool) const {
+  const Layout layout(batch, cache.block_size());
+  for (int l = layer_begin; l < layer_end; ++l) {
+    decoder_layer(weights_.layers[l], l, layout, hidden, cache, pool);
+  }
+}
+
+void DeepseekV3Model::decoder_layer(const DecoderLayerWeights& w, int cache_layer,
+                                    const Layout& layout, float* hidden, LatentKvCache& cache,
+                                    common::ThreadPool& pool) const {
+  CHECK(!w.input_layernorm.empty()) << "decoder layer " << cache_layer << " not loaded";
+  const int64_t T = layout.num_tokens, H = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  std::vector<float> x(T * H), delta(T * H);
+  kernels::rms_norm(hidden, T, H, H, w.input_layernorm.data(), eps, x.data(), H);
+  attention(w.attn, cache_layer, layout, x.data(), delta.data(), cache, pool);
+  for (int64_t i = 0; i < T * H; ++i) hidden[i] += delta[i];
+  kernels::rms_norm(hidden, T, H, H, w.post_attention_layernorm.data(), eps, x.data(), H);
+  feed_forward(w, T, x.data(), delta.data(), pool);
+  for (int64_t i = 0; i < T * H; ++i) hidden[i] += delta[i];
+}
+
+void DeepseekV3Model::attention(const AttentionWeights& w, int cache_layer, const Layout& layout,
+                                const float* x, float* out, LatentKvCache& cache,
+                                common::ThreadPool& pool) const {
+  const ModelConfig& c = config_;
+  const int64_t T = layout.num_tokens;
+  const int nh = c.num_attention_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim,
+            dv = c.v_head_dim, qk = c.qk_head_dim();
+  const int64_t r = c.kv_lora_rank, row = r + dr;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = static_cast<float>(rope_.softmax_scale);
+
+  // Queries [T, nh, dn + dr], RoPE on the q_pe part of every head.
+  std::vector<float> q(T * nh * qk);
+  if (c.q_lora_rank) {
+    const int64_t rq = *c.q_lora_rank;
+    std::vector<float> cq(T * rq);
+    kernels::linear(x, T, w.q_a_proj.view(), cq.data(), pool);
+    kernels::rms_norm(cq.data(), T, rq, rq, w.q_a_layernorm.data(), eps, cq.data(), rq);
+    kernels::linear(cq.data(), T, w.q_b_proj.view(), q.data(), pool);
+  } else {
+    kernels::linear(x, T, w.q_proj.view(), q.data(), pool);
+  }
+  kernels::apply_rope(q.data() + dn, T, nh, int64_t{nh} * qk, qk, layout.positions.data(), rope_);
+
+  // Latent [T, r + dr] = RMSNorm(c_kv) ‖ RoPE(k_pe), written to the cache before attending.
+  std::vector<float> kv_a(T * row);
+  kernels::linear(x, T, w.kv_a_proj.view(), kv_a.data(), pool);
+  kernels::rms_norm(kv_a.data(), T, r, row, w.kv_a_layernorm.data(), eps, kv_a.data(), row);
+  kernels::apply_rope(kv_a.data() + r, T, 1, row, 0, layout.positions.data(), rope_);
+  for (int64_t t = 0; t < T; ++t) {
+    std::memcpy(cache.row(cache_layer, layout.slots[t]), kv_a.data() + t * row, row * sizeof(float));
+  }
+
+  const float* kv_b = w.kv_b_proj.view().f32();  // [nh, dn + dv, r]
+  const int64_t kv_b_head = int64_t{dn + dv} * r;
+  std::vector<float> o(T * nh * dv);
+  const int bs = cache.block_size();
+  const float* layer_cache = cache.layer(cache_layer);
+  for (size_t si = 0; si < layout.batch->sequences.size(); ++si) {
+    const SequenceChunk& s = layout.batch->sequences[si];
+    const int64_t n = static_cast<int64_t>(s.token_ids.size());
+    if (n == 0) continue;
+    const int64_t off = layout.token_offset[si], ctx = s.num_computed_tokens + n;
+    const float* qs = q.data() + off * nh * qk;
+    float* os = o.data() + off * nh * dv;
+
+    const double expanded_flops = double(ctx) * r * nh * (dn + dv) + double(n) * ctx * nh * (qk + dv);
+    const double absorbed_flops = double(n) * nh * (dn + dv) * r + double(n) * ctx * nh * (2 * r + dr);
+    const bool absorbed = attention_mode_ == AttentionMode::kAbsorbed ||
+                          (attention_mode_ == AttentionMode::kAuto && absorbed_flops < expanded_flops);
+    if (absorbed) {
+      // q_cat[t, h] = [q_nope[t, h] · W_UK[h] | q_pe[t, h]]
+      std::vector<float> q_cat(n * nh * row), o_lat(n * nh * r);
+      pool.parallel_for(nh, 1, [&](int64_t h0, int64_t h1, int) {
+        for (int64_t h = h0; h < h1; ++h) {
+          kernels::sgemm(n, r, dn, 1.0f, qs + h * qk, int64_t{nh} * qk, kv_b + h * kv_b_head, r,
+                         false, 0.0f, q_cat.data() + h * row, nh * row);
+          for (int64_t t = 0; t < n; ++t) {
+            std::memcpy(q_cat.data() + (t * nh + h) * row + r, qs + t * nh * qk + h * qk + dn,
+                        dr * sizeof(float));
+          }
+        }
+      });
+      kernels::MlaDecodeArgs args;
+      args.num_heads = nh;
+      args.kv_lora_rank = static_cast<int>(r);
+      args.rope_dim = dr;
+      args.num_queries = n;
+      args.context_len = ctx;
+      args.scale = scale;
+      args.q = q_cat.data();
+      args.cache = layer_cache;
+      args.block_table = s.block_table.data();
+      args.block_size = bs;
+      args.out = o_lat.data();
+      kernels::mla_decode_attention(args, pool);
+      // o[t, h] = W_UV[h] · o_lat[t, h]
+      pool.parallel_for(nh, 1, [&](int64_t h0, int64_t h1, int) {
+        for (int64_t h = h0; h < h1; ++h) {
+          kernels::sgemm(n, dv, r, 1.0f, o_lat.data() + h * r, nh * r, kv_b + h * kv_b_head + dn * r,
+                         r, true, 0.0f, os + h * dv, int64_t{nh} * dv);
+        }
+      });
+    } else {
+      // Gather the context latent, expand k_nope and v for every head, attend.
+      std::vector<float> c_kv(ctx * r), k_pe(ctx * dr), kv(ctx * nh * (dn + dv));
+      for (int64_t j = 0; j < ctx; ++j) {
+        const float* src = layer_cache + (int64_t{s.block_table[j / bs]} * bs + j % bs) * row;
+        std::memcpy(c_kv.data() + j * r, src, r * sizeof(float));
+        std::memcpy(k_pe.data() + j * dr, src + r, dr * sizeof(float));
+      }
+      kernels::linear(c_kv.data(), ctx, w.kv_b_proj.view(), kv.data(), pool);
+      kernels::MlaPrefillArgs args;
+      args.num_heads = nh;
+      args.nope_dim = dn;
+      args.rope_dim = dr;
+      args.v_dim = dv;
+      args.num_queries = n;
+      args.context_len = ctx;
+      args.scale = scale;
+      args.q = qs;
+      args.k_nope = kv.data();
+      args.v = kv.data() + dn;
+      args.kv_row_stride = int64_t{nh} * (dn + dv);
+      args.kv_head_stride = dn + dv;
+      args.k_pe = k_pe.data();
+      args.k_pe_stride = dr;
+      args.out = os;
+      kernels::mla_prefill_attention(args, pool);
+    }
+  }
+  kernels::linear(o.data(), T, w.o_proj.view(), out, pool);
+}
+
+void DeepseekV3Model::feed_forward(const DecoderLayerWeights& w, int64_t T, const float* x,
+                                   float* out, common::ThreadPool& pool) const {
+  const int64_t H = config_.hidden_size;
+  if (w.dense_mlp) {
+    kernels::swiglu_mlp(x, T, w.dense_mlp->view(), out, pool);
+    return;
+  }
+  CHECK(w.moe.has_value()) << "layer has neither a dense MLP nor MoE weights";
+  const MoeWeights& m = *w.moe;
+  const kernels::RouterParams rp = config_.router_params();
+  std::vector<float> router_logits(T * rp.num_experts), topk_weights(T * rp.top_k);
+  std::vector<int32_t> topk_ids(T * rp.top_k);
+  kernels::linear(x, T, m.router.view(), router_logits.data(), pool);
+  kernels::route_experts(router_logits.data(), T,
+                         m.correction_bias.empty() ? nullptr : m.correction_bias.data(), rp,
+                         topk_ids.data(), topk_weights.data());
+  if (m.shared) {
+    kernels::swiglu_mlp(x, T, m.shared->view(), out, pool);
+  } else {
+    std::fill(out, out + T * H, 0.0f);
+  }
+  kernels::moe_dispatch(x, T, H, topk_ids.data(), topk_weights.data(), rp.top_k, m.expert_views,
+                        out, pool);
+}
+
+void DeepseekV3Model::final_norm(const float* hidden, int64_t rows, float* normed) const {
+  CHECK(!weights_.norm.empty()) << "final norm not loaded on this stage";
+  const int64_t H = config_.hidden_size;
+  kernels::rms_norm(hidden, rows, H, H, weights_.norm.data(),
+                    static_cast<float>(config_.rms_norm_eps), normed, H);
+}
+
+void DeepseekV3Model::compute_logits(const float* normed, int64_t rows, float* logits,
+                                     common::ThreadPool& pool) const {
+  CHECK(!weights_.lm_head.empty()) << "lm_head not loaded on this stage";
+  kernels::linear(normed, rows, weights_.lm_head.view(), logits, pool);
+}
+
+void DeepseekV3Model::mtp_logits(const ForwardBatch& batch, const float* main_normed,
+                                 std::span<const int32_t> next_token_ids, LatentKvCache& cache,
+                                 common::ThreadPool& pool, float* draft_logits, int k) const {
+  CHECK(k >= 0 && k < static_cast<int>(weights_.mtp.size())) << "MTP layer " << k << " not loaded";
+  const MtpWeights& m = weights_.mtp[k];
+  const Layout layout(batch, cache.block_size());
+  const int64_t T = layout.num_tokens, H = config_.hidden_size;
+  CHECK(static_cast<int64_t>(next_token_ids.size()) == T) << "one next token per row";
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  std::vector<float> e(T * H), cat(T * 2 * H), x(T * H);
+  embed_rows(m.embed_tokens.empty() ? weights_.embed_tokens : m.embed_tokens, next_token_ids,
+             e.data());
+  // Embedding first, hidden state second (vLLM / SGLang order).
+  kernels::rms_norm(e.data(), T, H, H, m.enorm.data(), eps, cat.data(), 2 * H);
+  kernels::rms_norm(main_normed, T, H, H, m.hnorm.data(), eps, cat.data() + H, 2 * H);
+  kernels::linear(cat.data(), T, m.eh_proj.view(), x.data(), pool);
+  decoder_layer(m.layer, config_.num_hidden_layers + k, layout, x.data(), cache, pool);
+  kernels::rms_norm(x.data(), T, H, H, m.shared_head_norm.data(), eps, x.data(), H);
+  const tensor::WeightMatrix& head = m.shared_head_head.empty() ? weights_.lm_head : m.shared_head_head;
+  kernels::linear(x.data(), T, head.view(), draft_logits, pool);
+}
+
+}  // namespace model

@@ -1,0 +1,32 @@
+// LatentKvCache allocation and access checks.
+#include "model/kv_cache.h"
+
+#include "common/check.h"
+
+namespace model {
+
+LatentKvCache::LatentKvCache(int num_layers, int layer_begin, int layer_end, int64_t num_blocks,
+                             int block_size, int64_t row_dim)
+    : block_size_(block_size), num_blocks_(num_blocks), row_dim_(row_dim), layers_(num_layers) {
+  CHECK(block_size > 0 && num_blocks > 0 && row_dim > 0) << "empty KV cache";
+  CHECK(0 <= layer_begin && layer_begin <= layer_end && layer_end <= num_layers) << "layer range";
+  for (int l = layer_begin; l < layer_end; ++l) {
+    layers_[l].resize(static_cast<size_t>(num_blocks * block_size * row_dim));
+  }
+}
+
+bool LatentKvCache::has_layer(int layer) const {
+  return layer >= 0 && layer < static_cast<int>(layers_.size()) && !layers_[layer].empty();
+}
+
+float* LatentKvCache::layer(int layer) {
+  CHECK(has_layer(layer)) << "KV cache has no storage for layer " << layer;
+  return layers_[layer].data();
+}
+
+const float* LatentKvCache::layer(int layer) const {
+  CHECK(has_layer(layer)) << "KV cache has no storage for layer " << layer;
+  return layers_[layer].data();
+}
+
+}  // namespace model

@@ -1,0 +1,369 @@
+// Weight loading: name mapping (deepseek-v3-model.md §2), shape checks against config.json,
+// dtype conversion and FP8 block dequantization (§3), and random initialization for benchmarks.
+#include "model/weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "common/check.h"
+
+namespace model {
+namespace {
+
+using common::Result;
+using common::Status;
+using tensor::DType;
+using tensor::WeightMatrix;
+
+std::string shape_str(int64_t rows, int64_t cols) {
+  return "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+}
+
+std::string file_of(const TensorInfo& t) {
+  return std::filesystem::path(t.file).filename().string();
+}
+
+class WeightLoader {
+ public:
+  WeightLoader(const Checkpoint& ck, const ModelConfig& cfg) : ck_(ck), cfg_(cfg) {}
+
+  // A [rows, cols] matrix. BF16 stays BF16 unless force_f32; all else becomes F32.
+  Result<WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols,
+                              bool force_f32 = false) const {
+    CP_ASSIGN_OR_RETURN(const TensorInfo* t, ck_.find(name));
+    if (t->shape.size() != 2 || t->shape[0] != rows || t->shape[1] != cols) {
+      return common::invalid_argument(file_of(*t) + ": tensor '" + name + "' has shape " +
+                                      t->shape_string() + " but config.json implies " +
+                                      shape_str(rows, cols));
+    }
+    if (t->dtype == DType::kBF16 && !force_f32) {
+      WeightMatrix m(DType::kBF16, rows, cols);
+      std::memcpy(m.mutable_bytes(), t->data, t->size_bytes);
+      return m;
+    }
+    WeightMatrix m(DType::kF32, rows, cols);
+    float* out = m.mutable_f32();
+    const int64_t n = rows * cols;
+    switch (t->dtype) {
+      case DType::kF32: std::memcpy(out, t->data, t->size_bytes); break;
+      case DType::kBF16:
+      case DType::kF16: {
+        for (int64_t i = 0; i < n; ++i) {
+          uint16_t bits;
+          std::memcpy(&bits, t->data + 2 * i, 2);
+          out[i] = t->dtype == DType::kBF16 ? tensor::bf16_to_f32(bits) : tensor::f16_to_f32(bits);
+        }
+        break;
+      }
+      case DType::kF8E4M3: CP_RETURN_IF_ERROR(dequantize_fp8(*t, rows, cols, out)); break;
+      case DType::kI8:
+        return common::unimplemented(file_of(*t) + ": tensor '" + name +
+                                     "' is I8; int8 (W8A8) weights are not supported yet");
+    }
+    return m;
+  }
+
+  Result<Vector> vector(const std::string& name, int64_t n) const {
+    CP_ASSIGN_OR_RETURN(const TensorInfo* t, ck_.find(name));
+    if (t->shape.size() != 1 || t->shape[0] != n) {
+      return common::invalid_argument(file_of(*t) + ": tensor '" + name + "' has shape " +
+                                      t->shape_string() + " but config.json implies [" +
+                                      std::to_string(n) + "]");
+    }
+    if (t->dtype == DType::kF8E4M3 || t->dtype == DType::kI8) {
+      return common::invalid_argument(file_of(*t) + ": tensor '" + name + "' has dtype " +
+                                      std::string(tensor::dtype_name(t->dtype)) +
+                                      ", expected a float type");
+    }
+    CP_ASSIGN_OR_RETURN(WeightMatrix m, matrix_from_vector(*t, n));
+    return Vector(m.mutable_f32(), m.mutable_f32() + n);
+  }
+
+  // gate_proj and up_proj fused into one [2·inter, H] matrix.
+  Result<MlpWeights> mlp(const std::string& prefix, int64_t inter) const {
+    const int64_t h = cfg_.hidden_size;
+    CP_ASSIGN_OR_RETURN(WeightMatrix gate, matrix(prefix + "gate_proj.weight", inter, h));
+    CP_ASSIGN_OR_RETURN(WeightMatrix up, matrix(prefix + "up_proj.weight", inter, h));
+    MlpWeights w;
+    CP_ASSIGN_OR_RETURN(w.down, matrix(prefix + "down_proj.weight", h, inter));
+    if (gate.dtype() != up.dtype()) {
+      CP_ASSIGN_OR_RETURN(gate, matrix(prefix + "gate_proj.weight", inter, h, true));
+      CP_ASSIGN_OR_RETURN(up, matrix(prefix + "up_proj.weight", inter, h, true));
+    }
+    w.gate_up = WeightMatrix(gate.dtype(), 2 * inter, h);
+    std::memcpy(w.gate_up.mutable_bytes(), gate.view().data, gate.size_bytes());
+    std::memcpy(w.gate_up.mutable_bytes() + gate.size_bytes(), up.view().data, up.size_bytes());
+    return w;
+  }
+
+  Result<DecoderLayerWeights> decoder_layer(int layer) const {
+    const ModelConfig& c = cfg_;
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    const int64_t h = c.hidden_size, nh = c.num_attention_heads, r = c.kv_lora_rank;
+    const int64_t qk = c.qk_head_dim();
+    DecoderLayerWeights w;
+    CP_ASSIGN_OR_RETURN(w.input_layernorm, vector(p + "input_layernorm.weight", h));
+    CP_ASSIGN_OR_RETURN(w.post_attention_layernorm, vector(p + "post_attention_layernorm.weight", h));
+    AttentionWeights& a = w.attn;
+    if (c.q_lora_rank) {
+      const int64_t rq = *c.q_lora_rank;
+      CP_ASSIGN_OR_RETURN(a.q_a_proj, matrix(p + "self_attn.q_a_proj.weight", rq, h));
+      CP_ASSIGN_OR_RETURN(a.q_a_layernorm, vector(p + "self_attn.q_a_layernorm.weight", rq));
+      CP_ASSIGN_OR_RETURN(a.q_b_proj, matrix(p + "self_attn.q_b_proj.weight", nh * qk, rq));
+    } else {
+      CP_ASSIGN_OR_RETURN(a.q_proj, matrix(p + "self_attn.q_proj.weight", nh * qk, h));
+    }
+    CP_ASSIGN_OR_RETURN(a.kv_a_proj, matrix(p + "self_attn.kv_a_proj_with_mqa.weight",
+                                            r + c.qk_rope_head_dim, h));
+    CP_ASSIGN_OR_RETURN(a.kv_a_layernorm, vector(p + "self_attn.kv_a_layernorm.weight", r));
+    CP_ASSIGN_OR_RETURN(a.kv_b_proj, matrix(p + "self_attn.kv_b_proj.weight",
+                                            nh * (c.qk_nope_head_dim + c.v_head_dim), r, true));
+    CP_ASSIGN_OR_RETURN(a.o_proj, matrix(p + "self_attn.o_proj.weight", h, nh * c.v_head_dim));
+    if (c.is_moe_layer(layer)) {
+      MoeWeights m;
+      const int64_t e = c.n_routed_experts;
+      CP_ASSIGN_OR_RETURN(m.router, matrix(p + "mlp.gate.weight", e, h, true));
+      if (c.topk_method == kernels::TopkMethod::kNoauxTc) {
+        CP_ASSIGN_OR_RETURN(m.correction_bias, vector(p + "mlp.gate.e_score_correction_bias", e));
+      }
+      for (int64_t i = 0; i < e; ++i) {
+        CP_ASSIGN_OR_RETURN(MlpWeights ew, mlp(p + "mlp.experts." + std::to_string(i) + ".",
+                                               c.moe_intermediate_size));
+        m.experts.push_back(std::move(ew));
+      }
+      for (const MlpWeights& ew : m.experts) m.expert_views.push_back(ew.view());
+      if (c.n_shared_experts > 0) {
+        CP_ASSIGN_OR_RETURN(m.shared, mlp(p + "mlp.shared_experts.",
+                                          c.moe_intermediate_size * c.n_shared_experts));
+      }
+      w.moe = std::move(m);
+    } else {
+      CP_ASSIGN_OR_RETURN(w.dense_mlp, mlp(p + "mlp.", c.intermediate_size));
+    }
+    return w;
+  }
+
+  Result<MtpWeights> mtp_layer(int layer) const {
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    const int64_t h = cfg_.hidden_size;
+    MtpWeights w;
+    CP_ASSIGN_OR_RETURN(w.enorm, vector(p + "enorm.weight", h));
+    CP_ASSIGN_OR_RETURN(w.hnorm, vector(p + "hnorm.weight", h));
+    CP_ASSIGN_OR_RETURN(w.shared_head_norm, vector(p + "shared_head.norm.weight", h));
+    CP_ASSIGN_OR_RETURN(w.eh_proj, matrix(p + "eh_proj.weight", h, 2 * h));
+    if (ck_.contains(p + "embed_tokens.weight")) {
+      CP_ASSIGN_OR_RETURN(w.embed_tokens, matrix(p + "embed_tokens.weight", cfg_.vocab_size, h));
+    }
+    if (ck_.contains(p + "shared_head.head.weight")) {
+      CP_ASSIGN_OR_RETURN(w.shared_head_head,
+                          matrix(p + "shared_head.head.weight", cfg_.vocab_size, h));
+    }
+    CP_ASSIGN_OR_RETURN(w.layer, decoder_layer(layer));
+    return w;
+  }
+
+ private:
+  Result<WeightMatrix> matrix_from_vector(const TensorInfo& t, int64_t n) const {
+    WeightMatrix m(DType::kF32, 1, n);
+    float* out = m.mutable_f32();
+    for (int64_t i = 0; i < n; ++i) {
+      if (t.dtype == DType::kF32) {
+        std::memcpy(out + i, t.data + 4 * i, 4);
+      } else {
+        uint16_t bits;
+        std::memcpy(&bits, t.data + 2 * i, 2);
+        out[i] = t.dtype == DType::kBF16 ? tensor::bf16_to_f32(bits) : tensor::f16_to_f32(bits);
+      }
+    }
+    return m;
+  }
+
+  // W[i, j] = fp8(W_q[i, j]) · weight_scale_inv[i / block_rows, j / block_cols].
+  Status dequantize_fp8(const TensorInfo& t, int64_t rows, int64_t cols, float* out) const {
+    const std::string& name = t.name;
+    if (name.size() < 6 || name.compare(name.size() - 6, 6, "weight") != 0) {
+      return common::invalid_argument(file_of(t) + ": FP8 tensor '" + name + "' is not a weight");
+    }
+    const std::string scale_name = name.substr(0, name.size() - 6) + "weight_scale_inv";
+    CP_ASSIGN_OR_RETURN(const TensorInfo* s, ck_.find(scale_name));
+    const int64_t br = cfg_.quantization ? cfg_.quantization->weight_block_rows : 128;
+    const int64_t bc = cfg_.quantization ? cfg_.quantization->weight_block_cols : 128;
+    const int64_t sr = (rows + br - 1) / br, sc = (cols + bc - 1) / bc;
+    if (s->dtype != DType::kF32 || s->shape.size() != 2 || s->shape[0] != sr || s->shape[1] != sc) {
+      return common::invalid_argument(file_of(*s) + ": tensor '" + scale_name + "' must be F32 " +
+                                      shape_str(sr, sc) + " for " + shape_str(rows, cols) +
+                                      " in " + std::to_string(br) + "x" + std::to_string(bc) +
+                                      " blocks, got " + std::string(tensor::dtype_name(s->dtype)) +
+                                      " " + s->shape_string());
+    }
+    std::vector<float> scales(static_cast<size_t>(sr * sc));
+    std::memcpy(scales.data(), s->data, scales.size() * sizeof(float));
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* srow = scales.data() + (i / br) * sc;
+      for (int64_t j = 0; j < cols; ++j) {
+        out[i * cols + j] = tensor::fp8_e4m3_to_f32(t.data[i * cols + j]) * srow[j / bc];
+      }
+    }
+    return {};
+  }
+
+  const Checkpoint& ck_;
+  const ModelConfig& cfg_;
+};
+
+// splitmix64 + Box-Muller: fast enough to fill a billion-parameter model in seconds.
+class FastRandom {
+ public:
+  explicit FastRandom(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  double normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    double u1 = uniform() + 1e-300, u2 = uniform();
+    double mag = std::sqrt(-2.0 * std::log(u1));
+    spare_ = mag * std::sin(2 * M_PI * u2);
+    has_spare_ = true;
+    return mag * std::cos(2 * M_PI * u2);
+  }
+
+ private:
+  uint64_t state_;
+  double spare_ = 0;
+  bool has_spare_ = false;
+};
+
+class RandomFiller {
+ public:
+  RandomFiller(DType dtype, uint64_t seed) : dtype_(dtype), rng_(seed) {}
+  WeightMatrix matrix(int64_t rows, int64_t cols, double stddev, bool force_f32 = false) {
+    DType d = force_f32 ? DType::kF32 : dtype_;
+    WeightMatrix m(d, rows, cols);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      float v = static_cast<float>(rng_.normal() * stddev);
+      if (d == DType::kF32) {
+        m.mutable_f32()[i] = v;
+      } else {
+        m.mutable_bf16()[i] = tensor::f32_to_bf16(v);
+      }
+    }
+    return m;
+  }
+  WeightMatrix linear(int64_t out, int64_t in, bool force_f32 = false) {
+    return matrix(out, in, 1.0 / std::sqrt(static_cast<double>(in)), force_f32);
+  }
+  Vector norm(int64_t n) {
+    Vector v(n);
+    for (auto& x : v) x = static_cast<float>(0.8 + 0.4 * rng_.uniform());
+    return v;
+  }
+  Vector uniform(int64_t n, double scale) {
+    Vector v(n);
+    for (auto& x : v) x = static_cast<float>(scale * rng_.uniform());
+    return v;
+  }
+  MlpWeights mlp(int64_t inter, int64_t h) {
+    MlpWeights w;
+    w.gate_up = linear(2 * inter, h);
+    w.down = linear(h, inter);
+    return w;
+  }
+
+ private:
+  DType dtype_;
+  FastRandom rng_;
+};
+
+DecoderLayerWeights random_layer(const ModelConfig& c, int layer, RandomFiller& rf) {
+  const int64_t h = c.hidden_size, nh = c.num_attention_heads, r = c.kv_lora_rank;
+  DecoderLayerWeights w;
+  w.input_layernorm = rf.norm(h);
+  w.post_attention_layernorm = rf.norm(h);
+  if (c.q_lora_rank) {
+    w.attn.q_a_proj = rf.linear(*c.q_lora_rank, h);
+    w.attn.q_a_layernorm = rf.norm(*c.q_lora_rank);
+    w.attn.q_b_proj = rf.linear(nh * c.qk_head_dim(), *c.q_lora_rank);
+  } else {
+    w.attn.q_proj = rf.linear(nh * c.qk_head_dim(), h);
+  }
+  w.attn.kv_a_proj = rf.linear(r + c.qk_rope_head_dim, h);
+  w.attn.kv_a_layernorm = rf.norm(r);
+  w.attn.kv_b_proj = rf.linear(nh * (c.qk_nope_head_dim + c.v_head_dim), r, true);
+  w.attn.o_proj = rf.linear(h, nh * c.v_head_dim);
+  if (c.is_moe_layer(layer)) {
+    MoeWeights m;
+    m.router = rf.linear(c.n_routed_experts, h, true);
+    if (c.topk_method == kernels::TopkMethod::kNoauxTc) m.correction_bias = rf.uniform(c.n_routed_experts, 0.2);
+    for (int e = 0; e < c.n_routed_experts; ++e) m.experts.push_back(rf.mlp(c.moe_intermediate_size, h));
+    for (const MlpWeights& ew : m.experts) m.expert_views.push_back(ew.view());
+    if (c.n_shared_experts > 0) m.shared = rf.mlp(c.moe_intermediate_size * c.n_shared_experts, h);
+    w.moe = std::move(m);
+  } else {
+    w.dense_mlp = rf.mlp(c.intermediate_size, h);
+  }
+  return w;
+}
+
+}  // namespace
+
+Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
+                                  const LoadOptions& options) {
+  WeightLoader loader(ck, c);
+  ModelWeights w;
+  const int64_t h = c.hidden_size, v = c.vocab_size;
+  const int end = options.layer_end < 0 ? c.num_hidden_layers : options.layer_end;
+  if (options.layer_begin < 0 || options.layer_begin > end || end > c.num_hidden_layers) {
+    return common::invalid_argument("layer range [" + std::to_string(options.layer_begin) + ", " +
+                                    std::to_string(end) + ") is outside the model's " +
+                                    std::to_string(c.num_hidden_layers) + " layers");
+  }
+  if (options.load_embedding) {
+    CP_ASSIGN_OR_RETURN(w.embed_tokens, loader.matrix("model.embed_tokens.weight", v, h));
+  }
+  if (options.load_head) {
+    CP_ASSIGN_OR_RETURN(w.norm, loader.vector("model.norm.weight", h));
+    CP_ASSIGN_OR_RETURN(w.lm_head, loader.matrix("lm_head.weight", v, h));
+  }
+  w.layers.resize(c.num_hidden_layers);
+  for (int layer = options.layer_begin; layer < end; ++layer) {
+    CP_ASSIGN_OR_RETURN(w.layers[layer], loader.decoder_layer(layer));
+  }
+  if (options.load_mtp && options.load_head) {
+    for (int k = 0; k < c.num_nextn_predict_layers; ++k) {
+      CP_ASSIGN_OR_RETURN(MtpWeights m, loader.mtp_layer(c.num_hidden_layers + k));
+      w.mtp.push_back(std::move(m));
+    }
+  }
+  return w;
+}
+
+ModelWeights random_weights(const ModelConfig& c, DType dtype, uint64_t seed) {
+  CHECK(dtype == DType::kF32 || dtype == DType::kBF16) << "random weights are F32 or BF16";
+  RandomFiller rf(dtype, seed);
+  ModelWeights w;
+  const int64_t h = c.hidden_size, v = c.vocab_size;
+  w.embed_tokens = rf.matrix(v, h, 1.0);
+  w.lm_head = rf.linear(v, h);
+  w.norm = rf.norm(h);
+  for (int layer = 0; layer < c.num_hidden_layers; ++layer) w.layers.push_back(random_layer(c, layer, rf));
+  for (int k = 0; k < c.num_nextn_predict_layers; ++k) {
+    MtpWeights m;
+    m.enorm = rf.norm(h);
+    m.hnorm = rf.norm(h);
+    m.shared_head_norm = rf.norm(h);
+    m.eh_proj = rf.linear(h, 2 * h);
+    m.layer = random_layer(c, c.num_hidden_layers + k, rf);
+    w.mtp.push_back(std::move(m));
+  }
+  return w;
+}
+
+}  // namespace model

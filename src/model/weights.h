@@ -1,0 +1,85 @@
+// The DeepSeek-V3 weight set in kernel-ready form, loaded from a Checkpoint (or filled with
+// random values for benchmarks). Linear weights stay BF16 or F32 as stored; F16 and FP8
+// (block-dequantized with weight_scale_inv) become F32. Immutable after load; thread-safe reads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/moe.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "tensor/weight_matrix.h"
+
+namespace model {
+
+using Vector = std::vector<float>;
+
+struct MlpWeights {
+  tensor::WeightMatrix gate_up;  // [2·inter, H]: gate_proj rows, then up_proj rows
+  tensor::WeightMatrix down;     // [H, inter]
+  kernels::ExpertWeights view() const { return {gate_up.view(), down.view()}; }
+};
+
+struct AttentionWeights {
+  tensor::WeightMatrix q_a_proj;  // [q_lora_rank, H]          (q_lora models)
+  Vector q_a_layernorm;           // [q_lora_rank]
+  tensor::WeightMatrix q_b_proj;  // [nh·(dn+dr), q_lora_rank]
+  tensor::WeightMatrix q_proj;    // [nh·(dn+dr), H]            (q_lora_rank null)
+  tensor::WeightMatrix kv_a_proj;  // [r + dr, H]  (kv_a_proj_with_mqa)
+  Vector kv_a_layernorm;           // [r]
+  tensor::WeightMatrix kv_b_proj;  // [nh·(dn+dv), r], always F32 (absorption reads it directly)
+  tensor::WeightMatrix o_proj;     // [H, nh·dv]
+};
+
+struct MoeWeights {
+  tensor::WeightMatrix router;  // [E, H] F32 (routing runs in f32)
+  Vector correction_bias;       // [E] e_score_correction_bias (empty when absent)
+  std::vector<MlpWeights> experts;
+  std::vector<kernels::ExpertWeights> expert_views;
+  std::optional<MlpWeights> shared;
+};
+
+struct DecoderLayerWeights {
+  Vector input_layernorm;
+  Vector post_attention_layernorm;
+  AttentionWeights attn;
+  std::optional<MlpWeights> dense_mlp;  // first_k_dense_replace layers
+  std::optional<MoeWeights> moe;
+};
+
+struct MtpWeights {
+  Vector enorm, hnorm, shared_head_norm;
+  tensor::WeightMatrix eh_proj;           // [H, 2H]
+  tensor::WeightMatrix embed_tokens;      // own copy, or empty => main embedding
+  tensor::WeightMatrix shared_head_head;  // own copy, or empty => main lm_head
+  DecoderLayerWeights layer;
+};
+
+struct ModelWeights {
+  tensor::WeightMatrix embed_tokens;  // [V, H]
+  tensor::WeightMatrix lm_head;       // [V, H]
+  Vector norm;                        // [H]
+  // Indexed by layer id; layers outside the loaded range stay default (empty).
+  std::vector<DecoderLayerWeights> layers;
+  std::vector<MtpWeights> mtp;  // num_nextn_predict_layers entries when loaded
+};
+
+struct LoadOptions {
+  int layer_begin = 0;        // main decoder layers to load: [layer_begin, layer_end)
+  int layer_end = -1;         // -1: all
+  bool load_embedding = true;  // first pipeline stage
+  bool load_head = true;       // last pipeline stage: norm, lm_head
+  bool load_mtp = true;        // MTP layers (need load_head's stage)
+};
+
+common::Result<ModelWeights> load_weights(const Checkpoint& checkpoint, const ModelConfig& config,
+                                          const LoadOptions& options);
+
+// Random weights with the checkpoint's distributions (make-tiny style); `dtype` is kF32 or kBF16.
+ModelWeights random_weights(const ModelConfig& config, tensor::DType dtype, uint64_t seed);
+
+}  // namespace model

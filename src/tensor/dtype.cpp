@@ -1,0 +1,85 @@
+// dtype names and the f16 / fp8 e4m3fn decoders (fp8 through a 256-entry table).
+#include "tensor/dtype.h"
+
+#include <array>
+#include <cmath>
+#include <limits>
+
+namespace tensor {
+
+std::optional<DType> dtype_from_safetensors(std::string_view name) {
+  if (name == "F32") return DType::kF32;
+  if (name == "F16") return DType::kF16;
+  if (name == "BF16") return DType::kBF16;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
+  if (name == "I8") return DType::kI8;
+  return std::nullopt;
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kI8: return "I8";
+  }
+  return "?";
+}
+
+int dtype_size_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kF8E4M3:
+    case DType::kI8: return 1;
+  }
+  return 0;
+}
+
+float f16_to_f32(uint16_t bits) {
+  const int sign = (bits >> 15) & 1;
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  float value;
+  if (exponent == 0) {
+    value = std::ldexp(static_cast<float>(mantissa), -24);
+  } else if (exponent == 31) {
+    value = mantissa ? std::numeric_limits<float>::quiet_NaN()
+                     : std::numeric_limits<float>::infinity();
+  } else {
+    value = std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
+  }
+  return sign ? -value : value;
+}
+
+namespace {
+
+std::array<float, 256> make_e4m3_table() {
+  std::array<float, 256> table{};
+  for (int b = 0; b < 256; ++b) {
+    const int sign = (b >> 7) & 1;
+    const int exponent = (b >> 3) & 0xf;
+    const int mantissa = b & 0x7;
+    float value;
+    if ((b & 0x7f) == 0x7f) {
+      value = std::numeric_limits<float>::quiet_NaN();
+    } else if (exponent == 0) {
+      value = std::ldexp(static_cast<float>(mantissa), -9);  // 2^-6 * m/8
+    } else {
+      value = std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);  // 2^(e-7) * (1+m/8)
+    }
+    table[b] = sign ? -value : value;
+  }
+  return table;
+}
+
+}  // namespace
+
+float fp8_e4m3_to_f32(uint8_t bits) {
+  static const std::array<float, 256> kTable = make_e4m3_table();
+  return kTable[bits];
+}
+
+}  // namespace tensor
