@@ -1,0 +1,53 @@
+// Linear kernels (streaming, BLAS, dispatch) against the double-accumulated reference.
+#include "kernels/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace {
+
+using tensor::DType;
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+class GemmTest : public ::testing::TestWithParam<std::tuple<DType, Shape>> {};
+
+TEST_P(GemmTest, FastPathsMatchReference) {
+  auto [dtype, s] = GetParam();
+  auto w = testutil::random_matrix(dtype, s.n, s.k, 7);
+  auto x = testutil::random_vector(static_cast<size_t>(s.m * s.k), 11);
+  std::vector<float> ref(s.m * s.n), y1(s.m * s.n, -1.0f), y2(s.m * s.n, -1.0f), y3(s.m * s.n);
+  kernels::linear_reference(x.data(), s.m, w.view(), ref.data(), s.n);
+  common::ThreadPool pool(2);
+  kernels::linear_streaming(x.data(), s.m, w.view(), y1.data(), s.n, pool);
+  kernels::linear_blas(x.data(), s.m, w.view(), y2.data(), s.n, pool);
+  kernels::linear(x.data(), s.m, w.view(), y3.data(), pool);
+  EXPECT_LT(testutil::max_rel_error(y1, ref), 1e-5);
+  EXPECT_LT(testutil::max_rel_error(y2, ref), 1e-5);
+  EXPECT_LT(testutil::max_rel_error(y3, ref), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmTest,
+    ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::Values(Shape{1, 1, 1}, Shape{1, 37, 19}, Shape{3, 64, 128},
+                                         Shape{8, 130, 257}, Shape{9, 33, 64},
+                                         Shape{40, 300, 96}, Shape{2, 7, 8})));
+
+TEST(GemmTest, StridedOutput) {
+  auto w = testutil::random_matrix(DType::kBF16, 24, 40, 3);
+  auto x = testutil::random_vector(5 * 40, 4);
+  common::ThreadPool pool(2);
+  std::vector<float> ref(5 * 24), y(5 * 30, 99.0f);
+  kernels::linear_reference(x.data(), 5, w.view(), ref.data(), 24);
+  kernels::linear(x.data(), 5, w.view(), y.data(), 30, pool);
+  for (int r = 0; r < 5; ++r) {
+    for (int c = 0; c < 24; ++c) EXPECT_NEAR(y[r * 30 + c], ref[r * 24 + c], 1e-5);
+    for (int c = 24; c < 30; ++c) EXPECT_EQ(y[r * 30 + c], 99.0f) << "wrote past N";
+  }
+}
+
+}  // namespace

@@ -1,0 +1,79 @@
+// RMSNorm, SwiGLU and YaRN RoPE kernels against their references and the documented numbers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/activation.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "test_util.h"
+
+namespace {
+
+TEST(NormTest, RmsNormMatchesReference) {
+  for (int64_t n : {1, 7, 16, 100, 7168}) {
+    const int64_t rows = 3, stride = n + 5;
+    auto x = testutil::random_vector(rows * stride, 1);
+    auto w = testutil::random_vector(n, 2);
+    std::vector<float> a(rows * n), b(rows * n);
+    kernels::rms_norm(x.data(), rows, n, stride, w.data(), 1e-6f, a.data(), n);
+    kernels::rms_norm_reference(x.data(), rows, n, stride, w.data(), 1e-6f, b.data(), n);
+    EXPECT_LT(testutil::max_rel_error(a, b), 2e-6) << "n=" << n;
+  }
+}
+
+TEST(ActivationTest, SiluMulMatchesReference) {
+  auto gu = testutil::random_vector(4 * 2 * 50, 3, 3.0f);
+  std::vector<float> a(4 * 50), b(4 * 50);
+  kernels::silu_mul(gu.data(), 4, 50, a.data());
+  kernels::silu_mul_reference(gu.data(), 4, 50, b.data());
+  EXPECT_LT(testutil::max_rel_error(a, b), 1e-6);
+}
+
+kernels::YarnConfig v3_yarn() {
+  kernels::YarnConfig y;
+  y.enabled = true;
+  y.factor = 40;
+  y.original_max_position_embeddings = 4096;
+  y.beta_fast = 32;
+  y.beta_slow = 1;
+  y.mscale = 1.0;
+  y.mscale_all_dim = 1.0;
+  return y;
+}
+
+TEST(RopeTest, YarnParamsOfDeepSeekV3) {
+  auto p = kernels::compute_rope_params(64, 10000.0, 192, v3_yarn());
+  ASSERT_EQ(p.inv_freq.size(), 32u);
+  // deepseek-v3-model.md §5: indices < 10 keep the base frequency, >= 23 are divided by 40.
+  const double expected[] = {1, 0.749894, 0.562341, 0.421697, 0.316228, 0.237137, 0.177828,
+                             0.133352, 0.1, 0.0749894, 0.0562341, 0.0390069, 0.0268794,
+                             0.0183781, 0.012448, 0.00833451, 0.0055, 0.003562, 0.00224937,
+                             0.00137051, 0.000790569, 0.00041499, 0.000177828, 3.3338e-05,
+                             2.5e-05, 1.87474e-05, 1.40585e-05, 1.05424e-05, 7.90569e-06,
+                             5.92843e-06, 4.4457e-06, 3.3338e-06};
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR(p.inv_freq[i], expected[i], expected[i] * 1e-4) << i;
+  EXPECT_NEAR(p.softmax_scale, 0.135233779, 1e-8);
+  EXPECT_DOUBLE_EQ(p.cos_sin_scale, 1.0);
+}
+
+TEST(RopeTest, FastMatchesReferenceAndRotatesInterleavedPairs) {
+  auto p = kernels::compute_rope_params(16, 10000.0, 48, v3_yarn());
+  const int heads = 3;
+  const int64_t T = 5, head_stride = 20, token_stride = heads * head_stride;
+  std::vector<int32_t> positions = {0, 1, 17, 4095, 163839};
+  auto x = testutil::random_vector(T * token_stride, 5);
+  auto a = x, b = x;
+  kernels::apply_rope(a.data(), T, heads, token_stride, head_stride, positions.data(), p);
+  kernels::apply_rope_reference(b.data(), T, heads, token_stride, head_stride, positions.data(), p);
+  EXPECT_LT(testutil::max_rel_error(a, b), 1e-6);
+  // Position 0 is the identity; floats past the rope dims are untouched.
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(a[i], x[i]);
+  for (int i = 16; i < 20; ++i) EXPECT_EQ(a[token_stride + i], x[token_stride + i]);
+  // Pair (0, 1) at position 1 rotates by inv_freq[0] = 1 radian.
+  const float c = std::cos(1.0f), s = std::sin(1.0f);
+  EXPECT_NEAR(a[token_stride], x[token_stride] * c - x[token_stride + 1] * s, 1e-6);
+  EXPECT_NEAR(a[token_stride + 1], x[token_stride] * s + x[token_stride + 1] * c, 1e-6);
+}
+
+}  // namespace

@@ -1,0 +1,45 @@
+// Helpers for kernel tests: seeded random data and error measures.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "tensor/weight_matrix.h"
+
+namespace testutil {
+
+inline std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+inline tensor::WeightMatrix random_matrix(tensor::DType dtype, int64_t rows, int64_t cols,
+                                          uint32_t seed) {
+  tensor::WeightMatrix m(dtype, rows, cols);
+  auto v = random_vector(static_cast<size_t>(rows * cols), seed, 1.0f / std::sqrt(float(cols)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == tensor::DType::kF32) {
+      m.mutable_f32()[i] = v[i];
+    } else {
+      m.mutable_bf16()[i] = tensor::f32_to_bf16(v[i]);
+    }
+  }
+  return m;
+}
+
+// max |a - b| / (1 + |b|) over all elements.
+inline double max_rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (1.0 + std::abs(double(b[i]))));
+  }
+  return worst;
+}
+
+}  // namespace testutil
