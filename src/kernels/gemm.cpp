@@ -132,8 +132,8 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t
 void linear_blas(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
                  common::ThreadPool& pool) {
   const int64_t k = w.cols;
-  // Weight tiles of ~1 MiB of f32 keep conversion in cache and sgemm calls wide enough.
-  const int64_t tile_n = std::max<int64_t>(16, (int64_t{1} << 18) / std::max<int64_t>(k, 1) / 16 * 16);
+  // Weight tiles of ~4 MiB of f32: wide enough for sgemm to reach its full rate.
+  const int64_t tile_n = std::max<int64_t>(64, (int64_t{1} << 20) / std::max<int64_t>(k, 1) / 16 * 16);
   pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) {
     if (w.dtype == DType::kF32) {
       sgemm(m, e - b, k, 1.0f, x, k, w.f32() + b * k, k, true, 0.0f, y + b, ldy);
@@ -152,7 +152,7 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
             common::ThreadPool& pool) {
   CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear: unsupported weight dtype";
   if (m <= 0 || w.rows == 0) return;
-  if (m <= kStreamingMaxRows) {
+  if (m <= (w.dtype == DType::kBF16 ? kStreamingMaxRowsBf16 : kStreamingMaxRowsF32)) {
     linear_streaming(x, m, w, y, ldy, pool);
   } else {
     linear_blas(x, m, w, y, ldy, pool);

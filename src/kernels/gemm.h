@@ -11,9 +11,11 @@
 
 namespace kernels {
 
-// Rows of x at or below which the streaming (GEMV-style) kernel is used. Measured crossover:
-// docs/ARCHITECTURE.md, "GEMM choice".
-inline constexpr int64_t kStreamingMaxRows = 8;
+// Rows of x at or below which the streaming (GEMV-style) kernel beats tiled sgemm. Measured
+// with chunkpipe_bench (docs/ARCHITECTURE.md, "GEMM choice"): bf16 weights ~48 rows (the
+// conversion to f32 costs the BLAS path), f32 weights ~16.
+inline constexpr int64_t kStreamingMaxRowsBf16 = 48;
+inline constexpr int64_t kStreamingMaxRowsF32 = 16;
 
 // y (row stride ldy, >= N) = x (row stride K) · Wᵀ.
 void linear(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,

@@ -1,0 +1,270 @@
+// chunkpipe_bench: prints the machine's FP32 FMA peak, GEMM GFLOP/s for the main shapes, and
+// prefill / decode tokens per second of a random-weight DeepSeek-V3-shaped model
+// (docs perf-targets: `tiny` and `small` dims) at the requested thread counts.
+//
+//   chunkpipe_bench [--model small|tiny] [--threads 1,2] [--prefill 512] [--decode 128]
+//                   [--long-prefill 4096] [--skip-gemm] [--skip-model] [--dtype bf16|f32]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "common/timer.h"
+#include "kernels/gemm.h"
+#include "model/deepseek_v3.h"
+
+namespace {
+
+// Ten independent FMA chains per thread keep both FMA ports busy.
+double fma_peak_gflops(int threads) {
+  const int64_t iters = 100'000'000;
+  std::vector<std::thread> workers;
+  std::vector<float> sink(threads);
+  const double t0 = common::now_seconds();
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      __m256 acc[10];
+      for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_ps(0.001f * (i + t));
+      const __m256 a = _mm256_set1_ps(0.9999f), b = _mm256_set1_ps(0.0001f);
+      for (int64_t it = 0; it < iters; ++it) {
+        for (int i = 0; i < 10; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+      }
+      __m256 s = acc[0];
+      for (int i = 1; i < 10; ++i) s = _mm256_add_ps(s, acc[i]);
+      float out[8];
+      _mm256_storeu_ps(out, s);
+      sink[t] = out[0];
+    });
+  }
+  for (auto& w : workers) w.join();
+  const double secs = common::now_seconds() - t0;
+  return threads * iters * 10.0 * 16.0 / secs / 1e9 + 0.0 * sink[0];
+}
+
+template <typename Fn>
+double best_seconds(Fn fn, double min_total = 0.3, int min_reps = 3) {
+  fn();  // warm-up
+  double best = 1e30, total = 0;
+  for (int rep = 0; rep < min_reps || total < min_total; ++rep) {
+    const double t0 = common::now_seconds();
+    fn();
+    const double dt = common::now_seconds() - t0;
+    best = std::min(best, dt);
+    total += dt;
+    if (rep > 200) break;
+  }
+  return best;
+}
+
+void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>& peaks) {
+  struct Shape {
+    int64_t n, k;
+    const char* what;
+  };
+  const Shape shapes[] = {{2048, 2048, "square 2048"}, {1024, 2048, "expert gate_up (small)"},
+                          {2048, 7168, "K=7168"}};
+  std::printf("\n== GEMM y[M,N] = x[M,K]·W[N,K]^T, f32 activations (GFLOP/s, %% of FMA peak) ==\n");
+  std::printf("%-24s %-5s %5s %7s %7s | %-8s", "shape", "W", "M", "N", "K", "threads");
+  std::printf(" %17s %17s %17s\n", "streaming(ours)", "openblas-tiles", "linear()");
+  for (const Shape& s : shapes) {
+    for (tensor::DType dt : {tensor::DType::kBF16, tensor::DType::kF32}) {
+      tensor::WeightMatrix w(dt, s.n, s.k);
+      for (int64_t i = 0; i < s.n * s.k; ++i) {
+        float v = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+        if (dt == tensor::DType::kF32) {
+          w.mutable_f32()[i] = v;
+        } else {
+          w.mutable_bf16()[i] = tensor::f32_to_bf16(v);
+        }
+      }
+      for (int64_t m : {1, 16, 32, 64, 256, 2048}) {
+        std::vector<float> x(m * s.k, 0.01f), y(m * s.n);
+        for (size_t ti = 0; ti < thread_counts.size(); ++ti) {
+          common::ThreadPool pool(thread_counts[ti]);
+          const double flops = 2.0 * m * s.n * s.k;
+          auto run = [&](auto fn) { return flops / best_seconds(fn) / 1e9; };
+          double g_stream = m <= 64 ? run([&] { kernels::linear_streaming(x.data(), m, w.view(), y.data(), s.n, pool); }) : 0;
+          double g_blas = run([&] { kernels::linear_blas(x.data(), m, w.view(), y.data(), s.n, pool); });
+          double g_auto = run([&] { kernels::linear(x.data(), m, w.view(), y.data(), pool); });
+          auto cell = [&](double g) {
+            char buf[32];
+            if (g == 0) return std::string("-");
+            std::snprintf(buf, sizeof(buf), "%7.1f (%3.0f%%)", g, 100 * g / peaks[ti]);
+            return std::string(buf);
+          };
+          std::printf("%-24s %-5s %5lld %7lld %7lld | %-8d %17s %17s %17s\n", s.what,
+                      dt == tensor::DType::kBF16 ? "bf16" : "f32", static_cast<long long>(m),
+                      static_cast<long long>(s.n), static_cast<long long>(s.k), thread_counts[ti],
+                      cell(g_stream).c_str(), cell(g_blas).c_str(), cell(g_auto).c_str());
+        }
+      }
+    }
+  }
+}
+
+model::ModelConfig perf_model_config(const std::string& name) {
+  model::ModelConfig c;
+  c.model_type = "deepseek_v3";
+  c.vocab_size = 32768;
+  c.qk_rope_head_dim = name == "small" ? 64 : 32;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 10000;
+  c.yarn.enabled = true;
+  c.yarn.factor = 40;
+  c.yarn.mscale = 1;
+  c.yarn.mscale_all_dim = 1;
+  c.scoring_func = kernels::ScoringFunc::kSigmoid;
+  c.topk_method = kernels::TopkMethod::kNoauxTc;
+  c.norm_topk_prob = true;
+  c.routed_scaling_factor = 2.5;
+  c.first_k_dense_replace = 1;
+  if (name == "small") {
+    c.hidden_size = 2048;
+    c.num_hidden_layers = 6;
+    c.num_attention_heads = 16;
+    c.q_lora_rank = 768;
+    c.kv_lora_rank = 512;
+    c.qk_nope_head_dim = 128;
+    c.v_head_dim = 128;
+    c.n_routed_experts = 64;
+    c.num_experts_per_tok = 6;
+    c.n_group = 8;
+    c.topk_group = 4;
+    c.n_shared_experts = 2;
+    c.moe_intermediate_size = 512;
+    c.intermediate_size = 4096;
+  } else {
+    c.hidden_size = 512;
+    c.num_hidden_layers = 4;
+    c.num_attention_heads = 8;
+    c.q_lora_rank = 256;
+    c.kv_lora_rank = 128;
+    c.qk_nope_head_dim = 64;
+    c.v_head_dim = 64;
+    c.n_routed_experts = 16;
+    c.num_experts_per_tok = 4;
+    c.n_group = 1;
+    c.topk_group = 1;
+    c.n_shared_experts = 1;
+    c.moe_intermediate_size = 256;
+    c.intermediate_size = 1280;
+  }
+  c.num_key_value_heads = c.num_attention_heads;
+  c.max_position_embeddings = 163840;
+  return c;
+}
+
+// Prefill of `n` tokens in one forward (fresh cache), then `decode` single-token steps.
+void bench_model(const std::string& name, tensor::DType dtype, const std::vector<int>& thread_counts,
+                 int prefill, int decode, int long_prefill) {
+  model::ModelConfig c = perf_model_config(name);
+  const double t0 = common::now_seconds();
+  model::DeepseekV3Model m(c, model::random_weights(c, dtype, 1));
+  std::printf("\n== model '%s' (%s weights, random), built in %.1f s ==\n", name.c_str(),
+              dtype == tensor::DType::kBF16 ? "bf16" : "f32", common::now_seconds() - t0);
+  const int bs = 128;
+  const int64_t max_tokens = std::max(prefill + decode, long_prefill);
+  const int64_t nb = (max_tokens + bs - 1) / bs;
+  model::LatentKvCache cache(c.num_total_layers(), 0, c.num_hidden_layers, nb, bs, c.kv_cache_row_dim());
+  std::vector<int32_t> table(nb);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int32_t> ids(max_tokens);
+  for (int64_t i = 0; i < max_tokens; ++i) ids[i] = static_cast<int32_t>((i * 7919 + 13) % c.vocab_size);
+  std::vector<float> hidden, logits(c.vocab_size);
+  auto forward = [&](common::ThreadPool& pool, int64_t start, int64_t n) {
+    model::ForwardBatch batch;
+    batch.sequences.push_back({std::span<const int32_t>(ids.data() + start, n), start, table});
+    hidden.assign(n * c.hidden_size, 0.0f);
+    m.embed(batch, hidden.data());
+    m.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache, pool);
+    m.final_norm(hidden.data() + (n - 1) * c.hidden_size, 1, hidden.data());
+    m.compute_logits(hidden.data(), 1, logits.data(), pool);
+  };
+  std::printf("%-8s %16s %16s", "threads", "prefill tok/s", "decode tok/s");
+  if (long_prefill > 0) std::printf(" %20s", "long prefill tok/s");
+  std::printf("\n");
+  for (int threads : thread_counts) {
+    common::ThreadPool pool(threads);
+    forward(pool, 0, std::min(prefill, 64));  // warm-up
+    double tp = 1e30;
+    for (int rep = 0; rep < 2; ++rep) {
+      const double a = common::now_seconds();
+      forward(pool, 0, prefill);
+      tp = std::min(tp, common::now_seconds() - a);
+    }
+    // Decode from an empty context, as llama-bench's tg test does.
+    const double b = common::now_seconds();
+    for (int i = 0; i < decode; ++i) forward(pool, i, 1);
+    const double td = common::now_seconds() - b;
+    std::printf("%-8d %16.1f %16.1f", threads, prefill / tp, decode / td);
+    if (long_prefill > 0) {
+      const double l = common::now_seconds();
+      forward(pool, 0, long_prefill);
+      std::printf(" %20.1f", long_prefill / (common::now_seconds() - l));
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) out.push_back(std::stoi(tok));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_name = "small", dtype_name = "bf16";
+  std::vector<int> threads = {1, 2};
+  int prefill = 512, decode = 128, long_prefill = 0;
+  bool skip_gemm = false, skip_model = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "error: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--model") model_name = next();
+    else if (a == "--threads") threads = parse_list(next());
+    else if (a == "--prefill") prefill = std::stoi(next());
+    else if (a == "--decode") decode = std::stoi(next());
+    else if (a == "--long-prefill") long_prefill = std::stoi(next());
+    else if (a == "--dtype") dtype_name = next();
+    else if (a == "--skip-gemm") skip_gemm = true;
+    else if (a == "--skip-model") skip_model = true;
+    else {
+      std::fprintf(stderr, "error: unrecognized argument: %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if ((model_name != "small" && model_name != "tiny") || (dtype_name != "bf16" && dtype_name != "f32")) {
+    std::fprintf(stderr, "error: --model small|tiny, --dtype bf16|f32\n");
+    return 2;
+  }
+  std::vector<double> peaks;
+  std::printf("== FP32 FMA peak (AVX2, 10 independent chains per thread) ==\n");
+  for (int t : threads) {
+    peaks.push_back(fma_peak_gflops(t));
+    std::printf("threads %d: %.1f GFLOP/s\n", t, peaks.back());
+  }
+  if (!skip_gemm) bench_gemm(threads, peaks);
+  if (!skip_model) {
+    bench_model(model_name, dtype_name == "bf16" ? tensor::DType::kBF16 : tensor::DType::kF32,
+                threads, prefill, decode, long_prefill);
+  }
+  return 0;
+}
