@@ -68,8 +68,8 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
     int64_t n, k;
     const char* what;
   };
-  const Shape shapes[] = {{2048, 2048, "square 2048"}, {1024, 2048, "expert gate_up (small)"},
-                          {2048, 7168, "K=7168"}};
+  const Shape shapes[] = {
+      {2048, 2048, "square 2048"}, {1024, 2048, "expert gate_up (small)"}, {2048, 7168, "K=7168"}};
   std::printf("\n== GEMM y[M,N] = x[M,K]·W[N,K]^T, f32 activations (GFLOP/s, %% of FMA peak) ==\n");
   std::printf("%-24s %-5s %5s %7s %7s | %-8s", "shape", "W", "M", "N", "K", "threads");
   std::printf(" %17s %17s %17s\n", "streaming(ours)", "openblas-tiles", "linear()");
@@ -90,8 +90,12 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
           common::ThreadPool pool(thread_counts[ti]);
           const double flops = 2.0 * m * s.n * s.k;
           auto run = [&](auto fn) { return flops / best_seconds(fn) / 1e9; };
-          double g_stream = m <= 64 ? run([&] { kernels::linear_streaming(x.data(), m, w.view(), y.data(), s.n, pool); }) : 0;
-          double g_blas = run([&] { kernels::linear_blas(x.data(), m, w.view(), y.data(), s.n, pool); });
+          double g_stream = m <= 64 ? run([&] {
+            kernels::linear_streaming(x.data(), m, w.view(), y.data(), s.n, pool);
+          })
+                                    : 0;
+          double g_blas =
+              run([&] { kernels::linear_blas(x.data(), m, w.view(), y.data(), s.n, pool); });
           double g_auto = run([&] { kernels::linear(x.data(), m, w.view(), y.data(), pool); });
           auto cell = [&](double g) {
             char buf[32];
@@ -162,8 +166,8 @@ model::ModelConfig perf_model_config(const std::string& name) {
 }
 
 // Prefill of `n` tokens in one forward (fresh cache), then `decode` single-token steps.
-void bench_model(const std::string& name, tensor::DType dtype, const std::vector<int>& thread_counts,
-                 int prefill, int decode, int long_prefill) {
+void bench_model(const std::string& name, tensor::DType dtype,
+                 const std::vector<int>& thread_counts, int prefill, int decode, int long_prefill) {
   model::ModelConfig c = perf_model_config(name);
   const double t0 = common::now_seconds();
   model::DeepseekV3Model m(c, model::random_weights(c, dtype, 1));
@@ -172,11 +176,13 @@ void bench_model(const std::string& name, tensor::DType dtype, const std::vector
   const int bs = 128;
   const int64_t max_tokens = std::max(prefill + decode, long_prefill);
   const int64_t nb = (max_tokens + bs - 1) / bs;
-  model::LatentKvCache cache(c.num_total_layers(), 0, c.num_hidden_layers, nb, bs, c.kv_cache_row_dim());
+  model::LatentKvCache cache(c.num_total_layers(), 0, c.num_hidden_layers, nb, bs,
+                             c.kv_cache_row_dim());
   std::vector<int32_t> table(nb);
   std::iota(table.begin(), table.end(), 0);
   std::vector<int32_t> ids(max_tokens);
-  for (int64_t i = 0; i < max_tokens; ++i) ids[i] = static_cast<int32_t>((i * 7919 + 13) % c.vocab_size);
+  for (int64_t i = 0; i < max_tokens; ++i)
+    ids[i] = static_cast<int32_t>((i * 7919 + 13) % c.vocab_size);
   std::vector<float> hidden, logits(c.vocab_size);
   auto forward = [&](common::ThreadPool& pool, int64_t start, int64_t n) {
     model::ForwardBatch batch;
@@ -238,20 +244,29 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--model") model_name = next();
-    else if (a == "--threads") threads = parse_list(next());
-    else if (a == "--prefill") prefill = std::stoi(next());
-    else if (a == "--decode") decode = std::stoi(next());
-    else if (a == "--long-prefill") long_prefill = std::stoi(next());
-    else if (a == "--dtype") dtype_name = next();
-    else if (a == "--skip-gemm") skip_gemm = true;
-    else if (a == "--skip-model") skip_model = true;
+    if (a == "--model")
+      model_name = next();
+    else if (a == "--threads")
+      threads = parse_list(next());
+    else if (a == "--prefill")
+      prefill = std::stoi(next());
+    else if (a == "--decode")
+      decode = std::stoi(next());
+    else if (a == "--long-prefill")
+      long_prefill = std::stoi(next());
+    else if (a == "--dtype")
+      dtype_name = next();
+    else if (a == "--skip-gemm")
+      skip_gemm = true;
+    else if (a == "--skip-model")
+      skip_model = true;
     else {
       std::fprintf(stderr, "error: unrecognized argument: %s\n", a.c_str());
       return 2;
     }
   }
-  if ((model_name != "small" && model_name != "tiny") || (dtype_name != "bf16" && dtype_name != "f32")) {
+  if ((model_name != "small" && model_name != "tiny") ||
+      (dtype_name != "bf16" && dtype_name != "f32")) {
     std::fprintf(stderr, "error: --model small|tiny, --dtype bf16|f32\n");
     return 2;
   }

@@ -68,17 +68,20 @@ common::Status ArgParser::parse(int argc, char** argv, int first) {
     if (!spec.ok()) return spec.status();
     const Spec* s = spec.value();
     if (s->is_flag) {
-      if (inline_value) return common::invalid_argument("argument --" + s->name + ": takes no value");
+      if (inline_value)
+        return common::invalid_argument("argument --" + s->name + ": takes no value");
       values_[s->name] = "true";
     } else if (inline_value) {
       values_[s->name] = *inline_value;
     } else {
-      if (i + 1 >= argc) return common::invalid_argument("argument --" + s->name + ": expected one argument");
+      if (i + 1 >= argc)
+        return common::invalid_argument("argument --" + s->name + ": expected one argument");
       values_[s->name] = argv[++i];
     }
   }
   if (positionals_.size() > positional_specs_.size()) {
-    return common::invalid_argument("unrecognized arguments: " + positionals_[positional_specs_.size()]);
+    return common::invalid_argument("unrecognized arguments: " +
+                                    positionals_[positional_specs_.size()]);
   }
   if (positionals_.size() < positional_specs_.size()) {
     return common::invalid_argument("the following arguments are required: " +

@@ -70,7 +70,8 @@ int argmax(const std::vector<float>& v) {
 }  // namespace
 
 int run_logits_command(int argc, char** argv) {
-  ArgParser p("chunkpipe logits", "Prints a DeepSeek-V3 checkpoint's logits for token ids as JSON.");
+  ArgParser p("chunkpipe logits",
+              "Prints a DeepSeek-V3 checkpoint's logits for token ids as JSON.");
   p.add_positional("MODEL", "model directory (config.json + safetensors)");
   p.add_option("ids", "token ids: '1,2,3', '1 2 3', '[1,2,3]' or '-' for stdin");
   p.add_flag("all", "also write logits at every position (all_logits)");
@@ -78,10 +79,12 @@ int run_logits_command(int argc, char** argv) {
   p.add_option("mtp-next", "token fed to MTP after the last id (default: argmax of last logits)");
   p.add_option("chunk", "feed the ids N at a time through the KV cache (0: all at once)", "0");
   p.add_option("block-size", "KV cache block size in tokens", "16");
-  p.add_option("threads", "worker threads", std::to_string(std::max(1u, std::thread::hardware_concurrency())));
+  p.add_option("threads", "worker threads",
+               std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   p.add_option("out", "write the JSON here instead of stdout");
   if (auto st = p.parse(argc, argv, 2); !st.ok()) {
-    std::fprintf(stderr, "%s\nchunkpipe logits: error: %s\n", p.usage().c_str(), st.message().c_str());
+    std::fprintf(stderr, "%s\nchunkpipe logits: error: %s\n", p.usage().c_str(),
+                 st.message().c_str());
     return 2;
   }
   if (p.help_requested()) {

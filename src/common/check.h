@@ -28,8 +28,8 @@ struct Voidify {
 
 }  // namespace common::internal
 
-#define CHECK(cond)    \
-  (cond) ? (void)0     \
+#define CHECK(cond)                        \
+  (cond) ? (void)0                         \
          : ::common::internal::Voidify() & \
                ::common::internal::CheckFailure(__FILE__, __LINE__, #cond)
 

@@ -28,18 +28,26 @@ std::atomic<LogLevel>& level_storage() {
 
 const char* level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kWarning: return "WARNING";
-    case LogLevel::kError: return "ERROR";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kWarning:
+      return "WARNING";
+    case LogLevel::kError:
+      return "ERROR";
   }
   return "INFO";
 }
 
 }  // namespace
 
-LogLevel min_log_level() { return level_storage().load(std::memory_order_relaxed); }
-void set_min_log_level(LogLevel level) { level_storage().store(level); }
+LogLevel min_log_level() {
+  return level_storage().load(std::memory_order_relaxed);
+}
+void set_min_log_level(LogLevel level) {
+  level_storage().store(level);
+}
 
 LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(level) {
   std::time_t now = std::time(nullptr);

@@ -8,7 +8,8 @@ namespace common {
 
 enum class LogLevel { kDebug, kInfo, kWarning, kError };
 
-// Messages below this level are dropped. Default kInfo; CHUNKPIPE_LOG_LEVEL=DEBUG|INFO|WARNING|ERROR.
+// Messages below this level are dropped. Default kInfo;
+// CHUNKPIPE_LOG_LEVEL=DEBUG|INFO|WARNING|ERROR.
 LogLevel min_log_level();
 void set_min_log_level(LogLevel level);
 
@@ -33,7 +34,7 @@ class LogMessage {
 #define CP_LOG_LEVEL_INFO ::common::LogLevel::kInfo
 #define CP_LOG_LEVEL_WARNING ::common::LogLevel::kWarning
 #define CP_LOG_LEVEL_ERROR ::common::LogLevel::kError
-#define LOG(level)                                          \
-  if (CP_LOG_LEVEL_##level < ::common::min_log_level()) {   \
-  } else                                                    \
+#define LOG(level)                                        \
+  if (CP_LOG_LEVEL_##level < ::common::min_log_level()) { \
+  } else                                                  \
     ::common::LogMessage(CP_LOG_LEVEL_##level, __FILE__, __LINE__)

@@ -6,12 +6,23 @@ namespace common {
 std::string Status::to_string() const {
   const char* name = "OK";
   switch (code_) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: name = "invalid argument"; break;
-    case StatusCode::kNotFound: name = "not found"; break;
-    case StatusCode::kDataLoss: name = "data loss"; break;
-    case StatusCode::kUnimplemented: name = "unimplemented"; break;
-    case StatusCode::kInternal: name = "internal"; break;
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      name = "invalid argument";
+      break;
+    case StatusCode::kNotFound:
+      name = "not found";
+      break;
+    case StatusCode::kDataLoss:
+      name = "data loss";
+      break;
+    case StatusCode::kUnimplemented:
+      name = "unimplemented";
+      break;
+    case StatusCode::kInternal:
+      name = "internal";
+      break;
   }
   return std::string(name) + ": " + message_;
 }

@@ -32,8 +32,12 @@ class [[nodiscard]] Status {
 inline Status invalid_argument(std::string msg) {
   return {StatusCode::kInvalidArgument, std::move(msg)};
 }
-inline Status not_found(std::string msg) { return {StatusCode::kNotFound, std::move(msg)}; }
-inline Status data_loss(std::string msg) { return {StatusCode::kDataLoss, std::move(msg)}; }
+inline Status not_found(std::string msg) {
+  return {StatusCode::kNotFound, std::move(msg)};
+}
+inline Status data_loss(std::string msg) {
+  return {StatusCode::kDataLoss, std::move(msg)};
+}
 inline Status unimplemented(std::string msg) {
   return {StatusCode::kUnimplemented, std::move(msg)};
 }
@@ -42,7 +46,7 @@ inline Status unimplemented(std::string msg) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : data_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : data_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : data_(std::move(status)) {  // NOLINT: implicit by design
     CHECK(!std::get<Status>(data_).ok()) << "Result built from an OK status";
   }
@@ -83,7 +87,8 @@ class [[nodiscard]] Result {
 #define CP_CONCAT_INNER(a, b) a##b
 #define CP_CONCAT(a, b) CP_CONCAT_INNER(a, b)
 // Declares `lhs` from a Result-returning expression, or returns its Status.
-#define CP_ASSIGN_OR_RETURN(lhs, expr) CP_ASSIGN_OR_RETURN_IMPL(CP_CONCAT(cp_result_, __LINE__), lhs, expr)
+#define CP_ASSIGN_OR_RETURN(lhs, expr) \
+  CP_ASSIGN_OR_RETURN_IMPL(CP_CONCAT(cp_result_, __LINE__), lhs, expr)
 #define CP_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                             \
   if (!tmp.ok()) return tmp.status();            \

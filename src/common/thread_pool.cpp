@@ -4,13 +4,14 @@
 
 #include <algorithm>
 
-
 namespace common {
 namespace {
 
 constexpr int kSpinIterations = 20000;
 
-inline void cpu_relax() { __builtin_ia32_pause(); }
+inline void cpu_relax() {
+  __builtin_ia32_pause();
+}
 
 // Contiguous split of [0, n) into `parts` ranges; returns range `i`.
 inline std::pair<int64_t, int64_t> split_range(int64_t n, int parts, int i) {

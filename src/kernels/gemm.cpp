@@ -36,7 +36,8 @@ inline float hsum(__m256 v) {
 template <bool kBf16>
 inline __m256 load8(const void* base, int64_t i) {
   if constexpr (kBf16) {
-    __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
+    __m128i raw =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
   } else {
     return _mm256_loadu_ps(static_cast<const float*>(base) + i);
@@ -91,7 +92,8 @@ void streaming_range(const float* x, int64_t m, const WeightView& w, float* y, i
     if (r < m) dot_tile<kBf16, 4, 1>(x + r * k, k, w.data, n, y + r * ldy, ldy);
   }
   for (; n < n_end; ++n) {
-    for (int64_t r = 0; r < m; ++r) dot_tile<kBf16, 1, 1>(x + r * k, k, w.data, n, y + r * ldy, ldy);
+    for (int64_t r = 0; r < m; ++r)
+      dot_tile<kBf16, 1, 1>(x + r * k, k, w.data, n, y + r * ldy, ldy);
   }
 }
 
@@ -133,7 +135,8 @@ void linear_blas(const float* x, int64_t m, const WeightView& w, float* y, int64
                  common::ThreadPool& pool) {
   const int64_t k = w.cols;
   // Weight tiles of ~4 MiB of f32: wide enough for sgemm to reach its full rate.
-  const int64_t tile_n = std::max<int64_t>(64, (int64_t{1} << 20) / std::max<int64_t>(k, 1) / 16 * 16);
+  const int64_t tile_n =
+      std::max<int64_t>(64, (int64_t{1} << 20) / std::max<int64_t>(k, 1) / 16 * 16);
   pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) {
     if (w.dtype == DType::kF32) {
       sgemm(m, e - b, k, 1.0f, x, k, w.f32() + b * k, k, true, 0.0f, y + b, ldy);

@@ -26,8 +26,8 @@ inline void linear(const float* x, int64_t m, const tensor::WeightView& w, float
 }
 
 // The two fast paths, exposed for tests and the benchmark.
-void linear_streaming(const float* x, int64_t m, const tensor::WeightView& w, float* y,
-                      int64_t ldy, common::ThreadPool& pool);
+void linear_streaming(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
+                      common::ThreadPool& pool);
 void linear_blas(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
                  common::ThreadPool& pool);
 

@@ -53,9 +53,10 @@ void mla_prefill_attention(const MlaPrefillArgs& a, common::ThreadPool& pool) {
             a.kv_row_stride, true, 0.0f, s.data(), nk);
       sgemm(nq, nk, a.rope_dim, a.scale, qh + a.nope_dim, q_stride, a.k_pe, a.k_pe_stride, true,
             1.0f, s.data(), nk);
-      for (int64_t i = 0; i < nq; ++i) softmax_prefix(s.data() + i * nk, first_pos + q0 + i + 1, nk);
-      sgemm(nq, a.v_dim, nk, 1.0f, s.data(), nk, a.v + h * a.kv_head_stride, a.kv_row_stride,
-            false, 0.0f, a.out + q0 * o_stride + static_cast<int64_t>(h) * a.v_dim, o_stride);
+      for (int64_t i = 0; i < nq; ++i)
+        softmax_prefix(s.data() + i * nk, first_pos + q0 + i + 1, nk);
+      sgemm(nq, a.v_dim, nk, 1.0f, s.data(), nk, a.v + h * a.kv_head_stride, a.kv_row_stride, false,
+            0.0f, a.out + q0 * o_stride + static_cast<int64_t>(h) * a.v_dim, o_stride);
     }
   });
 }
@@ -126,7 +127,8 @@ void mla_decode_attention_reference(const MlaDecodeArgs& a) {
   const int64_t row = a.kv_lora_rank + a.rope_dim;
   auto cache_row = [&](int64_t j) {
     return a.cache + (static_cast<int64_t>(a.block_table[j / a.block_size]) * a.block_size +
-                      j % a.block_size) * row;
+                      j % a.block_size) *
+                         row;
   };
   std::vector<double> scores(static_cast<size_t>(ctx));
   for (int64_t t = 0; t < T; ++t) {

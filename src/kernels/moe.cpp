@@ -31,7 +31,8 @@ void route_experts(const float* router_logits, int64_t num_tokens, const float* 
       for (int e = 0; e < E; ++e) scores[e] /= sum;
     }
     for (int e = 0; e < E; ++e) {
-      choice[e] = scores[e] + (p.method == TopkMethod::kNoauxTc && correction_bias ? correction_bias[e] : 0.0f);
+      choice[e] = scores[e] +
+                  (p.method == TopkMethod::kNoauxTc && correction_bias ? correction_bias[e] : 0.0f);
     }
     if (p.method != TopkMethod::kGreedy && G > 1 && p.topk_groups < G) {
       for (int g = 0; g < G; ++g) {
@@ -53,7 +54,10 @@ void route_experts(const float* router_logits, int64_t num_tokens, const float* 
       }
       std::iota(group_order.begin(), group_order.end(), 0);
       std::partial_sort(group_order.begin(), group_order.begin() + p.topk_groups, group_order.end(),
-                        [&](int a, int b) { return group_score[a] > group_score[b] || (group_score[a] == group_score[b] && a < b); });
+                        [&](int a, int b) {
+                          return group_score[a] > group_score[b] ||
+                                 (group_score[a] == group_score[b] && a < b);
+                        });
       std::vector<bool> keep(G, false);
       for (int i = 0; i < p.topk_groups; ++i) keep[group_order[i]] = true;
       for (int e = 0; e < E; ++e) {
@@ -131,7 +135,8 @@ void moe_dispatch_reference(const float* x, int64_t num_tokens, int64_t hidden,
       linear_reference(x + t * hidden, 1, w.gate_up, gu.data(), 2 * inter);
       silu_mul_reference(gu.data(), 1, inter, act.data());
       linear_reference(act.data(), 1, w.down, y.data(), hidden);
-      for (int64_t d = 0; d < hidden; ++d) out[t * hidden + d] += topk_weights[t * top_k + j] * y[d];
+      for (int64_t d = 0; d < hidden; ++d)
+        out[t * hidden + d] += topk_weights[t * top_k + j] * y[d];
     }
   }
 }

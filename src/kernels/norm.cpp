@@ -39,7 +39,8 @@ void rms_norm_reference(const float* x, int64_t rows, int64_t n, int64_t stride,
                         const float* weight, float eps, float* out, int64_t out_stride) {
   for (int64_t r = 0; r < rows; ++r) {
     double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[r * stride + i]) * x[r * stride + i];
+    for (int64_t i = 0; i < n; ++i)
+      sum += static_cast<double>(x[r * stride + i]) * x[r * stride + i];
     const double inv = 1.0 / std::sqrt(sum / static_cast<double>(n) + eps);
     for (int64_t i = 0; i < n; ++i) {
       out[r * out_stride + i] = static_cast<float>(x[r * stride + i] * inv * weight[i]);

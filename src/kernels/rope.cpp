@@ -29,7 +29,8 @@ RopeParams compute_rope_params(int rope_dim, double rope_theta, int qk_head_dim,
   }
   auto corr_dim = [&](double num_rotations) {
     return rope_dim *
-           std::log(yarn.original_max_position_embeddings / (num_rotations * 2 * std::numbers::pi)) /
+           std::log(yarn.original_max_position_embeddings /
+                    (num_rotations * 2 * std::numbers::pi)) /
            (2 * std::log(rope_theta));
   };
   double low = std::max(std::floor(corr_dim(yarn.beta_fast)), 0.0);
@@ -77,7 +78,8 @@ void apply_rope_reference(float* x, int64_t num_tokens, int num_heads, int64_t t
       float* v = x + t * token_stride + h * head_stride;
       for (size_t i = 0; i < half; ++i) {
         double angle = positions[t] * params.inv_freq[i];
-        double c = std::cos(angle) * params.cos_sin_scale, s = std::sin(angle) * params.cos_sin_scale;
+        double c = std::cos(angle) * params.cos_sin_scale,
+               s = std::sin(angle) * params.cos_sin_scale;
         double a = v[2 * i], b = v[2 * i + 1];
         v[2 * i] = static_cast<float>(a * c - b * s);
         v[2 * i + 1] = static_cast<float>(a * s + b * c);

@@ -83,8 +83,8 @@ Status parse_rope_scaling(const json& root, const std::string& source, ModelConf
   y.enabled = true;
   CP_RETURN_IF_ERROR(r.number("factor", &y.factor, true));
   if (y.factor <= 0) return r.error("factor", "must be positive");
-  CP_RETURN_IF_ERROR(r.integer("original_max_position_embeddings",
-                               &y.original_max_position_embeddings, false, 1));
+  CP_RETURN_IF_ERROR(
+      r.integer("original_max_position_embeddings", &y.original_max_position_embeddings, false, 1));
   CP_RETURN_IF_ERROR(r.number("beta_fast", &y.beta_fast, false));
   CP_RETURN_IF_ERROR(r.number("beta_slow", &y.beta_slow, false));
   CP_RETURN_IF_ERROR(r.number("mscale", &y.mscale, false));
@@ -108,11 +108,12 @@ Status parse_quantization(const json& root, const std::string& source, ModelConf
     return r.error("quant_method", "must be \"fp8\" (block-scaled FP8 checkpoints)");
   }
   if (!q.fmt.empty() && q.fmt != "e4m3") return r.error("fmt", "must be \"e4m3\"");
-  if (!q.scale_fmt.empty() && q.scale_fmt != "ue8m0") return r.error("scale_fmt", "must be \"ue8m0\"");
+  if (!q.scale_fmt.empty() && q.scale_fmt != "ue8m0")
+    return r.error("scale_fmt", "must be \"ue8m0\"");
   if (qc.contains("weight_block_size")) {
     const json& b = qc["weight_block_size"];
-    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() ||
-        !b[1].is_number_integer() || b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0) {
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+        b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0) {
       return r.error("weight_block_size", "must be two positive integers");
     }
     q.weight_block_rows = b[0].get<int64_t>();

@@ -18,8 +18,8 @@ namespace model {
 struct DeepseekV3Model::Layout {
   const ForwardBatch* batch = nullptr;
   int64_t num_tokens = 0;
-  std::vector<int32_t> positions;    // [T] absolute position of each token
-  std::vector<int64_t> slots;        // [T] cache row: block_id * block_size + offset
+  std::vector<int32_t> positions;     // [T] absolute position of each token
+  std::vector<int64_t> slots;         // [T] cache row: block_id * block_size + offset
   std::vector<int64_t> token_offset;  // [num_sequences] first row of each sequence
 
   Layout(const ForwardBatch& b, int block_size) : batch(&b), num_tokens(b.num_tokens()) {
@@ -49,8 +49,8 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights)
                                        config_.qk_head_dim(), config_.yarn);
 }
 
-common::Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(
-    const std::string& model_dir, const LoadOptions& options) {
+common::Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(const std::string& model_dir,
+                                                                       const LoadOptions& options) {
   CP_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(model_dir));
   CP_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::open(model_dir));
   CP_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(*checkpoint, config, options));
@@ -133,7 +133,8 @@ void DeepseekV3Model::attention(const AttentionWeights& w, int cache_layer, cons
   kernels::rms_norm(kv_a.data(), T, r, row, w.kv_a_layernorm.data(), eps, kv_a.data(), row);
   kernels::apply_rope(kv_a.data() + r, T, 1, row, 0, layout.positions.data(), rope_);
   for (int64_t t = 0; t < T; ++t) {
-    std::memcpy(cache.row(cache_layer, layout.slots[t]), kv_a.data() + t * row, row * sizeof(float));
+    std::memcpy(cache.row(cache_layer, layout.slots[t]), kv_a.data() + t * row,
+                row * sizeof(float));
   }
 
   const float* kv_b = w.kv_b_proj.view().f32();  // [nh, dn + dv, r]
@@ -149,10 +150,13 @@ void DeepseekV3Model::attention(const AttentionWeights& w, int cache_layer, cons
     const float* qs = q.data() + off * nh * qk;
     float* os = o.data() + off * nh * dv;
 
-    const double expanded_flops = double(ctx) * r * nh * (dn + dv) + double(n) * ctx * nh * (qk + dv);
-    const double absorbed_flops = double(n) * nh * (dn + dv) * r + double(n) * ctx * nh * (2 * r + dr);
-    const bool absorbed = attention_mode_ == AttentionMode::kAbsorbed ||
-                          (attention_mode_ == AttentionMode::kAuto && absorbed_flops < expanded_flops);
+    const double expanded_flops =
+        double(ctx) * r * nh * (dn + dv) + double(n) * ctx * nh * (qk + dv);
+    const double absorbed_flops =
+        double(n) * nh * (dn + dv) * r + double(n) * ctx * nh * (2 * r + dr);
+    const bool absorbed =
+        attention_mode_ == AttentionMode::kAbsorbed ||
+        (attention_mode_ == AttentionMode::kAuto && absorbed_flops < expanded_flops);
     if (absorbed) {
       // q_cat[t, h] = [q_nope[t, h] · W_UK[h] | q_pe[t, h]]
       std::vector<float> q_cat(n * nh * row), o_lat(n * nh * r);
@@ -182,8 +186,9 @@ void DeepseekV3Model::attention(const AttentionWeights& w, int cache_layer, cons
       // o[t, h] = W_UV[h] · o_lat[t, h]
       pool.parallel_for(nh, 1, [&](int64_t h0, int64_t h1, int) {
         for (int64_t h = h0; h < h1; ++h) {
-          kernels::sgemm(n, dv, r, 1.0f, o_lat.data() + h * r, nh * r, kv_b + h * kv_b_head + dn * r,
-                         r, true, 0.0f, os + h * dv, int64_t{nh} * dv);
+          kernels::sgemm(n, dv, r, 1.0f, o_lat.data() + h * r, nh * r,
+                         kv_b + h * kv_b_head + dn * r, r, true, 0.0f, os + h * dv,
+                         int64_t{nh} * dv);
         }
       });
     } else {
@@ -273,7 +278,8 @@ void DeepseekV3Model::mtp_logits(const ForwardBatch& batch, const float* main_no
   kernels::linear(cat.data(), T, m.eh_proj.view(), x.data(), pool);
   decoder_layer(m.layer, config_.num_hidden_layers + k, layout, x.data(), cache, pool);
   kernels::rms_norm(x.data(), T, H, H, m.shared_head_norm.data(), eps, x.data(), H);
-  const tensor::WeightMatrix& head = m.shared_head_head.empty() ? weights_.lm_head : m.shared_head_head;
+  const tensor::WeightMatrix& head =
+      m.shared_head_head.empty() ? weights_.lm_head : m.shared_head_head;
   kernels::linear(x.data(), T, head.view(), draft_logits, pool);
 }
 

@@ -14,8 +14,8 @@ namespace model {
 class LatentKvCache {
  public:
   // Allocates storage for layers in [layer_begin, layer_end) of num_layers; others stay empty.
-  LatentKvCache(int num_layers, int layer_begin, int layer_end, int64_t num_blocks,
-                int block_size, int64_t row_dim);
+  LatentKvCache(int num_layers, int layer_begin, int layer_end, int64_t num_blocks, int block_size,
+                int64_t row_dim);
 
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }

@@ -85,9 +85,9 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
     if (it.key() == "__metadata__") continue;
     const std::string where = name + ": tensor '" + it.key() + "'";
     const json& e = it.value();
-    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() ||
-        !e.contains("shape") || !e["shape"].is_array() || !e.contains("data_offsets") ||
-        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2) {
+    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() || !e.contains("shape") ||
+        !e["shape"].is_array() || !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
+        e["data_offsets"].size() != 2) {
       return common::data_loss(where + " has a malformed header entry");
     }
     TensorInfo t;
@@ -95,7 +95,8 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
     t.file = path;
     const std::string dtype = e["dtype"].get<std::string>();
     auto parsed = tensor::dtype_from_safetensors(dtype);
-    if (!parsed) return common::data_loss(where + " has unknown or unsupported dtype '" + dtype + "'");
+    if (!parsed)
+      return common::data_loss(where + " has unknown or unsupported dtype '" + dtype + "'");
     t.dtype = *parsed;
     for (const json& d : e["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) {
@@ -117,8 +118,8 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
                               static_cast<uint64_t>(tensor::dtype_size_bytes(t.dtype));
     if (end - begin != expected) {
       return common::data_loss(where + " holds " + std::to_string(end - begin) +
-                               " bytes but shape " + t.shape_string() + " of " + dtype +
-                               " needs " + std::to_string(expected));
+                               " bytes but shape " + t.shape_string() + " of " + dtype + " needs " +
+                               std::to_string(expected));
     }
     t.data = data_start + begin;
     t.size_bytes = end - begin;
@@ -172,7 +173,8 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& model_di
     }
     std::sort(shard_files.begin(), shard_files.end());
     if (shard_files.empty()) {
-      return common::not_found(model_dir + ": no model.safetensors.index.json and no *.safetensors files");
+      return common::not_found(model_dir +
+                               ": no model.safetensors.index.json and no *.safetensors files");
     }
     ck->catalog_ = shard_files.size() == 1 ? shard_files[0] : model_dir + "/*.safetensors";
   }

@@ -17,8 +17,8 @@ common::Result<SequenceLogits> compute_sequence_logits(const DeepseekV3Model& mo
   if (T == 0) return common::invalid_argument("empty token id list");
   for (int32_t id : ids) {
     if (id < 0 || id >= V) {
-      return common::invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                      std::to_string(V) + ")");
+      return common::invalid_argument("token id " + std::to_string(id) +
+                                      " is outside the vocabulary [0, " + std::to_string(V) + ")");
     }
   }
   if (options.mtp && model.weights().mtp.empty()) {
@@ -29,8 +29,9 @@ common::Result<SequenceLogits> compute_sequence_logits(const DeepseekV3Model& mo
   }
   const int bs = options.block_size;
   const int64_t num_blocks = (T + bs - 1) / bs;
-  LatentKvCache cache(c.num_total_layers(), 0, options.mtp ? c.num_total_layers() : c.num_hidden_layers,
-                      num_blocks, bs, c.kv_cache_row_dim());
+  LatentKvCache cache(c.num_total_layers(), 0,
+                      options.mtp ? c.num_total_layers() : c.num_hidden_layers, num_blocks, bs,
+                      c.kv_cache_row_dim());
   std::vector<int32_t> block_table(num_blocks);
   std::iota(block_table.begin(), block_table.end(), 0);
 
@@ -44,7 +45,8 @@ common::Result<SequenceLogits> compute_sequence_logits(const DeepseekV3Model& mo
   for (int64_t start = 0; start < T; start += chunk) {
     const int64_t n = std::min(chunk, T - start);
     ForwardBatch batch;
-    batch.sequences.push_back({std::span<const int32_t>(ids.data() + start, n), start, block_table});
+    batch.sequences.push_back(
+        {std::span<const int32_t>(ids.data() + start, n), start, block_table});
     hidden.assign(n * H, 0.0f);
     model.embed(batch, hidden.data());
     model.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache, pool);

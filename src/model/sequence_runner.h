@@ -13,9 +13,9 @@
 namespace model {
 
 struct SequenceLogitsOptions {
-  int64_t chunk_size = 0;  // tokens per forward; 0 = whole sequence at once
-  bool all_logits = false;  // logits at every position, not only the last
-  bool mtp = false;         // also MTP draft logits at every position
+  int64_t chunk_size = 0;                 // tokens per forward; 0 = whole sequence at once
+  bool all_logits = false;                // logits at every position, not only the last
+  bool mtp = false;                       // also MTP draft logits at every position
   std::optional<int32_t> mtp_next_token;  // token after the sequence; default argmax
   int block_size = 16;
 };

@@ -46,7 +46,9 @@ class WeightLoader {
     float* out = m.mutable_f32();
     const int64_t n = rows * cols;
     switch (t->dtype) {
-      case DType::kF32: std::memcpy(out, t->data, t->size_bytes); break;
+      case DType::kF32:
+        std::memcpy(out, t->data, t->size_bytes);
+        break;
       case DType::kBF16:
       case DType::kF16: {
         for (int64_t i = 0; i < n; ++i) {
@@ -56,7 +58,9 @@ class WeightLoader {
         }
         break;
       }
-      case DType::kF8E4M3: CP_RETURN_IF_ERROR(dequantize_fp8(*t, rows, cols, out)); break;
+      case DType::kF8E4M3:
+        CP_RETURN_IF_ERROR(dequantize_fp8(*t, rows, cols, out));
+        break;
       case DType::kI8:
         return common::unimplemented(file_of(*t) + ": tensor '" + name +
                                      "' is I8; int8 (W8A8) weights are not supported yet");
@@ -104,7 +108,8 @@ class WeightLoader {
     const int64_t qk = c.qk_head_dim();
     DecoderLayerWeights w;
     CP_ASSIGN_OR_RETURN(w.input_layernorm, vector(p + "input_layernorm.weight", h));
-    CP_ASSIGN_OR_RETURN(w.post_attention_layernorm, vector(p + "post_attention_layernorm.weight", h));
+    CP_ASSIGN_OR_RETURN(w.post_attention_layernorm,
+                        vector(p + "post_attention_layernorm.weight", h));
     AttentionWeights& a = w.attn;
     if (c.q_lora_rank) {
       const int64_t rq = *c.q_lora_rank;
@@ -114,8 +119,8 @@ class WeightLoader {
     } else {
       CP_ASSIGN_OR_RETURN(a.q_proj, matrix(p + "self_attn.q_proj.weight", nh * qk, h));
     }
-    CP_ASSIGN_OR_RETURN(a.kv_a_proj, matrix(p + "self_attn.kv_a_proj_with_mqa.weight",
-                                            r + c.qk_rope_head_dim, h));
+    CP_ASSIGN_OR_RETURN(
+        a.kv_a_proj, matrix(p + "self_attn.kv_a_proj_with_mqa.weight", r + c.qk_rope_head_dim, h));
     CP_ASSIGN_OR_RETURN(a.kv_a_layernorm, vector(p + "self_attn.kv_a_layernorm.weight", r));
     CP_ASSIGN_OR_RETURN(a.kv_b_proj, matrix(p + "self_attn.kv_b_proj.weight",
                                             nh * (c.qk_nope_head_dim + c.v_head_dim), r, true));
@@ -134,8 +139,8 @@ class WeightLoader {
       }
       for (const MlpWeights& ew : m.experts) m.expert_views.push_back(ew.view());
       if (c.n_shared_experts > 0) {
-        CP_ASSIGN_OR_RETURN(m.shared, mlp(p + "mlp.shared_experts.",
-                                          c.moe_intermediate_size * c.n_shared_experts));
+        CP_ASSIGN_OR_RETURN(
+            m.shared, mlp(p + "mlp.shared_experts.", c.moe_intermediate_size * c.n_shared_experts));
       }
       w.moe = std::move(m);
     } else {
@@ -191,11 +196,10 @@ class WeightLoader {
     const int64_t bc = cfg_.quantization ? cfg_.quantization->weight_block_cols : 128;
     const int64_t sr = (rows + br - 1) / br, sc = (cols + bc - 1) / bc;
     if (s->dtype != DType::kF32 || s->shape.size() != 2 || s->shape[0] != sr || s->shape[1] != sc) {
-      return common::invalid_argument(file_of(*s) + ": tensor '" + scale_name + "' must be F32 " +
-                                      shape_str(sr, sc) + " for " + shape_str(rows, cols) +
-                                      " in " + std::to_string(br) + "x" + std::to_string(bc) +
-                                      " blocks, got " + std::string(tensor::dtype_name(s->dtype)) +
-                                      " " + s->shape_string());
+      return common::invalid_argument(
+          file_of(*s) + ": tensor '" + scale_name + "' must be F32 " + shape_str(sr, sc) + " for " +
+          shape_str(rows, cols) + " in " + std::to_string(br) + "x" + std::to_string(bc) +
+          " blocks, got " + std::string(tensor::dtype_name(s->dtype)) + " " + s->shape_string());
     }
     std::vector<float> scales(static_cast<size_t>(sr * sc));
     std::memcpy(scales.data(), s->data, scales.size() * sizeof(float));
@@ -301,8 +305,10 @@ DecoderLayerWeights random_layer(const ModelConfig& c, int layer, RandomFiller& 
   if (c.is_moe_layer(layer)) {
     MoeWeights m;
     m.router = rf.linear(c.n_routed_experts, h, true);
-    if (c.topk_method == kernels::TopkMethod::kNoauxTc) m.correction_bias = rf.uniform(c.n_routed_experts, 0.2);
-    for (int e = 0; e < c.n_routed_experts; ++e) m.experts.push_back(rf.mlp(c.moe_intermediate_size, h));
+    if (c.topk_method == kernels::TopkMethod::kNoauxTc)
+      m.correction_bias = rf.uniform(c.n_routed_experts, 0.2);
+    for (int e = 0; e < c.n_routed_experts; ++e)
+      m.experts.push_back(rf.mlp(c.moe_intermediate_size, h));
     for (const MlpWeights& ew : m.experts) m.expert_views.push_back(ew.view());
     if (c.n_shared_experts > 0) m.shared = rf.mlp(c.moe_intermediate_size * c.n_shared_experts, h);
     w.moe = std::move(m);
@@ -353,7 +359,8 @@ ModelWeights random_weights(const ModelConfig& c, DType dtype, uint64_t seed) {
   w.embed_tokens = rf.matrix(v, h, 1.0);
   w.lm_head = rf.linear(v, h);
   w.norm = rf.norm(h);
-  for (int layer = 0; layer < c.num_hidden_layers; ++layer) w.layers.push_back(random_layer(c, layer, rf));
+  for (int layer = 0; layer < c.num_hidden_layers; ++layer)
+    w.layers.push_back(random_layer(c, layer, rf));
   for (int k = 0; k < c.num_nextn_predict_layers; ++k) {
     MtpWeights m;
     m.enorm = rf.norm(h);

@@ -25,10 +25,10 @@ struct MlpWeights {
 };
 
 struct AttentionWeights {
-  tensor::WeightMatrix q_a_proj;  // [q_lora_rank, H]          (q_lora models)
-  Vector q_a_layernorm;           // [q_lora_rank]
-  tensor::WeightMatrix q_b_proj;  // [nh·(dn+dr), q_lora_rank]
-  tensor::WeightMatrix q_proj;    // [nh·(dn+dr), H]            (q_lora_rank null)
+  tensor::WeightMatrix q_a_proj;   // [q_lora_rank, H]          (q_lora models)
+  Vector q_a_layernorm;            // [q_lora_rank]
+  tensor::WeightMatrix q_b_proj;   // [nh·(dn+dr), q_lora_rank]
+  tensor::WeightMatrix q_proj;     // [nh·(dn+dr), H]            (q_lora_rank null)
   tensor::WeightMatrix kv_a_proj;  // [r + dr, H]  (kv_a_proj_with_mqa)
   Vector kv_a_layernorm;           // [r]
   tensor::WeightMatrix kv_b_proj;  // [nh·(dn+dv), r], always F32 (absorption reads it directly)
@@ -69,8 +69,8 @@ struct ModelWeights {
 };
 
 struct LoadOptions {
-  int layer_begin = 0;        // main decoder layers to load: [layer_begin, layer_end)
-  int layer_end = -1;         // -1: all
+  int layer_begin = 0;         // main decoder layers to load: [layer_begin, layer_end)
+  int layer_end = -1;          // -1: all
   bool load_embedding = true;  // first pipeline stage
   bool load_head = true;       // last pipeline stage: norm, lm_head
   bool load_mtp = true;        // MTP layers (need load_head's stage)

@@ -18,22 +18,30 @@ std::optional<DType> dtype_from_safetensors(std::string_view name) {
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kF8E4M3: return "F8_E4M3";
-    case DType::kI8: return "I8";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kI8:
+      return "I8";
   }
   return "?";
 }
 
 int dtype_size_bytes(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
+    case DType::kF32:
+      return 4;
     case DType::kF16:
-    case DType::kBF16: return 2;
+    case DType::kBF16:
+      return 2;
     case DType::kF8E4M3:
-    case DType::kI8: return 1;
+    case DType::kI8:
+      return 1;
   }
   return 0;
 }
@@ -46,8 +54,8 @@ float f16_to_f32(uint16_t bits) {
   if (exponent == 0) {
     value = std::ldexp(static_cast<float>(mantissa), -24);
   } else if (exponent == 31) {
-    value = mantissa ? std::numeric_limits<float>::quiet_NaN()
-                     : std::numeric_limits<float>::infinity();
+    value =
+        mantissa ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
   } else {
     value = std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
   }

@@ -28,7 +28,9 @@ class WeightMatrix {
  public:
   WeightMatrix() = default;
   WeightMatrix(DType dtype, int64_t rows, int64_t cols)
-      : dtype_(dtype), rows_(rows), cols_(cols),
+      : dtype_(dtype),
+        rows_(rows),
+        cols_(cols),
         bytes_(static_cast<size_t>(rows * cols * dtype_size_bytes(dtype))) {}
 
   DType dtype() const { return dtype_; }

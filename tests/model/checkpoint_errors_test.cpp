@@ -109,7 +109,8 @@ TEST_F(CheckpointErrorsTest, MissingFp8Scale) {
   auto index = nlohmann::json::parse(read(d + "/model.safetensors.index.json"));
   index["weight_map"].erase("model.layers.2.self_attn.kv_b_proj.weight_scale_inv");
   write(d + "/model.safetensors.index.json", index.dump());
-  EXPECT_CONTAINS(load_error(d), "tensor 'model.layers.2.self_attn.kv_b_proj.weight_scale_inv' is missing");
+  EXPECT_CONTAINS(load_error(d),
+                  "tensor 'model.layers.2.self_attn.kv_b_proj.weight_scale_inv' is missing");
 }
 
 TEST_F(CheckpointErrorsTest, UnknownDtype) {
@@ -120,15 +121,18 @@ TEST_F(CheckpointErrorsTest, UnknownDtype) {
   ASSERT_NE(pos, std::string::npos) << "fixture header layout changed";
   bytes.replace(pos + key.size() - 4, 3, "Q4K");  // same length: the header stays valid
   write(d + "/model.safetensors", bytes);
-  EXPECT_CONTAINS(load_error(d),
-                  "model.safetensors: tensor 'lm_head.weight' has unknown or unsupported dtype 'Q4K'");
+  EXPECT_CONTAINS(
+      load_error(d),
+      "model.safetensors: tensor 'lm_head.weight' has unknown or unsupported dtype 'Q4K'");
 }
 
 TEST_F(CheckpointErrorsTest, MissingShard) {
   auto d = copy_fixture("tiny-bf16");
   fs::remove(d + "/model-00002-of-00002.safetensors");
   auto msg = load_error(d);
-  EXPECT_CONTAINS(msg, "model.safetensors.index.json: shard 'model-00002-of-00002.safetensors' (holding tensor 'model.");
+  EXPECT_CONTAINS(msg,
+                  "model.safetensors.index.json: shard 'model-00002-of-00002.safetensors' (holding "
+                  "tensor 'model.");
   EXPECT_CONTAINS(msg, "is missing");
 }
 

@@ -10,8 +10,8 @@ namespace testing_golden {
 struct Golden {
   std::vector<int32_t> ids;
   int64_t vocab_size = 0;
-  std::vector<float> all_logits;    // [T, V]
-  std::vector<float> last_logits;   // [V]
+  std::vector<float> all_logits;   // [T, V]
+  std::vector<float> last_logits;  // [V]
   int32_t mtp_next_token = -1;
   std::vector<float> draft_logits;  // [T, V]
   int64_t num_tokens() const { return static_cast<int64_t>(ids.size()); }

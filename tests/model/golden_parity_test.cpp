@@ -135,7 +135,8 @@ TEST(GoldenParityTest, MixedBatchOfThreeSequencesMatchesReference) {
       std::vector<int32_t> next_ids;
       for (const auto& [s, b, e] : step) {
         const Golden& g = *seqs[s];
-        batch.sequences.push_back({std::span<const int32_t>(g.ids.data() + b, e - b), b, tables[s]});
+        batch.sequences.push_back(
+            {std::span<const int32_t>(g.ids.data() + b, e - b), b, tables[s]});
         for (int64_t p = b; p < e; ++p) {
           next_ids.push_back(p + 1 < g.num_tokens() ? g.ids[p + 1] : g.mtp_next_token);
         }
@@ -149,7 +150,8 @@ TEST(GoldenParityTest, MixedBatchOfThreeSequencesMatchesReference) {
       m.mtp_logits(batch, hidden.data(), next_ids, cache, pool(), draft.data());
       int64_t row = 0;
       for (const auto& [s, b, e] : step) {
-        worst = std::max(worst, max_abs_diff(logits.data() + row * V, seqs[s]->all_logits, b, e - b, V));
+        worst = std::max(worst,
+                         max_abs_diff(logits.data() + row * V, seqs[s]->all_logits, b, e - b, V));
         worst_draft = std::max(
             worst_draft, max_abs_diff(draft.data() + row * V, seqs[s]->draft_logits, b, e - b, V));
         row += e - b;

@@ -30,12 +30,12 @@ TEST_P(GemmTest, FastPathsMatchReference) {
   EXPECT_LT(testutil::max_rel_error(y3, ref), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, GemmTest,
-    ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
-                       ::testing::Values(Shape{1, 1, 1}, Shape{1, 37, 19}, Shape{3, 64, 128},
-                                         Shape{8, 130, 257}, Shape{9, 33, 64},
-                                         Shape{40, 300, 96}, Shape{2, 7, 8})));
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                                            ::testing::Values(Shape{1, 1, 1}, Shape{1, 37, 19},
+                                                              Shape{3, 64, 128}, Shape{8, 130, 257},
+                                                              Shape{9, 33, 64}, Shape{40, 300, 96},
+                                                              Shape{2, 7, 8})));
 
 TEST(GemmTest, StridedOutput) {
   auto w = testutil::random_matrix(DType::kBF16, 24, 40, 3);

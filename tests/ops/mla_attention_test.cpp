@@ -49,7 +49,8 @@ TEST_P(MlaPrefillTest, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MlaPrefillTest,
-                         ::testing::Values(Dims{4, 32, 16, 32, 64, 1, 1}, Dims{4, 32, 16, 32, 64, 7, 20},
+                         ::testing::Values(Dims{4, 32, 16, 32, 64, 1, 1},
+                                           Dims{4, 32, 16, 32, 64, 7, 20},
                                            Dims{2, 16, 8, 24, 32, 300, 300},
                                            Dims{3, 8, 8, 8, 16, 40, 1000}));
 
@@ -98,8 +99,10 @@ TEST_P(MlaDecodeTest, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecodeTest,
-                         ::testing::Values(Dims{4, 32, 16, 32, 64, 1, 1}, Dims{4, 32, 16, 32, 64, 1, 33},
-                                           Dims{16, 0, 8, 0, 32, 5, 70}, Dims{3, 0, 16, 0, 64, 17, 17}));
+                         ::testing::Values(Dims{4, 32, 16, 32, 64, 1, 1},
+                                           Dims{4, 32, 16, 32, 64, 1, 33},
+                                           Dims{16, 0, 8, 0, 32, 5, 70},
+                                           Dims{3, 0, 16, 0, 64, 17, 17}));
 
 // Expanded and absorbed attention are the same function of the latent cache (§6).
 TEST(MlaEquivalenceTest, ExpandedEqualsAbsorbed) {

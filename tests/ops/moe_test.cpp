@@ -10,7 +10,9 @@
 
 namespace {
 
-float logit(float p) { return std::log(p / (1 - p)); }  // sigmoid^-1
+float logit(float p) {
+  return std::log(p / (1 - p));
+}  // sigmoid^-1
 
 TEST(RouterTest, NoauxTcSelectsWithBiasAndWeighsWithoutIt) {
   // 8 experts in 4 groups of 2, keep 2 groups, top-2.

@@ -46,7 +46,8 @@ TEST(ArgParserTest, ErrorsNameTheFlag) {
   auto p = make();
   EXPECT_EQ(parse(p, {"m", "--bogus", "1"}).message(), "unrecognized argument: --bogus");
   auto q = make();
-  EXPECT_NE(parse(q, {"m", "--max", "1"}).message().find("ambiguous option: --max"), std::string::npos);
+  EXPECT_NE(parse(q, {"m", "--max", "1"}).message().find("ambiguous option: --max"),
+            std::string::npos);
   auto r = make();
   EXPECT_EQ(parse(r, {"m", "--max-model-len"}).message(),
             "argument --max-model-len: expected one argument");
