@@ -7,7 +7,9 @@
 namespace common {
 namespace {
 
-constexpr int kSpinIterations = 20000;
+// ~10-30 us of spinning before sleeping: long enough to bridge the gaps between the small
+// parallel regions of one forward, short enough not to starve other processes on a busy host.
+constexpr int kSpinIterations = 2000;
 
 inline void cpu_relax() {
   __builtin_ia32_pause();
@@ -51,7 +53,14 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const RangeFn& fn) {
   generation_.notify_all();
   auto [b, e] = split_range(n, parts, 0);
   fn(b, e, 0);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  int spins = 0;
+  for (int left; (left = pending_.load(std::memory_order_acquire)) != 0;) {
+    if (++spins < kSpinIterations) {
+      cpu_relax();
+    } else {
+      pending_.wait(left, std::memory_order_acquire);
+    }
+  }
   task_ = nullptr;
 }
 
@@ -73,7 +82,7 @@ void ThreadPool::worker_loop(int thread_index) {
       auto [b, e] = split_range(task_n_, task_parts_, thread_index);
       (*task_)(b, e, thread_index);
     }
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 

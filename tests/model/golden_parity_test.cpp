@@ -171,3 +171,62 @@ TEST(GoldenParityTest, RejectsOutOfVocabularyIds) {
 }
 
 }  // namespace
+
+namespace {
+
+// Two pipeline stages, each loading only its slice of layers and owning its own cache, hand
+// the hidden state over and reproduce the golden logits (the MTP layer lives on the last stage).
+TEST(GoldenParityTest, PipelineStagesLoadAndRunTheirLayerSlices) {
+  const std::string dir = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16";
+  model::LoadOptions first;
+  first.layer_begin = 0;
+  first.layer_end = 2;
+  first.load_head = false;
+  model::LoadOptions last;
+  last.layer_begin = 2;
+  last.layer_end = 4;
+  last.load_embedding = false;
+  auto stage0 = model::DeepseekV3Model::load(dir, first);
+  auto stage1 = model::DeepseekV3Model::load(dir, last);
+  ASSERT_TRUE(stage0.ok()) << stage0.status().message();
+  ASSERT_TRUE(stage1.ok()) << stage1.status().message();
+  EXPECT_TRUE((*stage0)->weights().lm_head.empty());
+  EXPECT_TRUE((*stage1)->weights().embed_tokens.empty());
+  EXPECT_TRUE((*stage1)->weights().layers[0].input_layernorm.empty());
+
+  const auto& c = (*stage0)->config();
+  const Golden& g = load_golden("tiny-bf16", "s64");
+  const int64_t T = g.num_tokens(), H = c.hidden_size, V = c.vocab_size;
+  const int bs = 16;
+  std::vector<int32_t> table = {3, 0, 2, 1};
+  model::LatentKvCache cache0(c.num_total_layers(), 0, 2, 4, bs, c.kv_cache_row_dim());
+  model::LatentKvCache cache1(c.num_total_layers(), 2, c.num_total_layers(), 4, bs,
+                              c.kv_cache_row_dim());
+  std::vector<float> hidden, logits, draft;
+  double worst = 0, worst_draft = 0;
+  for (int64_t start = 0; start < T; start += 24) {  // chunks of 24, 24, 16
+    const int64_t n = std::min<int64_t>(24, T - start);
+    model::ForwardBatch batch;
+    batch.sequences.push_back({std::span<const int32_t>(g.ids.data() + start, n), start, table});
+    hidden.assign(n * H, 0.0f);
+    (*stage0)->embed(batch, hidden.data());
+    (*stage0)->run_layers(batch, 0, 2, hidden.data(), cache0, pool());
+    (*stage1)->run_layers(batch, 2, 4, hidden.data(), cache1, pool());
+    (*stage1)->final_norm(hidden.data(), n, hidden.data());
+    logits.resize(n * V);
+    draft.resize(n * V);
+    (*stage1)->compute_logits(hidden.data(), n, logits.data(), pool());
+    std::vector<int32_t> next(g.ids.begin() + start + 1, g.ids.begin() + start + n);
+    next.push_back(start + n < T ? g.ids[start + n] : g.mtp_next_token);
+    (*stage1)->mtp_logits(batch, hidden.data(), next, cache1, pool(), draft.data());
+    worst = std::max(worst, max_abs_diff(logits.data(), g.all_logits, start, n, V));
+    worst_draft = std::max(worst_draft, max_abs_diff(draft.data(), g.draft_logits, start, n, V));
+  }
+  std::printf(
+      "    two stages (layers 0-1 | 2-3 + MTP): max|logits diff|=%.3g  max|mtp draft diff|=%.3g\n",
+      worst, worst_draft);
+  EXPECT_LT(worst, kTolerance);
+  EXPECT_LT(worst_draft, kTolerance);
+}
+
+}  // namespace

@@ -1,0 +1,68 @@
+// The `chunkpipe logits` command as a user runs it: JSON keys of the reference, chunked feeding,
+// and usage errors that name the problem.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CommandResult {
+  int exit_code;
+  std::string out;
+};
+
+CommandResult run(const std::string& args) {
+  const std::string cmd = std::string(CHUNKPIPE_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+const std::string kModel = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16";
+
+TEST(LogitsCommandTest, WritesReferenceKeys) {
+  CommandResult r = run("logits " + kModel + " --ids 0,5,17,42 --all --mtp --chunk 3 --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["n_tokens"], 4);
+  EXPECT_EQ(j["last_logits"].size(), 512u);
+  EXPECT_EQ(j["all_logits"].size(), 4u);
+  EXPECT_EQ(j["mtp"]["draft_logits"].size(), 4u);
+  EXPECT_EQ(j["mtp"]["draft_logits_last"].size(), 512u);
+  EXPECT_EQ(j["last_top5"].size(), 5u);
+  // The golden short sequence is [0, 5, 17, 42]; its argmax and MTP next token are fixed.
+  auto golden = nlohmann::json::parse(
+      std::ifstream(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/golden/tiny-bf16.short.json"));
+  EXPECT_EQ(j["last_argmax"], golden["last_argmax"]);
+  EXPECT_EQ(j["mtp"]["next_token"], golden["mtp"]["next_token"]);
+  EXPECT_EQ(j["mtp"]["draft_argmax"], golden["mtp"]["draft_argmax"]);
+}
+
+TEST(LogitsCommandTest, UsageErrorsNameTheProblem) {
+  CommandResult r = run("logits " + kModel + " --ids 1,2 --bogus");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("unrecognized argument: --bogus"), std::string::npos) << r.out;
+  r = run("logits " + kModel + " --ids 1,x");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("'x' is not a token id"), std::string::npos) << r.out;
+  r = run("logits " + kModel + " --ids 1,99999");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("token id 99999 is outside the vocabulary [0, 512)"), std::string::npos);
+  r = run("logits /nonexistent --ids 1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("/nonexistent/config.json: cannot open config.json"), std::string::npos);
+  r = run("serve-nothing");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("unknown command 'serve-nothing'"), std::string::npos);
+}
+
+}  // namespace
