@@ -1,0 +1,34 @@
+// A Jinja subset for chat templates: the constructs Hugging Face chat templates use (output,
+// if/elif/else, for with loop.*, set including namespace attributes, filters such as tojson,
+// tests such as `is defined`, string methods such as split, whitespace control), with
+// trim_blocks and lstrip_blocks on, as transformers and @huggingface/jinja render them.
+// A parsed template is immutable; render() is thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/status.h"
+
+namespace tokenizer::jinja {
+
+struct Node;
+
+class Template {
+ public:
+  // Syntax errors name the line and what was expected.
+  static common::Result<std::unique_ptr<Template>> parse(const std::string& source);
+  ~Template();
+
+  // Renders with the top-level variables of `context` (a JSON object). Runtime errors
+  // (raise_exception, type errors) come back as InvalidArgument.
+  common::Result<std::string> render(const nlohmann::json& context) const;
+
+ private:
+  Template() = default;
+  std::unique_ptr<Node> root_;
+};
+
+}  // namespace tokenizer::jinja

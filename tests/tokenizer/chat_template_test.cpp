@@ -1,0 +1,155 @@
+// Chat templates: the Jinja renderer and the built-in V3.1 template against texts rendered by
+// npm @huggingface/jinja (tests/data/chat/expected.json, made by tools/render_chat_fixtures.mjs),
+// and the errors bad templates and bad messages produce.
+#include "tokenizer/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+using nlohmann::json;
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  return json::parse(in);
+}
+
+std::string v3_template() {
+  return read_json(CHUNKPIPE_TOKENIZER_CONFIG_JSON)["chat_template"].get<std::string>();
+}
+
+class ChatFixtureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/chat/";
+    for (const json& c : read_json(dir + "conversations.json")) conversations_[c["name"]] = c;
+    expected_ = read_json(dir + "expected.json");
+  }
+  tokenizer::ChatRenderOptions options_for(const json& c) {
+    tokenizer::ChatRenderOptions o;
+    o.add_generation_prompt = c["add_generation_prompt"].get<bool>();
+    if (c.contains("chat_template_kwargs")) o.chat_template_kwargs = c["chat_template_kwargs"];
+    return o;
+  }
+  std::map<std::string, json> conversations_;
+  json expected_;
+};
+
+TEST_F(ChatFixtureTest, JinjaRendererMatchesHuggingfaceJinja) {
+  auto v3 = tokenizer::ChatTemplate::create(v3_template());
+  auto v31 = tokenizer::ChatTemplate::create(tokenizer::deepseek_v31_template_text());
+  ASSERT_TRUE(v3.ok()) << v3.status().message();
+  ASSERT_TRUE(v31.ok()) << v31.status().message();
+  int checked = 0;
+  for (const json& e : expected_) {
+    ASSERT_TRUE(e["error"].is_null()) << e.dump();
+    const json& c = conversations_.at(e["conversation"].get<std::string>());
+    const auto& tmpl = e["template"] == "v3" ? **v3 : **v31;
+    auto r = tmpl.render(c["messages"], options_for(c));
+    ASSERT_TRUE(r.ok()) << e["conversation"] << ": " << r.status().message();
+    EXPECT_EQ(*r, e["rendered"].get<std::string>()) << e["template"] << " " << e["conversation"];
+    ++checked;
+  }
+  std::printf("    %d (conversation, template) renderings identical to @huggingface/jinja\n",
+              checked);
+  EXPECT_GE(checked, 24);
+}
+
+TEST_F(ChatFixtureTest, BuiltinV31MatchesTheJinjaTemplate) {
+  auto builtin = tokenizer::ChatTemplate::create("");
+  ASSERT_TRUE(builtin.ok());
+  EXPECT_TRUE((*builtin)->is_builtin());
+  int checked = 0;
+  for (const json& e : expected_) {
+    if (e["template"] != "v31") continue;
+    const json& c = conversations_.at(e["conversation"].get<std::string>());
+    auto r = (*builtin)->render(c["messages"], options_for(c));
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(*r, e["rendered"].get<std::string>()) << e["conversation"];
+    ++checked;
+  }
+  EXPECT_GE(checked, 12);
+}
+
+std::string syntax_error(const std::string& source) {
+  auto t = tokenizer::jinja::Template::parse(source);
+  EXPECT_FALSE(t.ok()) << "should not parse: " << source;
+  return t.ok() ? "" : t.status().message();
+}
+
+TEST(JinjaTest, SyntaxErrorsNameLineAndProblem) {
+  EXPECT_EQ(
+      syntax_error("a\n{% if x %}b"),
+      "chat template syntax error at line 2: unexpected end of template, expected '{% endif %}'");
+  EXPECT_EQ(syntax_error("{% frobnicate %}"),
+            "chat template syntax error at line 1: unsupported tag 'frobnicate'");
+  EXPECT_EQ(syntax_error("x\ny\n{{ 'abc }}"),
+            "chat template syntax error at line 3: unterminated string literal");
+  EXPECT_EQ(syntax_error("{{ a + }}"),
+            "chat template syntax error at line 1: expected an expression");
+  EXPECT_EQ(syntax_error("{% endfor %}"),
+            "chat template syntax error at line 1: unexpected '{% endfor %}'");
+  EXPECT_EQ(syntax_error("{{ a"),
+            "chat template syntax error at line 1: unterminated tag, expected '}}'");
+  EXPECT_EQ(syntax_error("{% for in x %}{% endfor %}"),
+            "chat template syntax error at line 1: expected a loop variable");
+}
+
+std::string render(const std::string& source, const json& context = json::object()) {
+  auto t = tokenizer::jinja::Template::parse(source);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  if (!t.ok()) return "";
+  auto r = (*t)->render(context);
+  return r.ok() ? *r : "ERROR: " + r.status().message();
+}
+
+TEST(JinjaTest, ExpressionsFiltersAndWhitespaceControl) {
+  EXPECT_EQ(render("{{ 'a,b,,c'.split(',') | length }}"), "4");
+  EXPECT_EQ(render("{{ 'x</think>y</think>z'.split('</think>', 1)[1] }}"), "y</think>z");
+  EXPECT_EQ(render("{{ {'b': [1, 2.5, none, true], 'a': 'é'} | tojson }}"),
+            "{\"a\": \"é\", \"b\": [1, 2.5, null, true]}");
+  EXPECT_EQ(
+      render(
+          "{% for x in xs %}{{ loop.index }}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}",
+          {{"xs", {"a", "b", "c"}}}),
+      "1a,2b,3c");
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i "
+                   "%}{% endfor %}{{ ns.n }}"),
+            "6");
+  EXPECT_EQ(render("  {%- if true -%}  yes  {%- endif -%}  "), "yes");
+  EXPECT_EQ(
+      render("{% if a is defined %}A{% elif b is not none %}B{% else %}C{% endif %}", {{"b", 1}}),
+      "B");
+  EXPECT_EQ(render("{{ 'y' if 'ab' in 'xaby' else 'n' }}{{ (1 + 2) * 3 // 2 }}{{ xs[1:] }}",
+                   {{"xs", {1, 2, 3}}}),
+            "y4[2, 3]");
+  EXPECT_EQ(render("line\n  {% if true %}\nkept\n  {% endif %}\nend\n"), "line\nkept\nend");
+  EXPECT_EQ(render("{{ raise_exception('bad role') }}"),
+            "ERROR: chat template error at line 1: bad role");
+  EXPECT_EQ(
+      render("{{ x.get('k', 'd') ~ (x.k2 | default('z')) | upper }}", {{"x", json::object()}}),
+      "dZ");
+}
+
+TEST(ChatMessagesTest, BadMessagesNameTheField) {
+  auto err = [](const json& messages) {
+    auto r = tokenizer::render_deepseek_v31(messages, {});
+    return r.ok() ? std::string() : r.status().message();
+  };
+  EXPECT_EQ(err(json::object()), "'messages' must be a list");
+  EXPECT_EQ(err(json::parse(R"([{"content": "x"}])")), "messages[0].role must be a string");
+  EXPECT_EQ(err(json::parse(R"([{"role": "wizard", "content": "x"}])")),
+            "messages[0].role 'wizard' is not one of system, user, assistant, tool");
+  EXPECT_EQ(err(json::parse(R"([{"role": "user", "content": [{"type": "image_url"}]}])")),
+            "messages[0].content[0] must be a {\"type\": \"text\", \"text\": ...} part");
+  EXPECT_EQ(err(json::parse(R"([{"role": "user", "content": 5}])")),
+            "messages[0].content must be a string, a list of text parts, or null");
+  EXPECT_EQ(err(json::parse(R"([{"role": "user"}])")),
+            "messages[0].content is required for role 'user'");
+}
+
+}  // namespace
