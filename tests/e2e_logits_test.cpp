@@ -65,4 +65,35 @@ TEST(LogitsCommandTest, UsageErrorsNameTheProblem) {
   EXPECT_NE(r.out.find("unknown command 'serve-nothing'"), std::string::npos);
 }
 
+// `input` is piped to the command's stdin (printf %s keeps it byte-exact).
+CommandResult run_with_input(const std::string& input, const std::string& args) {
+  std::string quoted = "'";
+  for (char c : input) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  const std::string cmd = "printf %s " + quoted + " | " + CHUNKPIPE_BINARY + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  return {WEXITSTATUS(pclose(p)), out};
+}
+
+TEST(TokenizeCommandTest, EncodesAndDecodesLines) {
+  const std::string dir = CHUNKPIPE_TOKENIZER_DIR;
+  CommandResult r = run_with_input("Hello world\n你好<｜User｜>\n", "tokenize " + dir + " --bos");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out, "[0,19923,2058]\n[0,30594,128803]\n");
+  r = run_with_input("\"a\\nb\"\n", "tokenize " + dir + " --json-lines");
+  EXPECT_EQ(r.out, "[67,201,68]\n");
+  r = run_with_input("[0, 19923, 2058]\n", "tokenize " + dir + " --decode --skip-special-tokens");
+  EXPECT_EQ(r.out, "\"Hello world\"\n");
+  r = run_with_input("[1, \"x\"]\n", "tokenize " + dir + " --decode");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("line 1 is not a JSON array of token ids"), std::string::npos) << r.out;
+  r = run("tokenize /nonexistent");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("/nonexistent/tokenizer.json: cannot open"), std::string::npos) << r.out;
+}
+
 }  // namespace

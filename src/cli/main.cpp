@@ -11,7 +11,9 @@ void print_usage() {
       "usage: chunkpipe COMMAND [args]\n\n"
       "commands:\n"
       "  logits MODEL --ids 1,2,3 [--all] [--mtp] [--chunk N] [--out FILE]\n"
-      "      print a checkpoint's logits as JSON (parity with shared/reference/dsv3_ref.py)\n\n"
+      "      print a checkpoint's logits as JSON (parity with shared/reference/dsv3_ref.py)\n"
+      "  tokenize DIR [--json-lines] [--bos] [--decode]\n"
+      "      token ids of stdin lines with DIR/tokenizer.json (or text of id arrays)\n\n"
       "Run 'chunkpipe COMMAND --help' for a command's options.\n");
 }
 
@@ -23,6 +25,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (std::strcmp(argv[1], "logits") == 0) return cli::run_logits_command(argc, argv);
+  if (std::strcmp(argv[1], "tokenize") == 0) return cli::run_tokenize_command(argc, argv);
   std::fprintf(stderr, "chunkpipe: error: unknown command '%s'\n", argv[1]);
   print_usage();
   return 2;
