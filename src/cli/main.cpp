@@ -13,7 +13,9 @@ void print_usage() {
       "  logits MODEL --ids 1,2,3 [--all] [--mtp] [--chunk N] [--out FILE]\n"
       "      print a checkpoint's logits as JSON (parity with shared/reference/dsv3_ref.py)\n"
       "  tokenize DIR [--json-lines] [--bos] [--decode]\n"
-      "      token ids of stdin lines with DIR/tokenizer.json (or text of id arrays)\n\n"
+      "      token ids of stdin lines with DIR/tokenizer.json (or text of id arrays)\n"
+      "  make-model DIR [--hidden N --layers N --vocab N ... --dtype bf16|f32 --fp8]\n"
+      "      write a random-weight DeepSeek-V3 checkpoint in Hugging Face layout\n\n"
       "Run 'chunkpipe COMMAND --help' for a command's options.\n");
 }
 
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
   }
   if (std::strcmp(argv[1], "logits") == 0) return cli::run_logits_command(argc, argv);
   if (std::strcmp(argv[1], "tokenize") == 0) return cli::run_tokenize_command(argc, argv);
+  if (std::strcmp(argv[1], "make-model") == 0) return cli::run_make_model_command(argc, argv);
   std::fprintf(stderr, "chunkpipe: error: unknown command '%s'\n", argv[1]);
   print_usage();
   return 2;

@@ -1,0 +1,303 @@
+// EngineCore: request intake, the step loop, and per-token output processing.
+#include "engine/engine_core.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "common/timer.h"
+
+namespace engine {
+namespace {
+
+const char* reason_name(sched::FinishReason r) {
+  switch (r) {
+    case sched::FinishReason::kStop:
+      return "stop";
+    case sched::FinishReason::kLength:
+      return "length";
+    case sched::FinishReason::kAbort:
+      return "abort";
+    case sched::FinishReason::kNone:
+      return "none";
+  }
+  return "none";
+}
+
+// Largest cut <= n that does not split a UTF-8 character of `s`.
+size_t utf8_floor(const std::string& s, size_t n) {
+  while (n > 0 && n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+
+}  // namespace
+
+EngineCore::EngineCore(const model::DeepseekV3Model& model, const tokenizer::Tokenizer& tokenizer,
+                       const EngineConfig& config)
+    : model_(model),
+      tokenizer_(tokenizer),
+      config_(config),
+      kv_(static_cast<int32_t>(config.num_kv_blocks), config.block_size,
+          config.enable_prefix_caching),
+      scheduler_(config.scheduler, &kv_),
+      runner_(model, config.num_kv_blocks, config.block_size, config.num_threads),
+      seed_rng_(config.seed) {
+  if (auto eos = tokenizer.eos_token_id()) {
+    eos_ids_.push_back(*eos);
+  } else {
+    eos_ids_.push_back(static_cast<int32_t>(model.config().eos_token_id));
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+EngineCore::~EngineCore() {
+  shutdown();
+}
+
+void EngineCore::add_request(std::unique_ptr<sched::Request> request, OutputCallback callback) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      request->arrival_time = common::now_seconds();
+      inbox_.emplace_back(std::move(request), std::move(callback));
+      cv_.notify_one();
+      return;
+    }
+  }
+  RequestOutput out;
+  out.request_id = request->request_id;
+  out.finished = true;
+  out.finish_reason = sched::FinishReason::kAbort;
+  callback(out);
+}
+
+void EngineCore::abort_request(const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborts_.push_back(request_id);
+  cv_.notify_one();
+}
+
+void EngineCore::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    cv_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+MetricsSnapshot EngineCore::metrics() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  MetricsSnapshot s;
+  s.totals = metrics_;
+  const auto st = scheduler_.stats();
+  s.num_running = st.num_running;
+  s.num_waiting = st.num_waiting + static_cast<int32_t>(inbox_.size());
+  s.kv_cache_usage = kv_.usage();
+  s.num_kv_blocks = config_.num_kv_blocks;
+  s.block_size = config_.block_size;
+  return s;
+}
+
+void EngineCore::loop() {
+  while (true) {
+    std::vector<std::pair<std::unique_ptr<sched::Request>, OutputCallback>> incoming;
+    std::vector<std::string> aborts;
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !inbox_.empty() || !aborts_.empty() ||
+               scheduler_.has_unfinished_requests();
+      });
+      stopping = stopping_;
+      while (!inbox_.empty()) {
+        incoming.push_back(std::move(inbox_.front()));
+        inbox_.pop_front();
+      }
+      aborts.swap(aborts_);
+    }
+    for (auto& [req, cb] : incoming) {
+      Tracked t;
+      t.callback = std::move(cb);
+      t.detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(
+          tokenizer_, req->sampling.skip_special_tokens);
+      t.rng.seed(req->sampling.seed ? *req->sampling.seed : seed_rng_());
+      t.num_prompt_tokens = req->num_prompt_tokens();
+      t.arrival = req->arrival_time;
+      const std::string id = req->request_id;
+      tracked_.emplace(id, std::move(t));
+      std::lock_guard<std::mutex> lock(mu_);
+      scheduler_.add_request(std::move(req));
+    }
+    if (stopping) {
+      for (auto& [id, t] : tracked_) aborts.push_back(id);
+    }
+    for (const std::string& id : aborts) {
+      if (!tracked_.count(id)) continue;
+      RequestOutput out;
+      finish(id, sched::FinishReason::kAbort, &out);
+    }
+    if (stopping) return;
+    if (scheduler_.has_unfinished_requests()) step();
+  }
+}
+
+void EngineCore::finish(const std::string& id, sched::FinishReason reason, RequestOutput* out) {
+  auto it = tracked_.find(id);
+  CHECK(it != tracked_.end()) << "finish of untracked request " << id;
+  Tracked& t = it->second;
+  std::unique_ptr<sched::Request> r;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    r = reason == sched::FinishReason::kAbort ? scheduler_.abort_request(id)
+                                              : scheduler_.finish_request(id, reason);
+    metrics_.request_success[reason_name(reason)]++;
+    metrics_.e2e.observe(common::now_seconds() - t.arrival);
+  }
+  out->request_id = id;
+  out->finished = true;
+  out->finish_reason = reason;
+  out->num_prompt_tokens = t.num_prompt_tokens;
+  out->num_output_tokens = r ? static_cast<int64_t>(r->output_token_ids.size()) : 0;
+  out->num_cached_tokens = t.num_cached_tokens;
+  if (reason != sched::FinishReason::kAbort) {
+    // A matched stop string already cut the text; bytes held by the detokenizer lie past it.
+    if (!std::holds_alternative<std::string>(out->stop_reason)) t.text += t.detokenizer->flush();
+    if (t.text.size() > t.sent) out->new_text += t.text.substr(t.sent);
+  }
+  OutputCallback cb = std::move(t.callback);
+  tracked_.erase(it);
+  cb(*out);
+}
+
+bool EngineCore::process_token(sched::Request* r, Tracked& t, const SampledToken& s,
+                               RequestOutput* out) {
+  const sched::SamplingParams& p = r->sampling;
+  out->new_token_ids.push_back(s.token);
+  if (p.logprobs) out->new_logprobs.push_back({s.token, s.logprob, s.top_logprobs});
+  const int64_t n_out = static_cast<int64_t>(r->output_token_ids.size());
+  const bool past_min = n_out >= p.min_tokens;
+  const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), s.token) != eos_ids_.end();
+  if (past_min && is_eos && !p.ignore_eos) {
+    out->finish_reason = sched::FinishReason::kStop;
+    return true;
+  }
+  t.text += t.detokenizer->push(s.token);
+  if (past_min && std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), s.token) !=
+                      p.stop_token_ids.end()) {
+    out->finish_reason = sched::FinishReason::kStop;
+    out->stop_reason = s.token;
+    return true;
+  }
+  size_t max_stop = 0;
+  if (past_min) {
+    for (const std::string& stop : p.stop) {
+      max_stop = std::max(max_stop, stop.size());
+      if (stop.empty()) continue;
+      // Only new text can complete a match: search from just before the unsent tail.
+      const size_t from = t.sent >= stop.size() ? t.sent - stop.size() + 1 : 0;
+      const size_t pos = t.text.find(stop, from);
+      if (pos != std::string::npos) {
+        t.text.resize(p.include_stop_str_in_output ? pos + stop.size() : pos);
+        out->finish_reason = sched::FinishReason::kStop;
+        out->stop_reason = stop;
+        return true;
+      }
+    }
+  }
+  if (n_out >= p.max_tokens || r->num_tokens() >= config_.scheduler.max_model_len) {
+    out->finish_reason = sched::FinishReason::kLength;
+    return true;
+  }
+  // Hold back what could still become a stop string.
+  const size_t hold = max_stop > 0 ? max_stop - 1 : 0;
+  if (t.text.size() > t.sent + hold) {
+    const size_t upto = utf8_floor(t.text, t.text.size() - hold);
+    if (upto > t.sent) {
+      out->new_text += t.text.substr(t.sent, upto - t.sent);
+      t.sent = upto;
+    }
+  }
+  return false;
+}
+
+void EngineCore::step() {
+  sched::SchedulerOutput so;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    so = scheduler_.schedule();
+    metrics_.preemptions += so.num_preempted;
+    if (!so.empty())
+      metrics_.iteration_tokens.observe(static_cast<double>(so.total_num_scheduled_tokens));
+    for (const auto& s : so.scheduled) {
+      if (s.num_computed_tokens < s.request->num_prompt_tokens()) {
+        metrics_.prompt_tokens += std::min(s.num_scheduled_tokens,
+                                           s.request->num_prompt_tokens() - s.num_computed_tokens);
+      }
+    }
+    const auto& pc = kv_.prefix_cache_stats();
+    metrics_.prefix_cache_queries = pc.queries;
+    metrics_.prefix_cache_hits = pc.hits;
+  }
+  if (so.empty()) {
+    // Nothing fits (e.g. the cache cannot hold the oldest waiting request): wait for changes.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(5));
+    return;
+  }
+  for (const auto& s : so.scheduled) {
+    auto it = tracked_.find(s.request->request_id);
+    if (it != tracked_.end() && s.num_computed_tokens > 0 && it->second.num_cached_tokens == 0 &&
+        s.request->output_token_ids.empty()) {
+      it->second.num_cached_tokens = s.num_computed_tokens;  // first schedule after a cache hit
+    }
+  }
+  auto logits = runner_.execute(so, kv_);
+  std::vector<int32_t> sampled(so.scheduled.size(), -1);
+  std::vector<SampledToken> tokens(so.scheduled.size());
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    if (!so.scheduled[i].samples) continue;
+    sched::Request* r = so.scheduled[i].request;
+    Tracked& t = tracked_.at(r->request_id);
+    std::vector<int32_t> stop_ids = r->sampling.stop_token_ids;
+    if (!r->sampling.ignore_eos) stop_ids.insert(stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
+    tokens[i] = sample_token(logits[i], *r, stop_ids, t.rng);
+    sampled[i] = tokens[i].token;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    scheduler_.update(so, sampled);
+  }
+  const double now = common::now_seconds();
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    if (sampled[i] < 0) continue;
+    sched::Request* r = so.scheduled[i].request;
+    const std::string id = r->request_id;
+    Tracked& t = tracked_.at(id);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++metrics_.generation_tokens;
+      if (t.first_token == 0) {
+        metrics_.ttft.observe(now - t.arrival);
+        t.first_token = now;
+      } else {
+        metrics_.itl.observe(now - t.last_token);
+      }
+    }
+    t.last_token = now;
+    RequestOutput out;
+    out.request_id = id;
+    out.num_prompt_tokens = t.num_prompt_tokens;
+    out.num_cached_tokens = t.num_cached_tokens;
+    if (process_token(r, t, tokens[i], &out)) {
+      finish(id, out.finish_reason, &out);
+    } else {
+      out.num_output_tokens = static_cast<int64_t>(r->output_token_ids.size());
+      t.callback(out);
+    }
+  }
+}
+
+}  // namespace engine

@@ -1,0 +1,118 @@
+// EngineCore: the step loop (schedule -> execute -> update) on its own thread, plus output
+// processing (detokenization, stop conditions, timings, metrics). add_request / abort_request
+// / stats are thread-safe; outputs are delivered through each request's callback on the
+// engine thread, in order, ending with one whose `finished` is true.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "engine/metrics.h"
+#include "engine/sampler.h"
+#include "kv/kv_cache_manager.h"
+#include "model/deepseek_v3.h"
+#include "sched/scheduler.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "worker/model_runner.h"
+
+namespace engine {
+
+struct EngineConfig {
+  sched::SchedulerConfig scheduler;
+  int block_size = 16;
+  int64_t num_kv_blocks = 0;
+  bool enable_prefix_caching = true;
+  int num_threads = 1;
+  uint64_t seed = 0;
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;
+  std::vector<TokenLogprob> new_logprobs;  // when the request asked for logprobs
+  std::string new_text;
+  bool finished = false;
+  sched::FinishReason finish_reason = sched::FinishReason::kNone;
+  std::variant<std::monostate, std::string, int32_t> stop_reason;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_output_tokens = 0;
+  int64_t num_cached_tokens = 0;
+};
+
+using OutputCallback = std::function<void(const RequestOutput&)>;
+
+class EngineCore {
+ public:
+  EngineCore(const model::DeepseekV3Model& model, const tokenizer::Tokenizer& tokenizer,
+             const EngineConfig& config);
+  ~EngineCore();
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  void add_request(std::unique_ptr<sched::Request> request, OutputCallback callback);
+  void abort_request(const std::string& request_id);
+  // Stops accepting work, aborts everything in flight (their callbacks get finished=abort)
+  // and joins the engine thread. Idempotent.
+  void shutdown();
+
+  MetricsSnapshot metrics() const;
+  const EngineConfig& config() const { return config_; }
+  bool alive() const { return !dead_; }
+
+ private:
+  struct Tracked {
+    OutputCallback callback;
+    std::unique_ptr<tokenizer::IncrementalDetokenizer> detokenizer;
+    std::mt19937_64 rng;
+    std::string text;  // decoded so far (stop strings are searched here)
+    size_t sent = 0;   // bytes of `text` already delivered
+    int64_t num_prompt_tokens = 0;
+    int64_t num_cached_tokens = 0;
+    double arrival = 0, first_token = 0, last_token = 0;
+  };
+
+  void loop();
+  void step();
+  void finish(const std::string& id, sched::FinishReason reason, RequestOutput* out);
+  // Applies one sampled token: text, stop checks. Returns true when the request finished.
+  bool process_token(sched::Request* r, Tracked& t, const SampledToken& s, RequestOutput* out);
+
+  const model::DeepseekV3Model& model_;
+  const tokenizer::Tokenizer& tokenizer_;
+  EngineConfig config_;
+  kv::KvCacheManager kv_;
+  sched::Scheduler scheduler_;
+  worker::ModelRunner runner_;
+  std::vector<int32_t> eos_ids_;
+  std::mt19937_64 seed_rng_;
+  std::unordered_map<std::string, Tracked> tracked_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::unique_ptr<sched::Request>, OutputCallback>> inbox_;
+  std::vector<std::string> aborts_;
+  bool stopping_ = false;
+  bool dead_ = false;
+  Metrics metrics_;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace engine

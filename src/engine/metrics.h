@@ -1,0 +1,48 @@
+// Engine metrics in vLLM's vocabulary (vllm:* names): gauges, counters and histograms with
+// vLLM's buckets. Plain data; EngineCore guards it with its mutex and hands out snapshots.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace engine {
+
+struct Histogram {
+  std::vector<double> bounds;    // upper bounds, ascending; +Inf implied
+  std::vector<uint64_t> counts;  // per bucket (not cumulative), bounds.size() + 1 entries
+  double sum = 0;
+  uint64_t count = 0;
+
+  explicit Histogram(std::vector<double> b = {})
+      : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void observe(double v);
+};
+
+struct Metrics {
+  int64_t prompt_tokens = 0;
+  int64_t generation_tokens = 0;
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t preemptions = 0;
+  std::map<std::string, int64_t> request_success;  // finished_reason -> count
+  Histogram ttft{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                  1,     2.5,   5,    7.5,  10,   20,   40,   80,  160,  640, 2560}};
+  Histogram itl{{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
+                 20, 40, 80}};
+  Histogram e2e{{0.3, 0.5, 0.8, 1,  1.5, 2,   2.5, 5,   10,   15,  20,
+                 30,  40,  50,  60, 120, 240, 480, 960, 1920, 7680}};
+  Histogram iteration_tokens{{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}};
+};
+
+struct MetricsSnapshot {
+  Metrics totals;
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  double kv_cache_usage = 0;
+  int64_t num_kv_blocks = 0;
+  int block_size = 0;
+};
+
+}  // namespace engine

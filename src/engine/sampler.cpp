@@ -1,0 +1,101 @@
+// Sampling in f32/f64 on one request's vocabulary row.
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <unordered_map>
+
+namespace engine {
+namespace {
+
+void log_softmax(std::span<const float> logits, std::vector<float>* out) {
+  const float m = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - m);
+  const float lse = m + static_cast<float>(std::log(sum));
+  out->resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) (*out)[i] = logits[i] - lse;
+}
+
+}  // namespace
+
+SampledToken sample_token(std::span<float> logits, const sched::Request& r,
+                          std::span<const int32_t> stop_ids, std::mt19937_64& rng) {
+  const sched::SamplingParams& p = r.sampling;
+  const int64_t V = static_cast<int64_t>(logits.size());
+  if (p.repetition_penalty != 1.0) {
+    std::vector<bool> seen(V, false);
+    for (int32_t t : r.prompt_token_ids) seen[t] = true;
+    for (int32_t t : r.output_token_ids) seen[t] = true;
+    const float rp = static_cast<float>(p.repetition_penalty);
+    for (int64_t i = 0; i < V; ++i) {
+      if (seen[i]) logits[i] = logits[i] > 0 ? logits[i] / rp : logits[i] * rp;
+    }
+  }
+  if (p.presence_penalty != 0.0 || p.frequency_penalty != 0.0) {
+    std::unordered_map<int32_t, int> counts;
+    for (int32_t t : r.output_token_ids) ++counts[t];
+    for (const auto& [t, c] : counts) {
+      logits[t] -= static_cast<float>(p.frequency_penalty * c + p.presence_penalty);
+    }
+  }
+  if (static_cast<int32_t>(r.output_token_ids.size()) < p.min_tokens) {
+    for (int32_t t : stop_ids) {
+      if (t >= 0 && t < V) logits[t] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  std::vector<float> logprobs;
+  log_softmax(logits, &logprobs);
+
+  SampledToken out;
+  if (p.greedy()) {
+    out.token =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  } else {
+    // Candidates sorted by logit, then cut by top-k, top-p and min-p.
+    std::vector<int32_t> order(V);
+    std::iota(order.begin(), order.end(), 0);
+    int64_t keep = V;
+    if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    const double inv_t = 1.0 / p.temperature;
+    const double top = logits[order[0]] * inv_t;
+    std::vector<double> probs(keep);
+    double sum = 0;
+    for (int64_t i = 0; i < keep; ++i) sum += probs[i] = std::exp(logits[order[i]] * inv_t - top);
+    for (auto& v : probs) v /= sum;
+    if (p.top_p < 1.0) {
+      double cum = 0;
+      int64_t cut = 0;
+      while (cut < keep && (cut == 0 || cum < p.top_p)) cum += probs[cut++];
+      keep = cut;
+    }
+    if (p.min_p > 0.0) {
+      const double threshold = p.min_p * probs[0];
+      int64_t cut = 1;
+      while (cut < keep && probs[cut] >= threshold) ++cut;
+      keep = cut;
+    }
+    double total = 0;
+    for (int64_t i = 0; i < keep; ++i) total += probs[i];
+    double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+    int64_t pick = 0;
+    while (pick + 1 < keep && u >= probs[pick]) u -= probs[pick++];
+    out.token = order[pick];
+  }
+  out.logprob = logprobs[out.token];
+  if (p.logprobs && *p.logprobs > 0) {
+    const int64_t n = std::min<int64_t>(*p.logprobs, V);
+    std::vector<int32_t> order(V);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                      [&](int32_t a, int32_t b) { return logprobs[a] > logprobs[b]; });
+    for (int64_t i = 0; i < n; ++i) out.top_logprobs.emplace_back(order[i], logprobs[order[i]]);
+  }
+  return out;
+}
+
+}  // namespace engine

@@ -1,0 +1,38 @@
+// Writes a DeepSeek-V3 checkpoint in Hugging Face layout: config.json, safetensors shards with
+// model.safetensors.index.json, from a name -> tensor list. Used by `chunkpipe make-model`.
+// Single-threaded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "tensor/dtype.h"
+
+namespace model {
+
+struct TensorToWrite {
+  std::string name;
+  tensor::DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+// Splits the tensors (sorted by name) into `num_shards` files of similar size.
+common::Status write_safetensors_checkpoint(const std::string& dir,
+                                            std::vector<TensorToWrite> tensors, int num_shards);
+
+// config.json for `config` (every field the loader reads), as HF writes it.
+nlohmann::json config_to_json(const ModelConfig& config);
+
+// The Hugging Face tensors of `weights` (with the MTP layers). Linear weights are stored in
+// `dtype` (BF16 or F32) or, with fp8, as F8_E4M3 with 128x128 weight_scale_inv blocks.
+std::vector<TensorToWrite> weights_to_tensors(const ModelConfig& config,
+                                              const ModelWeights& weights, bool fp8);
+
+}  // namespace model
