@@ -2,6 +2,7 @@
 #include "cli/arg_parser.h"
 
 #include <algorithm>
+#include <cctype>
 
 namespace cli {
 namespace {
@@ -20,6 +21,14 @@ void ArgParser::add_positional(const std::string& name, const std::string& help)
 void ArgParser::add_option(const std::string& name, const std::string& help,
                            std::optional<std::string> default_value) {
   specs_.push_back({name, help, false, std::move(default_value)});
+}
+
+void ArgParser::add_multi_option(const std::string& name, const std::string& help) {
+  specs_.push_back({name, help, false, std::nullopt, true});
+}
+
+void ArgParser::add_alias(const std::string& alias, const std::string& name) {
+  aliases_[alias] = name;
 }
 
 void ArgParser::add_flag(const std::string& name, const std::string& help) {
@@ -47,15 +56,34 @@ common::Status ArgParser::parse(int argc, char** argv, int first) {
       help_requested_ = true;
       return {};
     }
-    if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
+    std::string body;
+    std::optional<std::string> inline_value;
+    if (arg.size() > 1 && arg[0] == '-' && arg[1] != '-' &&
+        !std::isdigit(static_cast<unsigned char>(arg[1]))) {
+      // Short alias: exact ("-tp"), with "=" ("-tp=2"), or with the value attached ("-O3").
+      std::string key = arg, attached;
+      if (auto eq = arg.find('='); eq != std::string::npos) {
+        key = arg.substr(0, eq);
+        attached = arg.substr(eq + 1);
+      }
+      auto it = aliases_.find(key);
+      while (it == aliases_.end() && key.size() > 2) {
+        attached = key.back() + attached;
+        key.pop_back();
+        it = aliases_.find(key);
+      }
+      if (it == aliases_.end()) return common::invalid_argument("unrecognized arguments: " + arg);
+      body = it->second;
+      if (!attached.empty() || arg.find('=') != std::string::npos) inline_value = attached;
+    } else if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
       positionals_.push_back(arg);
       continue;
-    }
-    std::string body = arg.substr(2);
-    std::optional<std::string> inline_value;
-    if (auto eq = body.find('='); eq != std::string::npos) {
-      inline_value = body.substr(eq + 1);
-      body = body.substr(0, eq);
+    } else {
+      body = arg.substr(2);
+      if (auto eq = body.find('='); eq != std::string::npos) {
+        inline_value = body.substr(eq + 1);
+        body = body.substr(0, eq);
+      }
     }
     auto spec = resolve(body);
     if (!spec.ok() && normalize(body).rfind("no-", 0) == 0) {
@@ -73,6 +101,14 @@ common::Status ArgParser::parse(int argc, char** argv, int first) {
       values_[s->name] = "true";
     } else if (inline_value) {
       values_[s->name] = *inline_value;
+    } else if (s->multi) {
+      std::string joined;
+      while (i + 1 < argc && argv[i + 1][0] != '-')
+        joined += (joined.empty() ? "" : "\n") + std::string(argv[++i]);
+      if (joined.empty())
+        return common::invalid_argument("argument --" + s->name +
+                                        ": expected at least one argument");
+      values_[s->name] = joined;
     } else {
       if (i + 1 >= argc)
         return common::invalid_argument("argument --" + s->name + ": expected one argument");

@@ -20,6 +20,10 @@ class ArgParser {
   void add_positional(const std::string& name, const std::string& help);
   void add_option(const std::string& name, const std::string& help,
                   std::optional<std::string> default_value = std::nullopt);
+  // An option taking one or more values (argparse nargs='+'); values are joined with '\n'.
+  void add_multi_option(const std::string& name, const std::string& help);
+  // A short spelling such as "-tp" for "tensor-parallel-size" ("-O3" works as "-O 3").
+  void add_alias(const std::string& alias, const std::string& name);
   void add_flag(const std::string& name, const std::string& help);  // boolean, default false
 
   // Parses argv[first..]; on error the Status names the flag. `--help` sets help_requested().
@@ -31,6 +35,10 @@ class ArgParser {
   std::string positional(const std::string& name) const;
   std::optional<std::string> option(const std::string& name) const;
   bool flag(const std::string& name) const;
+  // Whether the option or flag was given on the command line (including --no-X).
+  bool given(const std::string& name) const { return values_.count(name) != 0; }
+  // Every option given, in canonical names, for the "non-default args" log line.
+  const std::map<std::string, std::string>& given_values() const { return values_; }
 
  private:
   struct Spec {
@@ -38,12 +46,14 @@ class ArgParser {
     std::string help;
     bool is_flag = false;
     std::optional<std::string> default_value;
+    bool multi = false;
   };
   common::Result<const Spec*> resolve(const std::string& given) const;
 
   std::string program_, description_;
   std::vector<std::pair<std::string, std::string>> positional_specs_;
   std::vector<Spec> specs_;
+  std::map<std::string, std::string> aliases_;
   std::vector<std::string> positionals_;
   std::map<std::string, std::string> values_;
   bool help_requested_ = false;

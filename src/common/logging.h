@@ -34,7 +34,14 @@ class LogMessage {
 #define CP_LOG_LEVEL_INFO ::common::LogLevel::kInfo
 #define CP_LOG_LEVEL_WARNING ::common::LogLevel::kWarning
 #define CP_LOG_LEVEL_ERROR ::common::LogLevel::kError
-#define LOG(level)                                        \
-  if (CP_LOG_LEVEL_##level < ::common::min_log_level()) { \
-  } else                                                  \
-    ::common::LogMessage(CP_LOG_LEVEL_##level, __FILE__, __LINE__)
+namespace common {
+// Lets `LOG(x) << msg` be an expression of type void (safe inside an unbraced if).
+struct LogVoidify {
+  void operator&(LogMessage&) {}
+};
+}  // namespace common
+
+#define LOG(level)                                   \
+  (CP_LOG_LEVEL_##level < ::common::min_log_level()) \
+      ? (void)0                                      \
+      : ::common::LogVoidify() & ::common::LogMessage(CP_LOG_LEVEL_##level, __FILE__, __LINE__)

@@ -1,7 +1,9 @@
 // AlignedBuffer<T>: an owning, 64-byte aligned, zero-initialised array of trivially copyable T.
-// Move-only; not thread-safe for concurrent mutation (plain memory).
+// Buffers of 1 MiB and more come from anonymous mmap, so their zero pages are committed only
+// when touched (a large KV cache costs nothing until used). Move-only; plain memory.
 #pragma once
 
+#include <sys/mman.h>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -21,26 +23,35 @@ class AlignedBuffer {
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t size) { resize(size); }
   AlignedBuffer(AlignedBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        mapped_bytes_(std::exchange(other.mapped_bytes_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
     if (this != &other) {
-      std::free(data_);
+      release();
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
+      mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
     }
     return *this;
   }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  ~AlignedBuffer() { std::free(data_); }
+  ~AlignedBuffer() { release(); }
 
   // Discards the contents; the new buffer is zero-filled.
   void resize(size_t size) {
-    std::free(data_);
-    data_ = nullptr;
+    release();
     size_ = size;
     if (size == 0) return;
     size_t bytes = (size * sizeof(T) + kAlignment - 1) / kAlignment * kAlignment;
+    if (bytes >= kMmapThreshold) {
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      data_ = static_cast<T*>(p);
+      mapped_bytes_ = bytes;
+      return;
+    }
     data_ = static_cast<T*>(std::aligned_alloc(kAlignment, bytes));
     if (data_ == nullptr) throw std::bad_alloc();
     std::memset(static_cast<void*>(data_), 0, bytes);
@@ -54,8 +65,22 @@ class AlignedBuffer {
   const T& operator[](size_t i) const { return data_[i]; }
 
  private:
+  static constexpr size_t kMmapThreshold = size_t{1} << 20;
+
+  void release() {
+    if (mapped_bytes_ > 0) {
+      munmap(data_, mapped_bytes_);
+    } else {
+      std::free(data_);
+    }
+    data_ = nullptr;
+    size_ = 0;
+    mapped_bytes_ = 0;
+  }
+
   T* data_ = nullptr;
   size_t size_ = 0;
+  size_t mapped_bytes_ = 0;  // > 0 when data_ came from mmap
 };
 
 }  // namespace tensor

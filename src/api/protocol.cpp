@@ -1,0 +1,213 @@
+// Request field parsing. Unknown fields are ignored, as vLLM does (extra="allow").
+#include "api/protocol.h"
+
+namespace api {
+namespace {
+
+using nlohmann::json;
+
+std::string type_name(const json& v) {
+  if (v.is_string()) return "string";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number_integer()) return "integer";
+  if (v.is_number()) return "number";
+  if (v.is_array()) return "list";
+  if (v.is_object()) return "object";
+  return "null";
+}
+
+// Reads an optional field of the given kind; nullopt error on success.
+template <typename T>
+std::optional<ApiError> read(const json& body, const char* key, T* out, bool* present = nullptr) {
+  if (present) *present = false;
+  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
+  const json& v = body[key];
+  bool ok;
+  if constexpr (std::is_same_v<T, bool>) {
+    ok = v.is_boolean();
+  } else if constexpr (std::is_integral_v<T>) {
+    ok = v.is_number_integer();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    ok = v.is_number();
+  } else {
+    ok = v.is_string();
+  }
+  if (!ok) {
+    std::string want = std::is_same_v<T, bool>       ? "a boolean"
+                       : std::is_integral_v<T>       ? "an integer"
+                       : std::is_floating_point_v<T> ? "a number"
+                                                     : "a string";
+    return bad_request("'" + std::string(key) + "' must be " + want + ", got " + type_name(v) +
+                       ": " + v.dump());
+  }
+  *out = v.get<T>();
+  if (present) *present = true;
+  return std::nullopt;
+}
+
+std::string fmt_float(double v) {
+  json j = v;
+  std::string s = j.dump();
+  if (s.find('.') == std::string::npos && s.find('e') == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace
+
+json ApiError::body() const {
+  return {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}};
+}
+
+ApiError bad_request(const std::string& message) {
+  return {400, message, "BadRequestError"};
+}
+ApiError not_found_error(const std::string& message) {
+  return {404, message, "NotFoundError"};
+}
+
+std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint, int max_logprobs,
+                                            CommonRequestFields* out) {
+  if (!body.is_object()) return bad_request("the request body must be a JSON object");
+  if (auto e = read(body, "model", &out->model)) return e;
+  if (auto e = read(body, "stream", &out->stream)) return e;
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    const json& so = body["stream_options"];
+    if (!so.is_object()) return bad_request("'stream_options' must be an object");
+    if (!out->stream) return bad_request("Stream options can only be defined when `stream=True`.");
+    if (auto e = read(so, "include_usage", &out->include_usage)) return e;
+  }
+  if (auto e = read(body, "n", &out->n)) return e;
+  if (out->n < 1) return bad_request("n must be at least 1, got " + std::to_string(out->n) + ".");
+  if (out->n > 16) return bad_request("n must be at most 16, got " + std::to_string(out->n) + ".");
+  sched::SamplingParams& s = out->sampling;
+  bool present = false;
+  if (auto e = read(body, "temperature", &s.temperature, &present)) return e;
+  if (!present) s.temperature = 1.0;
+  if (s.temperature < 0)
+    return bad_request("temperature must be non-negative, got " + fmt_float(s.temperature) + ".");
+  if (auto e = read(body, "top_p", &s.top_p)) return e;
+  if (s.top_p <= 0 || s.top_p > 1)
+    return bad_request("top_p must be in (0, 1], got " + fmt_float(s.top_p) + ".");
+  if (auto e = read(body, "top_k", &s.top_k)) return e;
+  if (s.top_k < -1)
+    return bad_request("top_k must be -1 (disable), or at least 1, got " + std::to_string(s.top_k) +
+                       ".");
+  if (s.top_k == -1) s.top_k = 0;
+  if (auto e = read(body, "min_p", &s.min_p)) return e;
+  if (s.min_p < 0 || s.min_p > 1)
+    return bad_request("min_p must be in [0, 1], got " + fmt_float(s.min_p) + ".");
+  if (auto e = read(body, "repetition_penalty", &s.repetition_penalty)) return e;
+  if (s.repetition_penalty <= 0)
+    return bad_request("repetition_penalty must be greater than zero, got " +
+                       fmt_float(s.repetition_penalty) + ".");
+  if (auto e = read(body, "presence_penalty", &s.presence_penalty)) return e;
+  if (s.presence_penalty < -2 || s.presence_penalty > 2)
+    return bad_request("presence_penalty must be in [-2, 2], got " + fmt_float(s.presence_penalty) +
+                       ".");
+  if (auto e = read(body, "frequency_penalty", &s.frequency_penalty)) return e;
+  if (s.frequency_penalty < -2 || s.frequency_penalty > 2)
+    return bad_request("frequency_penalty must be in [-2, 2], got " +
+                       fmt_float(s.frequency_penalty) + ".");
+  int64_t seed = 0;
+  if (auto e = read(body, "seed", &seed, &present)) return e;
+  if (present) s.seed = static_cast<uint64_t>(seed);
+  if (auto e = read(body, "ignore_eos", &s.ignore_eos)) return e;
+  if (auto e = read(body, "min_tokens", &s.min_tokens)) return e;
+  if (s.min_tokens < 0)
+    return bad_request("min_tokens must be greater than or equal to 0, got " +
+                       std::to_string(s.min_tokens) + ".");
+  if (auto e = read(body, "skip_special_tokens", &s.skip_special_tokens)) return e;
+  if (auto e = read(body, "include_stop_str_in_output", &s.include_stop_str_in_output)) return e;
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    const json& st = body["stop"];
+    if (st.is_string()) {
+      s.stop.push_back(st.get<std::string>());
+    } else if (st.is_array() &&
+               std::all_of(st.begin(), st.end(), [](const json& x) { return x.is_string(); })) {
+      for (const json& x : st) s.stop.push_back(x.get<std::string>());
+    } else {
+      return bad_request("'stop' must be a string or a list of strings");
+    }
+  }
+  if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
+    const json& st = body["stop_token_ids"];
+    if (!st.is_array() ||
+        !std::all_of(st.begin(), st.end(), [](const json& x) { return x.is_number_integer(); })) {
+      return bad_request("'stop_token_ids' must be a list of integers");
+    }
+    s.stop_token_ids = st.get<std::vector<int32_t>>();
+  }
+  int64_t max_tokens = 0;
+  if (endpoint == Endpoint::kChat) {
+    if (auto e = read(body, "max_completion_tokens", &max_tokens, &present)) return e;
+    if (!present) {
+      if (auto e = read(body, "max_tokens", &max_tokens, &present)) return e;
+    }
+  } else {
+    if (auto e = read(body, "max_tokens", &max_tokens, &present)) return e;
+    if (!present) max_tokens = 16, present = true;
+  }
+  if (present) {
+    if (max_tokens < 1)
+      return bad_request("max_tokens must be at least 1, got " + std::to_string(max_tokens) + ".");
+    out->max_tokens = max_tokens;
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto e = read(body, "echo", &out->echo)) return e;
+    if (auto e = read(body, "add_special_tokens", &out->add_special_tokens)) return e;
+    int logprobs = 0;
+    if (auto e = read(body, "logprobs", &logprobs, &present)) return e;
+    if (present) {
+      if (logprobs < 0 || logprobs > max_logprobs) {
+        return bad_request("logprobs must be between 0 and " + std::to_string(max_logprobs) +
+                           ", got " + std::to_string(logprobs) + ".");
+      }
+      out->want_logprobs = true;
+      s.logprobs = logprobs;
+    }
+  } else {
+    out->add_special_tokens = false;
+    if (auto e = read(body, "add_special_tokens", &out->add_special_tokens)) return e;
+    if (auto e = read(body, "logprobs", &out->want_logprobs)) return e;
+    if (auto e = read(body, "top_logprobs", &out->top_logprobs)) return e;
+    if (out->top_logprobs > 0 && !out->want_logprobs) {
+      return bad_request("when using `top_logprobs`, `logprobs` must be set to true.");
+    }
+    if (out->top_logprobs < 0 || out->top_logprobs > max_logprobs) {
+      return bad_request("top_logprobs must be between 0 and " + std::to_string(max_logprobs) +
+                         ", got " + std::to_string(out->top_logprobs) + ".");
+    }
+    if (out->want_logprobs) s.logprobs = out->top_logprobs;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> resolve_max_tokens(int64_t n_prompt, int64_t max_model_len,
+                                           Endpoint endpoint, CommonRequestFields* out) {
+  const std::string L = std::to_string(max_model_len), N = std::to_string(n_prompt);
+  if (n_prompt >= max_model_len) {
+    return bad_request("This model's maximum context length is " + L +
+                       " tokens. However, your request has " + N +
+                       " input tokens. Please reduce the length of the input messages.");
+  }
+  if (out->max_tokens && *out->max_tokens > max_model_len - n_prompt) {
+    const std::string M = std::to_string(*out->max_tokens);
+    return bad_request("'max_tokens' or 'max_completion_tokens' is too large: " + M +
+                       ". This model's maximum context length is " + L +
+                       " tokens and your request has " + N + " input tokens (" + M + " > " + L +
+                       " - " + N + ").");
+  }
+  (void)endpoint;
+  out->sampling.max_tokens =
+      static_cast<int32_t>(out->max_tokens.value_or(max_model_len - n_prompt));
+  return std::nullopt;
+}
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"completion_tokens", completion_tokens},
+          {"prompt_tokens_details", nullptr}};
+}
+
+}  // namespace api

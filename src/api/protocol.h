@@ -1,0 +1,53 @@
+// OpenAI protocol as vLLM serves it: request fields -> SamplingParams with vLLM's validation
+// messages, error bodies, usage objects. JSON in, structs out; no engine logic.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "sched/request.h"
+
+namespace api {
+
+// HTTP status + vLLM's nested error body.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "BadRequestError";
+  nlohmann::json body() const;
+};
+
+ApiError bad_request(const std::string& message);
+ApiError not_found_error(const std::string& message);
+
+struct CommonRequestFields {
+  std::string model;  // empty: the served model
+  bool stream = false;
+  bool include_usage = false;
+  int n = 1;
+  sched::SamplingParams sampling;
+  std::optional<int64_t> max_tokens;  // null: fill to max_model_len (chat) or 16 (completions)
+  bool echo = false;
+  bool add_special_tokens = true;
+  int top_logprobs = 0;  // chat: with logprobs=true
+  bool want_logprobs = false;
+};
+
+enum class Endpoint { kCompletions, kChat };
+
+// Parses and validates the fields both endpoints share. Errors carry vLLM's wording.
+std::optional<ApiError> parse_common_fields(const nlohmann::json& body, Endpoint endpoint,
+                                            int max_logprobs, CommonRequestFields* out);
+
+// The context-length checks of vLLM 0.10/0.11 (prompt alone, then prompt + max_tokens);
+// sets out->sampling.max_tokens. chat: a missing max_tokens fills the context.
+std::optional<ApiError> resolve_max_tokens(int64_t num_prompt_tokens, int64_t max_model_len,
+                                           Endpoint endpoint, CommonRequestFields* out);
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+
+}  // namespace api

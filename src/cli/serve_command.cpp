@@ -1,0 +1,505 @@
+// `chunkpipe serve MODEL`: vLLM's `vllm serve` flags, the engine, and the OpenAI HTTP server.
+// Flags whose feature is not built yet are errors that say so; flags with no meaning on a CPU
+// are accepted with one log line saying what they map to. SIGTERM/SIGINT stop the server,
+// abort what is in flight, and exit 0.
+#include <signal.h>
+#include <unistd.h>
+#include <cerrno>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/arg_parser.h"
+#include "cli/commands.h"
+#include "common/logging.h"
+#include "common/timer.h"
+#include "engine/engine_core.h"
+#include "model/deepseek_v3.h"
+#include "server/api_server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "worker/model_runner.h"
+
+namespace cli {
+namespace {
+
+using nlohmann::json;
+
+void add_serve_flags(ArgParser& p) {
+  p.add_option("model", "model directory (alternative to the positional MODEL)");
+  p.add_option("host", "host to bind (default: all interfaces)", "0.0.0.0");
+  p.add_option("port", "port", "8000");
+  p.add_multi_option("served-model-name",
+                     "model name(s) in the API; the first is used in responses");
+  p.add_option("seed", "global random seed", "0");
+  p.add_option("max-model-len",
+               "context length (default: max_position_embeddings); accepts 1k, 2K, 1m");
+  p.add_option("max-num-seqs", "maximum concurrent sequences per step", "256");
+  p.add_option("max-num-batched-tokens",
+               "token budget per step (default 2048 with chunked prefill)");
+  p.add_option("block-size", "KV cache block size in tokens (multiple of 16)", "128");
+  p.add_option("gpu-memory-utilization", "fraction of host memory for weights + KV cache", "0.9");
+  p.add_option("kv-cache-memory", "KV cache size in bytes (overrides --gpu-memory-utilization)");
+  p.add_flag("enable-chunked-prefill",
+             "chunked prefill (on by default; --no-enable-chunked-prefill)");
+  p.add_flag("enable-prefix-caching", "prefix caching (on by default; --no-enable-prefix-caching)");
+  p.add_option("api-key", "require 'Authorization: Bearer KEY' on /v1 routes (env VLLM_API_KEY)");
+  p.add_option("additional-config",
+               "JSON platform config (scheduler_config.profiling_chunk_config, ...)");
+  p.add_option("kv-transfer-config", "JSON KV connector config (PD disaggregation)");
+  p.add_option("pipeline-parallel-size", "pipeline stages", "1");
+  p.add_option("tensor-parallel-size", "tensor-parallel ranks", "1");
+  p.add_option("data-parallel-size", "data-parallel engines", "1");
+  p.add_option("data-parallel-size-local", "data-parallel engines on this node");
+  p.add_option("data-parallel-rank", "this engine's data-parallel rank (external load balancing)");
+  p.add_option("data-parallel-start-rank", "first data-parallel rank on this node");
+  p.add_option("data-parallel-address", "data-parallel coordinator address");
+  p.add_option("data-parallel-rpc-port", "data-parallel coordinator port");
+  p.add_option("data-parallel-backend", "mp or ray", "mp");
+  p.add_flag("data-parallel-hybrid-lb", "hybrid data-parallel load balancing");
+  p.add_flag("data-parallel-external-lb", "external data-parallel load balancing");
+  p.add_flag("headless", "engine ranks only, no API server");
+  p.add_flag("enable-expert-parallel", "expert parallelism for MoE layers");
+  p.add_option("speculative-config",
+               "JSON speculative decoding config, e.g. {\"method\":\"mtp\",...}");
+  p.add_option("quantization", "quantization method (default: from config.json)");
+  p.add_option("compilation-config", "JSON compilation config (no meaning on CPU)");
+  p.add_flag("enforce-eager", "no graph capture (always the case on CPU)");
+  p.add_flag("trust-remote-code", "accepted; chunkpipe runs no model code from checkpoints");
+  p.add_flag("async-scheduling", "overlap scheduling with execution");
+  p.add_option("chat-template",
+               "Jinja chat template file (default: the checkpoint's, else built-in V3.1)");
+  p.add_option("reasoning-parser",
+               "deepseek_v3 or deepseek_r1: split reasoning_content from content");
+  p.add_option("threads", "CPU threads of the worker",
+               std::to_string(std::max(1u, std::thread::hardware_concurrency())));
+  p.add_option("tokenizer", "tokenizer directory (default: the model directory)");
+  p.add_option("max-logprobs", "maximum logprobs / top_logprobs per token", "20");
+  p.add_option("swap-space", "CPU swap space in GiB (no meaning on CPU)");
+  p.add_option("dtype", "activation dtype (CPU computes in float32)", "auto");
+  p.add_option("generation-config", "auto or vllm", "auto");
+  p.add_option("tool-call-parser", "tool call parser");
+  p.add_flag("enable-auto-tool-choice", "auto tool choice");
+  p.add_flag("enable-force-include-usage", "usage in every stream");
+  p.add_flag("enable-prompt-tokens-details", "prompt_tokens_details in usage");
+  p.add_flag("disable-log-requests", "no per-request logs");
+  p.add_flag("enable-log-requests", "per-request logs");
+  p.add_flag("disable-log-stats", "no periodic stats logs");
+  p.add_option("uvicorn-log-level", "HTTP log level", "info");
+  p.add_option("http-threads", "HTTP worker threads (one per open connection)", "256");
+  p.add_option("max-request-body-bytes", "largest accepted request body", std::to_string(32 << 20));
+  p.add_alias("-tp", "tensor-parallel-size");
+  p.add_alias("-pp", "pipeline-parallel-size");
+  p.add_alias("-dp", "data-parallel-size");
+  p.add_alias("-dpl", "data-parallel-size-local");
+  p.add_alias("-dpn", "data-parallel-rank");
+  p.add_alias("-dpr", "data-parallel-start-rank");
+  p.add_alias("-dpa", "data-parallel-address");
+  p.add_alias("-dpp", "data-parallel-rpc-port");
+  p.add_alias("-dpb", "data-parallel-backend");
+  p.add_alias("-dph", "data-parallel-hybrid-lb");
+  p.add_alias("-dpe", "data-parallel-external-lb");
+  p.add_alias("-ep", "enable-expert-parallel");
+  p.add_alias("-q", "quantization");
+  p.add_alias("-O", "compilation-config");
+}
+
+common::Result<int64_t> int_value(const ArgParser& p, const std::string& flag, int64_t min_value) {
+  std::string v = *p.option(flag);
+  int64_t mult = 1;
+  if (flag == "max-model-len" && !v.empty()) {  // vLLM accepts 1k / 2K / 1m
+    const char last = v.back();
+    if (last == 'k' || last == 'K')
+      mult = last == 'k' ? 1000 : 1024, v.pop_back();
+    else if (last == 'm' || last == 'M')
+      mult = last == 'm' ? 1000000 : 1048576, v.pop_back();
+  }
+  int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || ptr != v.data() + v.size() || out * mult < min_value) {
+    return common::invalid_argument("argument --" + flag + ": invalid int value: '" +
+                                    *p.option(flag) + "'");
+  }
+  return out * mult;
+}
+
+common::Result<json> json_value(const ArgParser& p, const std::string& flag) {
+  json j = json::parse(*p.option(flag), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return common::invalid_argument("argument --" + flag + ": invalid JSON object: '" +
+                                    *p.option(flag) + "'");
+  }
+  return j;
+}
+
+int64_t host_memory_bytes() {
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+}
+
+int64_t checkpoint_bytes(const std::string& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".safetensors") total += static_cast<int64_t>(e.file_size(ec));
+  }
+  return total;
+}
+
+}  // namespace
+
+// Parses and validates the serve flags into configs. Returns (exit code, message) on error.
+struct ServePlan {
+  std::string model_dir;
+  server::ServerConfig server;
+  engine::EngineConfig engine;
+  int64_t kv_cache_bytes = -1;
+  double memory_utilization = 0.9;
+  std::string chat_template_file;
+  std::string tokenizer_dir;
+};
+
+namespace {
+
+common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
+  plan->model_dir = p.positional("MODEL");
+  if (plan->model_dir.empty() && p.option("model")) plan->model_dir = *p.option("model");
+  if (plan->model_dir.empty())
+    return common::invalid_argument("the following arguments are required: MODEL");
+  auto unbuilt = [](const std::string& what, const std::string& issue) {
+    return common::unimplemented(what + " is not built yet in chunkpipe (" + issue + ")");
+  };
+  for (const char* f : {"pipeline-parallel-size", "tensor-parallel-size", "data-parallel-size"}) {
+    CP_ASSIGN_OR_RETURN(int64_t v, int_value(p, f, 1));
+    if (v > 1) {
+      const std::string what = std::string(f) == "pipeline-parallel-size"
+                                   ? "pipeline parallelism (--pipeline-parallel-size > 1)"
+                               : std::string(f) == "tensor-parallel-size"
+                                   ? "tensor parallelism (--tensor-parallel-size > 1)"
+                                   : "data parallelism (--data-parallel-size > 1)";
+      return unbuilt(what, "planned: pipeline parallel with CPP, then TP/EP and DP");
+    }
+  }
+  if (p.flag("headless"))
+    return unbuilt("--headless multi-node serving", "planned with data parallelism");
+  if (p.given("kv-transfer-config"))
+    return unbuilt("prefill-decode disaggregation (--kv-transfer-config)", "planned: PD");
+  if (p.given("speculative-config"))
+    return unbuilt("speculative decoding (--speculative-config)", "planned: MTP");
+  if (p.flag("enable-expert-parallel"))
+    LOG(INFO) << "--enable-expert-parallel with one rank: experts stay in this process";
+  if (p.given("compilation-config"))
+    LOG(INFO) << "--compilation-config has no meaning on CPU: kernels run eagerly";
+  if (p.flag("enforce-eager")) LOG(INFO) << "--enforce-eager: the CPU backend always runs eagerly";
+  if (p.flag("trust-remote-code"))
+    LOG(INFO) << "--trust-remote-code: accepted; no model code is loaded from checkpoints";
+  if (p.given("async-scheduling"))
+    LOG(INFO) << "--async-scheduling: the CPU engine schedules synchronously between steps";
+  if (p.given("swap-space"))
+    LOG(INFO) << "--swap-space has no meaning on CPU: the KV cache already lives in host memory";
+  if (p.given("additional-config")) {
+    CP_ASSIGN_OR_RETURN(json extra, json_value(p, "additional-config"));
+    json pcc = extra.contains("scheduler_config") && extra["scheduler_config"].is_object()
+                   ? extra["scheduler_config"].value("profiling_chunk_config", json())
+                   : extra.value("profiling_chunk_config", json());
+    if (pcc.is_object() && pcc.value("enabled", false)) {
+      return unbuilt("dynamic chunked pipeline parallel prefill (profiling_chunk_config)",
+                     "planned: CPP");
+    }
+    LOG(INFO) << "--additional-config keys accepted and not used on CPU: " << extra.dump();
+  }
+  if (p.given("quantization")) {
+    const std::string q = *p.option("quantization");
+    if (q == "ascend") {
+      LOG(INFO) << "--quantization ascend maps to the checkpoint's own weights on CPU";
+    } else if (q != "fp8") {
+      return common::invalid_argument("Unknown quantization method: " + q +
+                                      ". Must be one of ['ascend', 'fp8'].");
+    }
+  }
+  if (p.given("dtype") && *p.option("dtype") != "auto")
+    LOG(INFO) << "--dtype " << *p.option("dtype") << ": activations are float32 on CPU";
+
+  auto& s = plan->server;
+  s.host = *p.option("host");
+  CP_ASSIGN_OR_RETURN(int64_t port, int_value(p, "port", 0));
+  if (port > 65535)
+    return common::invalid_argument("argument --port: invalid int value: '" + *p.option("port") +
+                                    "'");
+  s.port = static_cast<int>(port);
+  s.model_path = plan->model_dir;
+  if (auto names = p.option("served-model-name")) {
+    std::istringstream in(*names);
+    for (std::string n; std::getline(in, n);) s.served_model_names.push_back(n);
+  } else {
+    s.served_model_names.push_back(plan->model_dir);
+  }
+  if (auto key = p.option("api-key")) {
+    s.api_key = *key;
+  } else if (const char* env = std::getenv("VLLM_API_KEY")) {
+    s.api_key = env;
+  }
+  if (auto rp = p.option("reasoning-parser")) {
+    if (*rp != "deepseek_v3" && *rp != "deepseek_r1") {
+      return common::invalid_argument("argument --reasoning-parser: invalid choice: '" + *rp +
+                                      "' (choose from 'deepseek_r1', 'deepseek_v3')");
+    }
+    s.reasoning_parser = *rp;
+  }
+  CP_ASSIGN_OR_RETURN(int64_t max_logprobs, int_value(p, "max-logprobs", 0));
+  s.max_logprobs = static_cast<int>(max_logprobs);
+  CP_ASSIGN_OR_RETURN(int64_t http_threads, int_value(p, "http-threads", 1));
+  s.http_threads = static_cast<int>(http_threads);
+  CP_ASSIGN_OR_RETURN(int64_t body_bytes, int_value(p, "max-request-body-bytes", 1));
+  s.max_body_bytes = static_cast<size_t>(body_bytes);
+
+  auto& e = plan->engine;
+  CP_ASSIGN_OR_RETURN(int64_t seed, int_value(p, "seed", 0));
+  e.seed = static_cast<uint64_t>(seed);
+  CP_ASSIGN_OR_RETURN(int64_t max_num_seqs, int_value(p, "max-num-seqs", 1));
+  e.scheduler.max_num_seqs = static_cast<int32_t>(max_num_seqs);
+  CP_ASSIGN_OR_RETURN(int64_t block_size, int_value(p, "block-size", 1));
+  if (block_size % 16 != 0 && block_size != 1 && block_size != 8) {
+    return common::invalid_argument(
+        "argument --block-size: invalid choice: " + std::to_string(block_size) +
+        " (choose from 1, 8, 16, 32, 64, 128, ...)");
+  }
+  e.block_size = static_cast<int>(block_size);
+  e.enable_prefix_caching = !p.given("enable-prefix-caching") || p.flag("enable-prefix-caching");
+  CP_ASSIGN_OR_RETURN(int64_t threads, int_value(p, "threads", 1));
+  e.num_threads = static_cast<int>(threads);
+  if (p.given("kv-cache-memory")) {
+    CP_ASSIGN_OR_RETURN(plan->kv_cache_bytes, int_value(p, "kv-cache-memory", 1));
+  }
+  try {
+    plan->memory_utilization = std::stod(*p.option("gpu-memory-utilization"));
+  } catch (...) {
+    return common::invalid_argument("argument --gpu-memory-utilization: invalid float value: '" +
+                                    *p.option("gpu-memory-utilization") + "'");
+  }
+  if (plan->memory_utilization <= 0 || plan->memory_utilization > 1) {
+    return common::invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
+                                    *p.option("gpu-memory-utilization"));
+  }
+  plan->chat_template_file = p.option("chat-template").value_or("");
+  plan->tokenizer_dir = p.option("tokenizer").value_or(plan->model_dir);
+  return {};
+}
+
+std::atomic<bool> g_stop_requested{false};
+int g_signal_pipe[2] = {-1, -1};
+
+// Async-signal-safe: records the signal and wakes the watcher thread. A handler (rather than
+// sigwait) works even though OpenBLAS starts threads before main() could block signals.
+extern "C" void on_stop_signal(int sig) {
+  const char byte = static_cast<char>(sig);
+  if (write(g_signal_pipe[1], &byte, 1) < 0) _exit(1);
+}
+
+}  // namespace
+
+int run_serve_command(int argc, char** argv) {
+  ArgParser p("chunkpipe serve",
+              "Serves a DeepSeek-V3 checkpoint through the OpenAI-compatible API (vLLM's flags).");
+  p.add_positional("MODEL", "model directory");
+  add_serve_flags(p);
+  auto usage_error = [&](const std::string& msg) {
+    std::fprintf(stderr, "%s\nchunkpipe serve: error: %s\n", p.usage().c_str(), msg.c_str());
+    return 2;
+  };
+  // The positional is optional when --model is given.
+  std::vector<char*> args(argv, argv + argc);
+  bool has_positional = false;
+  for (int i = 2; i < argc; ++i) {
+    if (argv[i][0] != '-') {
+      has_positional = true;
+      break;
+    }
+    // skip option values
+  }
+  (void)has_positional;
+  if (auto st = p.parse(argc, argv, 2); !st.ok()) {
+    if (st.message().rfind("the following arguments are required", 0) != 0 || !p.given("model"))
+      return usage_error(st.message());
+  }
+  if (p.help_requested()) {
+    std::printf("%s", p.usage().c_str());
+    return 0;
+  }
+  ServePlan plan;
+  if (auto st = plan_serve(p, &plan); !st.ok()) {
+    if (st.code() == common::StatusCode::kUnimplemented) {
+      std::fprintf(stderr, "chunkpipe serve: error: %s\n", st.message().c_str());
+      return 2;
+    }
+    return usage_error(st.message());
+  }
+  {
+    std::string args_line;
+    for (const auto& [k, v] : p.given_values())
+      args_line += (args_line.empty() ? "" : ", ") + ("'" + k + "': '" + v + "'");
+    LOG(INFO) << "non-default args: {'model_tag': '" << plan.model_dir << "'"
+              << (args_line.empty() ? "" : ", ") << args_line << "}";
+  }
+
+  // SIGINT/SIGTERM wake a watcher thread that stops the HTTP server.
+  if (pipe(g_signal_pipe) != 0) {
+    LOG(ERROR) << "pipe() failed";
+    return 1;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const double t0 = common::now_seconds();
+  auto model = model::DeepseekV3Model::load(plan.model_dir, {.load_mtp = false});
+  if (!model.ok()) {
+    LOG(ERROR) << model.status().message();
+    return 1;
+  }
+  const model::ModelConfig& mc = (*model)->config();
+  LOG(INFO) << "Resolved architecture: DeepseekV3ForCausalLM";
+  auto tok = tokenizer::Tokenizer::load(plan.tokenizer_dir);
+  if (!tok.ok()) {
+    LOG(ERROR) << tok.status().message();
+    return 1;
+  }
+  std::string template_source;
+  if (!plan.chat_template_file.empty()) {
+    std::ifstream in(plan.chat_template_file);
+    if (!in) {
+      LOG(ERROR) << "--chat-template " << plan.chat_template_file << ": cannot open";
+      return 1;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    template_source = ss.str();
+  } else {
+    template_source = (*tok)->chat_template();
+  }
+  auto chat_template = tokenizer::ChatTemplate::create(template_source);
+  if (!chat_template.ok()) {
+    LOG(ERROR) << chat_template.status().message();
+    return 1;
+  }
+  LOG(INFO) << "Chat template: "
+            << ((*chat_template)->is_builtin()
+                    ? "built-in DeepSeek-V3.1"
+                    : "Jinja from " + (plan.chat_template_file.empty()
+                                           ? plan.tokenizer_dir + "/tokenizer_config.json"
+                                           : plan.chat_template_file));
+
+  // max_model_len and the token budget, with vLLM's validation.
+  const int64_t derived_len = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096;
+  int64_t max_model_len = derived_len;
+  if (p.given("max-model-len")) {
+    auto v = int_value(p, "max-model-len", 1);
+    if (!v.ok()) return usage_error(v.status().message());
+    max_model_len = *v;
+    if (max_model_len > derived_len && !std::getenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN")) {
+      LOG(ERROR) << "User-specified max_model_len (" << max_model_len
+                 << ") is greater than the derived max_model_len "
+                 << "(max_position_embeddings=" << derived_len
+                 << " in model's config.json). To allow overriding this maximum, "
+                 << "set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1";
+      return 1;
+    }
+  }
+  const bool chunked = !p.given("enable-chunked-prefill") || p.flag("enable-chunked-prefill");
+  int64_t batched = chunked ? 2048 : std::max<int64_t>(max_model_len, 2048);
+  if (p.given("max-num-batched-tokens")) {
+    auto v = int_value(p, "max-num-batched-tokens", 1);
+    if (!v.ok()) return usage_error(v.status().message());
+    batched = *v;
+  }
+  if (!chunked && batched < max_model_len) {
+    LOG(ERROR)
+        << "max_num_batched_tokens (" << batched << ") is smaller than max_model_len ("
+        << max_model_len
+        << "). This effectively limits the maximum sequence length to max_num_batched_tokens and "
+           "makes vLLM reject "
+           "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.";
+    return 1;
+  }
+  if (batched < plan.engine.scheduler.max_num_seqs) {
+    LOG(ERROR) << "max_num_batched_tokens (" << batched
+               << ") must be greater than or equal to max_num_seqs ("
+               << plan.engine.scheduler.max_num_seqs << ").";
+    return 1;
+  }
+  plan.engine.scheduler.max_model_len = max_model_len;
+  plan.engine.scheduler.max_num_batched_tokens = batched;
+  plan.server.max_model_len = max_model_len;
+  LOG(INFO) << "Using max model len " << max_model_len;
+  if (chunked)
+    LOG(INFO) << "Chunked prefill is enabled with max_num_batched_tokens=" << batched << ".";
+
+  // KV cache size: explicit bytes, or the memory fraction left after the weights.
+  const int64_t per_block = worker::ModelRunner::kv_bytes_per_block(mc, plan.engine.block_size);
+  int64_t kv_bytes = plan.kv_cache_bytes;
+  if (kv_bytes < 0) {
+    kv_bytes =
+        static_cast<int64_t>(plan.memory_utilization * static_cast<double>(host_memory_bytes())) -
+        checkpoint_bytes(plan.model_dir);
+  }
+  int64_t num_blocks = kv_bytes / per_block;
+  const int64_t blocks_per_seq =
+      (max_model_len + plan.engine.block_size - 1) / plan.engine.block_size;
+  num_blocks = std::min<int64_t>(num_blocks, blocks_per_seq * plan.engine.scheduler.max_num_seqs);
+  num_blocks = std::min<int64_t>(num_blocks, INT32_MAX);
+  if (num_blocks < blocks_per_seq) {
+    const double need_gib = double(blocks_per_seq * per_block) / (1 << 30),
+                 have_gib = double(std::max<int64_t>(kv_bytes, 0)) / (1 << 30);
+    LOG(ERROR) << "To serve at least one request with the models's max seq len (" << max_model_len
+               << "), (" << need_gib
+               << " GiB KV cache is needed, which is larger than the available KV cache memory ("
+               << have_gib
+               << " GiB). Based on the available memory, the estimated maximum model length is "
+               << std::max<int64_t>(num_blocks, 0) * plan.engine.block_size
+               << ". Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+                  "initializing the engine.";
+    return 1;
+  }
+  plan.engine.num_kv_blocks = num_blocks;
+  const int64_t kv_tokens = num_blocks * plan.engine.block_size;
+  LOG(INFO) << "KV cache size: " << kv_tokens << " tokens (" << num_blocks << " blocks of "
+            << plan.engine.block_size << ")";
+  LOG(INFO) << "Maximum concurrency for " << max_model_len << " tokens per request: "
+            << std::round(100.0 * double(kv_tokens) / double(max_model_len)) / 100.0 << "x";
+
+  engine::EngineCore engine(**model, **tok, plan.engine);
+  LOG(INFO) << "init engine (load model, create kv cache) took " << common::now_seconds() - t0
+            << " seconds";
+  server::ApiServer api(plan.server, engine, **tok, **chat_template);
+
+  std::thread signal_thread([&] {
+    char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    if (!g_stop_requested.exchange(true)) {
+      LOG(INFO) << "Received signal " << int(sig) << ": shutting down";
+      api.stop();
+    }
+  });
+  const bool ok = api.listen();
+  if (!ok) LOG(ERROR) << "cannot bind " << plan.server.host << ":" << plan.server.port;
+  engine.shutdown();
+  if (!g_stop_requested.exchange(true)) {
+    const char wake = 0;
+    if (write(g_signal_pipe[1], &wake, 1) < 0) LOG(WARNING) << "cannot wake the signal thread";
+  }
+  signal_thread.join();
+  LOG(INFO) << "Shutdown complete";
+  return ok ? 0 : 1;
+}
+
+}  // namespace cli

@@ -1,0 +1,114 @@
+// Hand-written exposition (see ecosystem.md §6: parity with prometheus_client is easier to
+// control than through prometheus-cpp): HELP/TYPE lines, _total counters, cumulative buckets.
+#include "server/metrics_text.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace server {
+namespace {
+
+// Python float repr for the values we emit (integers get ".0").
+std::string num(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (v == std::floor(v) && std::abs(v) < 1e15) {
+    std::ostringstream s;
+    s << static_cast<int64_t>(v) << ".0";
+    return s.str();
+  }
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return s.str();
+}
+
+class Writer {
+ public:
+  explicit Writer(std::string labels) : labels_(std::move(labels)) {}
+  void gauge(const std::string& name, const std::string& help, double v) {
+    head(name, help, "gauge");
+    out_ << name << "{" << labels_ << "} " << num(v) << "\n";
+  }
+  void counter(const std::string& name, const std::string& help, double v) {
+    head(name, help, "counter");
+    out_ << name << "_total{" << labels_ << "} " << num(v) << "\n";
+  }
+  void histogram(const std::string& name, const std::string& help, const engine::Histogram& h) {
+    head(name, help, "histogram");
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      out_ << name << "_bucket{" << labels_ << ",le=\"" << num(h.bounds[i]) << "\"} "
+           << num(double(cum)) << "\n";
+    }
+    out_ << name << "_bucket{" << labels_ << ",le=\"+Inf\"} " << num(double(h.count)) << "\n";
+    out_ << name << "_count{" << labels_ << "} " << num(double(h.count)) << "\n";
+    out_ << name << "_sum{" << labels_ << "} " << num(h.sum) << "\n";
+  }
+  std::ostringstream& raw() { return out_; }
+  std::string str() const { return out_.str(); }
+
+ private:
+  void head(const std::string& name, const std::string& help, const char* type) {
+    out_ << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+  }
+  std::string labels_;
+  std::ostringstream out_;
+};
+
+}  // namespace
+
+std::string render_metrics(const engine::MetricsSnapshot& s, const std::string& model_name) {
+  Writer w("model_name=\"" + model_name + "\",engine=\"0\"");
+  const engine::Metrics& m = s.totals;
+  w.gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+          s.num_running);
+  w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+          s.num_waiting);
+  w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+          s.kv_cache_usage);
+  w.gauge("vllm:gpu_cache_usage_perc",
+          "KV-cache usage (deprecated name of vllm:kv_cache_usage_perc).", s.kv_cache_usage);
+  w.counter("vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            double(m.prefix_cache_queries));
+  w.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+            double(m.prefix_cache_hits));
+  w.counter("vllm:gpu_prefix_cache_queries", "Deprecated alias of vllm:prefix_cache_queries.",
+            double(m.prefix_cache_queries));
+  w.counter("vllm:gpu_prefix_cache_hits", "Deprecated alias of vllm:prefix_cache_hits.",
+            double(m.prefix_cache_hits));
+  w.counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
+            double(m.preemptions));
+  w.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", double(m.prompt_tokens));
+  w.counter("vllm:generation_tokens", "Number of generation tokens processed.",
+            double(m.generation_tokens));
+  {
+    auto& out = w.raw();
+    out << "# HELP vllm:request_success Count of successfully processed requests.\n"
+           "# TYPE vllm:request_success counter\n";
+    for (const char* reason : {"stop", "length", "abort"}) {
+      auto it = m.request_success.find(reason);
+      out << "vllm:request_success_total{model_name=\"" << model_name
+          << "\",engine=\"0\",finished_reason=\"" << reason << "\"} "
+          << num(it == m.request_success.end() ? 0.0 : double(it->second)) << "\n";
+    }
+  }
+  w.histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+              m.iteration_tokens);
+  w.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+              m.ttft);
+  w.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+              m.itl);
+  w.histogram("vllm:time_per_output_token_seconds",
+              "Histogram of time per output token in seconds (deprecated name).", m.itl);
+  w.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+              m.e2e);
+  w.raw() << "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+             "# TYPE vllm:cache_config_info gauge\n"
+             "vllm:cache_config_info{block_size=\""
+          << s.block_size << "\",engine=\"0\",num_gpu_blocks=\"" << s.num_kv_blocks << "\"} 1.0\n";
+  return w.str();
+}
+
+}  // namespace server
