@@ -439,6 +439,7 @@ int run_serve_command(int argc, char** argv) {
   plan.engine.scheduler.max_model_len = max_model_len;
   plan.engine.scheduler.max_num_batched_tokens = batched;
   plan.server.max_model_len = max_model_len;
+  plan.server.model_vocab_size = mc.vocab_size;
   LOG(INFO) << "Using max model len " << max_model_len;
   if (chunked)
     LOG(INFO) << "Chunked prefill is enabled with max_num_batched_tokens=" << batched << ".";

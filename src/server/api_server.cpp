@@ -5,6 +5,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -108,7 +110,17 @@ ApiServer::ApiServer(ServerConfig config, engine::EngineCore& engine,
 ApiServer::~ApiServer() = default;
 
 bool ApiServer::listen() {
+  // cpp-httplib listens with a backlog of 5, so bursts of connections overflow the accept
+  // queue (clients then see resets and retransmit delays). Capture the socket and widen it.
+  int listen_fd = -1;
+  http_->set_socket_options([&listen_fd](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd = sock;
+  });
   if (!http_->bind_to_port(config_.host, config_.port)) return false;
+  if (listen_fd >= 0 && ::listen(listen_fd, SOMAXCONN) != 0)
+    LOG(WARNING) << "could not widen the listen backlog";
   LOG(INFO) << "Starting vLLM API server 0 on http://" << config_.host << ":" << config_.port;
   for (const char* route : {"/health", "/version", "/v1/models", "/tokenize", "/detokenize",
                             "/v1/completions", "/v1/chat/completions", "/metrics"}) {
@@ -315,6 +327,14 @@ void ApiServer::handle_generate(const httplib::Request& req, httplib::Response& 
   std::vector<int32_t> max_tokens_per_prompt;
   for (const auto& ids : prompts) {
     if (ids.empty()) return send_error(res, api::bad_request("The prompt is empty."));
+    for (int32_t id : ids) {
+      if (id < 0 || id >= config_.model_vocab_size) {
+        return send_error(res,
+                          api::bad_request("Token id " + std::to_string(id) +
+                                           " is out of vocabulary (the model has " +
+                                           std::to_string(config_.model_vocab_size) + " rows)"));
+      }
+    }
     api::CommonRequestFields copy = f;
     if (auto e = api::resolve_max_tokens(static_cast<int64_t>(ids.size()), config_.max_model_len,
                                          endpoint, &copy)) {

@@ -29,6 +29,7 @@ struct ServerConfig {
   std::string model_path;
   std::optional<std::string> api_key;
   int64_t max_model_len = 0;
+  int64_t model_vocab_size = 0;  // prompt ids must be below it
   int max_logprobs = 20;
   std::string reasoning_parser;  // "", "deepseek_v3" or "deepseek_r1"
   int http_threads = 256;

@@ -1,0 +1,448 @@
+// chunkpipe serve end to end: real processes on 127.0.0.1 driven over HTTP. Covers the seed
+// documents' requests, streamed and not; greedy invariance across concurrency, token budget,
+// prefix caching and streaming; bad input; API keys; 64 concurrent streams with disconnects;
+// and the first generated token against the golden logits.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server_process.h"
+
+namespace {
+
+using nlohmann::json;
+const std::string kKey = "test-key";
+
+std::string model_dir() {
+  static const std::string dir = [] {
+    const std::string d = std::filesystem::temp_directory_path() /
+                          ("chunkpipe_e2e_model_" + std::to_string(getpid()));
+    const int rc = e2e::run_chunkpipe(
+        {"make-model",    d,    "--hidden",       "64",  "--layers",    "2",  "--heads",   "2",
+         "--q-lora-rank", "32", "--kv-lora-rank", "32",  "--qk-nope",   "16", "--qk-rope", "16",
+         "--v-head",      "16", "--experts",      "8",   "--top-k",     "2",  "--n-group", "2",
+         "--topk-group",  "1",  "--inter",        "128", "--moe-inter", "32", "--seed",    "7"});
+    EXPECT_EQ(rc, 0) << "make-model failed";
+    return d;
+  }();
+  return dir;
+}
+
+std::vector<std::string> base_flags() {
+  return {
+      "--served-model-name",      "deepseek_v3", "--max-model-len", "512", "--block-size",   "16",
+      "--kv-cache-memory",        "16000000",    "--threads",       "1",   "--max-num-seqs", "64",
+      "--max-num-batched-tokens", "512"};
+}
+
+struct Response {
+  int status = 0;
+  json body;
+  std::string raw;
+};
+
+Response post(const e2e::ServerProcess& s, const std::string& path, const std::string& body,
+              bool with_key = true) {
+  auto c = s.client();
+  httplib::Headers h;
+  if (with_key) h.emplace("Authorization", "Bearer " + kKey);
+  auto r = c.Post(path, h, body, "application/json");
+  Response out;
+  if (!r) return out;
+  out.status = r->status;
+  out.raw = r->body;
+  out.body = json::parse(r->body, nullptr, false);
+  return out;
+}
+
+// SSE `data:` payloads of a streamed response, without [DONE] (counted in `done`).
+std::vector<json> sse_events(const std::string& raw, int* done) {
+  std::vector<json> out;
+  *done = 0;
+  size_t pos = 0;
+  while ((pos = raw.find("data: ", pos)) != std::string::npos) {
+    const size_t end = raw.find("\n\n", pos);
+    const std::string payload = raw.substr(pos + 6, end - pos - 6);
+    if (payload == "[DONE]") {
+      ++*done;
+    } else {
+      out.push_back(json::parse(payload));
+    }
+    pos = end;
+  }
+  return out;
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto flags = base_flags();
+    flags.insert(flags.end(), {"--api-key", kKey, "--reasoning-parser", "deepseek_v3"});
+    server_ = new e2e::ServerProcess(model_dir(), flags, "/tmp/chunkpipe_e2e_main.log");
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->stop(), 0) << "SIGTERM must exit 0";
+    delete server_;
+  }
+  static e2e::ServerProcess* server_;
+};
+e2e::ServerProcess* ServeTest::server_ = nullptr;
+
+TEST_F(ServeTest, SeedRequestsNonStreamed) {
+  ASSERT_TRUE(server_->ready()) << "see /tmp/chunkpipe_e2e_main.log";
+  auto r = post(
+      *server_, "/v1/chat/completions",
+      R"({"model": "deepseek_v3", "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                    {"role": "user", "content": "Hello! Who are you?"}], "max_tokens": 8})");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["object"], "chat.completion");
+  EXPECT_EQ(r.body["model"], "deepseek_v3");
+  EXPECT_EQ(r.body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(r.body["choices"][0]["message"]["content"].is_string());
+  EXPECT_EQ(
+      r.body["usage"]["completion_tokens"].get<int>() + r.body["usage"]["prompt_tokens"].get<int>(),
+      r.body["usage"]["total_tokens"].get<int>());
+  EXPECT_EQ(r.body["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+
+  r = post(
+      *server_, "/v1/chat/completions",
+      R"({"model": "deepseek_v3", "messages": [{"role": "user", "content": [{"type": "text", "text": "Describe"},
+               {"type": "text", "text": "a cat."}]}], "max_tokens": 4})");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 4);
+
+  r = post(
+      *server_, "/v1/completions",
+      R"({"model": "deepseek_v3", "prompt": "The future of AI is", "max_completion_tokens": 24, "temperature": 0})");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["object"], "text_completion");
+  EXPECT_TRUE(r.body["choices"][0]["text"].is_string());
+  EXPECT_TRUE(r.body["choices"][0]["finish_reason"] == "length" ||
+              r.body["choices"][0]["finish_reason"] == "stop");
+  EXPECT_LE(r.body["usage"]["completion_tokens"].get<int>(),
+            16);  // max_tokens defaults to 16 for completions
+}
+
+TEST_F(ServeTest, SeedRequestsStreamedWithUsage) {
+  ASSERT_TRUE(server_->ready());
+  auto r = post(*server_, "/v1/chat/completions",
+                R"({"model": "deepseek_v3", "messages": [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Hi"}], "max_tokens": 6, "stream": true, "ignore_eos": true,
+                    "stream_options": {"include_usage": true}})");
+  ASSERT_EQ(r.status, 200);
+  int done = 0;
+  auto events = sse_events(r.raw, &done);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events.front()["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[events.size() - 2]["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(events.back()["choices"].empty());
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 6);
+
+  r = post(
+      *server_, "/v1/completions",
+      R"({"prompt": "The future of AI is", "max_tokens": 5, "temperature": 0, "stream": true, "ignore_eos": true})");
+  ASSERT_EQ(r.status, 200);
+  events = sse_events(r.raw, &done);
+  ASSERT_EQ(events.size(), 5u);  // one chunk per token, no usage chunk
+  for (const auto& e : events) EXPECT_TRUE(e["usage"].is_null());
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(ServeTest, ThinkingSplitsReasoningContent) {
+  ASSERT_TRUE(server_->ready());
+  auto r = post(
+      *server_, "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "Think."}], "max_tokens": 6, "temperature": 0,
+                    "ignore_eos": true, "chat_template_kwargs": {"thinking": true}})");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& m = r.body["choices"][0]["message"];
+  // Random weights rarely emit </think>: everything generated is reasoning.
+  EXPECT_TRUE(m["reasoning_content"].is_string());
+  EXPECT_EQ(m["reasoning_content"].get<std::string>() + m["content"].get<std::string>() == "",
+            false);
+}
+
+TEST_F(ServeTest, BadInputGetsTheRightStatusAndTheServerKeepsServing) {
+  ASSERT_TRUE(server_->ready());
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string message;
+    bool with_key = true;
+  };
+  const std::string long_prompt(6000, 'x');
+  const std::vector<Case> cases = {
+      {"/v1/completions", "{not json", 400, "Invalid JSON"},
+      {"/v1/completions", R"({"prompt": "a", "max_tokens": "ten"})", 400,
+       "'max_tokens' must be an integer"},
+      {"/v1/completions", R"({"prompt": "a", "model": "gpt-9"})", 404,
+       "The model `gpt-9` does not exist."},
+      {"/v1/completions", R"({"prompt": "a", "max_tokens": -3})", 400,
+       "max_tokens must be at least 1, got -3."},
+      {"/v1/completions", R"({"prompt": "a", "temperature": -0.5})", 400,
+       "temperature must be non-negative, got -0.5."},
+      {"/v1/completions", R"({"prompt": ")" + long_prompt + R"("})", 400,
+       "This model's maximum context length is 512 tokens. However, your request has"},
+      {"/v1/completions", R"({"prompt": "a", "max_tokens": 600})", 400,
+       "'max_tokens' or 'max_completion_tokens' is too large: 600."},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user"}]})", 400,
+       "messages[0].content is required"},
+      {"/v1/chat/completions", R"({"messages": "hi"})", 400, "'messages' must be a list"},
+      {"/v1/completions", R"({"prompt": "a", "stream_options": {"include_usage": true}})", 400,
+       "Stream options can only be defined when `stream=True`."},
+      {"/v1/completions", R"({"prompt": [1, 2, 99999999]})", 400, "token ids must be integers"},
+      {"/v1/completions", R"({"prompt": "a"})", 401, "Unauthorized", false},
+  };
+  for (const Case& c : cases) {
+    auto r = post(*server_, c.path, c.body, c.with_key);
+    EXPECT_EQ(r.status, c.status) << c.body.substr(0, 80) << " -> " << r.raw.substr(0, 200);
+    EXPECT_NE(r.raw.find(c.message), std::string::npos)
+        << c.body.substr(0, 80) << " -> " << r.raw.substr(0, 300);
+    if (c.status != 401) {
+      EXPECT_EQ(r.body["error"]["code"], c.status);
+    }
+  }
+  // A 10 MB body is parsed and refused for its length, not by a crash.
+  auto big = post(*server_, "/v1/completions",
+                  R"({"prompt": ")" + std::string(10 << 20, 'y') + R"(", "max_tokens": 1})");
+  EXPECT_EQ(big.status, 400);
+  EXPECT_NE(big.raw.find("maximum context length is 512 tokens"), std::string::npos)
+      << big.raw.substr(0, 200);
+  // Still serving.
+  auto ok = post(*server_, "/v1/completions", R"({"prompt": "still alive?", "max_tokens": 2})");
+  EXPECT_EQ(ok.status, 200);
+  auto models = server_->client().Get("/v1/models", {{"Authorization", "Bearer " + kKey}});
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "deepseek_v3");
+}
+
+std::vector<std::string> invariance_prompts() {
+  return {
+      "Hello",
+      "The capital of France is",
+      "1, 2, 3, 4,",
+      "你好，世界",
+      "def fib(n):",
+      "A long time ago in a galaxy far",
+      "Once upon a time there was a very small cat who lived in a big house with many rooms and",
+      "Translate to German: good morning"};
+}
+
+// Greedy completions of every prompt; concurrent when `parallel`.
+std::vector<std::string> greedy_texts(const e2e::ServerProcess& s, bool parallel, bool stream,
+                                      int copies = 1) {
+  const auto prompts = invariance_prompts();
+  std::vector<std::string> out(prompts.size() * copies);
+  auto one = [&](size_t i) {
+    json body = {{"prompt", prompts[i % prompts.size()]},
+                 {"max_tokens", 12},
+                 {"temperature", 0},
+                 {"ignore_eos", true},
+                 {"stream", stream}};
+    auto r = post(s, "/v1/completions", body.dump());
+    if (!stream) {
+      out[i] = r.status == 200 ? r.body["choices"][0]["text"].get<std::string>()
+                               : "HTTP " + std::to_string(r.status);
+      return;
+    }
+    int done = 0;
+    std::string text;
+    for (const auto& e : sse_events(r.raw, &done))
+      text += e["choices"][0]["text"].get<std::string>();
+    out[i] = text;
+  };
+  if (!parallel) {
+    for (size_t i = 0; i < out.size(); ++i) one(i);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < out.size(); ++i) threads.emplace_back(one, i);
+    for (auto& t : threads) t.join();
+  }
+  return out;
+}
+
+TEST_F(ServeTest, GreedyOutputsAreInvariant) {
+  ASSERT_TRUE(server_->ready());
+  const auto alone = greedy_texts(*server_, false, false);
+  auto concurrent = greedy_texts(*server_, true, false, 2);  // 16 concurrent requests
+  const auto streamed = greedy_texts(*server_, true, true);
+  for (size_t i = 0; i < concurrent.size(); ++i)
+    EXPECT_EQ(concurrent[i], alone[i % alone.size()]) << "prompt " << i;
+  EXPECT_EQ(streamed, alone);
+  auto flags = base_flags();
+  flags.insert(flags.end(), {"--api-key", kKey, "--max-num-batched-tokens", "16", "--max-num-seqs",
+                             "16", "--no-enable-prefix-caching"});
+  e2e::ServerProcess small_budget(model_dir(), flags, "/tmp/chunkpipe_e2e_budget16.log");
+  ASSERT_TRUE(small_budget.ready());
+  EXPECT_EQ(greedy_texts(small_budget, true, false), alone);
+  EXPECT_EQ(small_budget.stop(), 0);
+}
+
+double metric(const e2e::ServerProcess& s, const std::string& name) {
+  auto r = s.client().Get("/metrics");
+  if (!r) return -1;
+  size_t pos = r->body.find("\n" + name + "{");
+  if (pos == std::string::npos) return -1;
+  pos = r->body.find("} ", pos);
+  return std::stod(r->body.substr(pos + 2));
+}
+
+TEST_F(ServeTest, RepeatedPromptHitsThePrefixCache) {
+  ASSERT_TRUE(server_->ready());
+  std::string prompt;
+  for (int i = 0; i < 40; ++i)
+    prompt += "word" + std::to_string(i) + " ";  // > 3 blocks of 16 tokens
+  const double before = metric(*server_, "vllm:prefix_cache_hits_total");
+  json body = {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true}};
+  auto first = post(*server_, "/v1/completions", body.dump());
+  auto second = post(*server_, "/v1/completions", body.dump());
+  ASSERT_EQ(first.status, 200);
+  EXPECT_EQ(first.body["choices"][0]["text"], second.body["choices"][0]["text"]);
+  EXPECT_GE(metric(*server_, "vllm:prefix_cache_hits_total") - before, 48.0);
+}
+
+TEST_F(ServeTest, SixtyFourConcurrentStreamsWithDisconnects) {
+  ASSERT_TRUE(server_->ready());
+  std::atomic<int> correct{0}, disconnected{0};
+  std::mutex failures_mu;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 64; ++i) {
+    threads.emplace_back([&, i] {
+      const int max_tokens = 4 + (i * 7) % 29;
+      std::string prompt;
+      for (int w = 0; w < 1 + (i * 13) % 40; ++w) prompt += "token" + std::to_string(w) + " ";
+      json body = {{"prompt", prompt},
+                   {"max_tokens", max_tokens},
+                   {"ignore_eos", true},
+                   {"stream", true},
+                   {"stream_options", {{"include_usage", true}}},
+                   {"seed", i}};
+      auto c = server_->client();
+      httplib::Headers h = {{"Authorization", "Bearer " + kKey}};
+      if (i % 8 == 7) {  // these clients hang up after the second chunk
+        int chunks = 0;
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/completions";
+        req.headers = h;
+        req.body = body.dump();
+        req.set_header("Content-Type", "application/json");
+        req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+          return ++chunks < 2;
+        };
+        c.send(req);
+        ++disconnected;
+        return;
+      }
+      auto r = c.Post("/v1/completions", h, body.dump(), "application/json");
+      std::string why;
+      if (!r || r->status != 200) {
+        why = r ? "HTTP " + std::to_string(r->status) + " " + r->body.substr(0, 200)
+                : "no response: " + httplib::to_string(r.error());
+      } else {
+        int done = 0;
+        auto events = sse_events(r->body, &done);
+        int tokens = 0;
+        for (const auto& e : events) tokens += e["choices"].empty() ? 0 : 1;
+        if (done == 1 && !events.empty() &&
+            events.back()["usage"]["completion_tokens"] == max_tokens && tokens <= max_tokens) {
+          ++correct;
+          return;
+        }
+        why = "done=" + std::to_string(done) + " tokens=" + std::to_string(tokens) +
+              " max=" + std::to_string(max_tokens) +
+              " last=" + (events.empty() ? "" : events.back().dump().substr(0, 200));
+      }
+      std::lock_guard<std::mutex> lock(failures_mu);
+      failures.push_back("request " + std::to_string(i) + ": " + why);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(correct.load(), 56);
+  for (size_t k = 0; k < std::min<size_t>(failures.size(), 5); ++k) ADD_FAILURE() << failures[k];
+  EXPECT_EQ(disconnected.load(), 8);
+  // Aborted requests free their blocks: usage drains back to zero.
+  double usage = -1, running = -1;
+  for (int i = 0; i < 100; ++i) {
+    usage = metric(*server_, "vllm:kv_cache_usage_perc");
+    running = metric(*server_, "vllm:num_requests_running");
+    if (usage == 0.0 && running == 0.0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(usage, 0.0);
+  EXPECT_EQ(running, 0.0);
+  EXPECT_GE(metric(*server_, "vllm:request_success_total"), 0.0);
+}
+
+TEST(ServeGoldenTest, FirstTokenIsTheArgmaxOfTheGoldenLogits) {
+  const std::string data = CHUNKPIPE_TEST_DATA_DIR;
+  e2e::ServerProcess s(
+      data + "/tiny-bf16",
+      {"--tokenizer", CHUNKPIPE_TOKENIZER_DIR, "--block-size", "16", "--max-model-len", "1024",
+       "--kv-cache-memory", "8000000", "--threads", "1"},
+      "/tmp/chunkpipe_e2e_golden.log");
+  ASSERT_TRUE(s.ready()) << "see /tmp/chunkpipe_e2e_golden.log";
+  for (const char* seq : {"short", "s64", "s200"}) {
+    std::ifstream in(data + "/golden/tiny-bf16." + std::string(seq) + ".json");
+    json g = json::parse(in);
+    json body = {{"prompt", g["ids"]}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 1}};
+    auto r = post(s, "/v1/completions", body.dump(), false);
+    ASSERT_EQ(r.status, 200) << r.raw;
+    auto d = post(s, "/detokenize", json({{"tokens", {g["last_argmax"]}}}).dump(), false);
+    EXPECT_EQ(r.body["choices"][0]["text"], d.body["prompt"]) << seq;
+    const double golden_max = *std::max_element(g["last_logits"].begin(), g["last_logits"].end());
+    (void)golden_max;
+    EXPECT_EQ(r.body["choices"][0]["logprobs"]["tokens"][0], d.body["prompt"]) << seq;
+  }
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
+  const std::string m = CHUNKPIPE_TEST_DATA_DIR "/tiny-bf16";
+  auto run = [&](const std::string& args) {
+    const std::string cmd = std::string(CHUNKPIPE_BINARY) + " serve " + m + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    const int status = pclose(p);
+    return std::make_pair(WEXITSTATUS(status), out);
+  };
+  auto [rc, out] = run("--bogus-flag 1");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("unrecognized argument: --bogus-flag"), std::string::npos) << out;
+  std::tie(rc, out) = run("--pipeline-parallel-size 2");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("pipeline parallelism (--pipeline-parallel-size > 1) is not built yet"),
+            std::string::npos)
+      << out;
+  std::tie(rc, out) = run("--port notaport");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("argument --port: invalid int value: 'notaport'"), std::string::npos) << out;
+  // The seed's single-node command line parses; it stops at the first feature not built yet.
+  std::tie(rc, out) = run(
+      "--host 0.0.0.0 --port 8015 --data-parallel-size 4 --tensor-parallel-size 4 --quantization "
+      "ascend "
+      "--seed 1024 --served-model-name deepseek_v3 --enable-expert-parallel --async-scheduling "
+      "--max-num-seqs 16 --max-model-len 16384 --max-num-batched-tokens 4096 --trust-remote-code "
+      "--no-enable-prefix-caching --gpu-memory-utilization 0.92 "
+      "--speculative-config '{\"num_speculative_tokens\": 3, \"method\": \"mtp\"}' "
+      "--compilation-config "
+      "'{\"cudagraph_capture_sizes\":[4,16,32,48,64],\"cudagraph_mode\":\"FULL_DECODE_ONLY\"}'");
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("is not built yet"), std::string::npos) << out;
+  EXPECT_EQ(out.find("unrecognized"), std::string::npos) << out;
+}
+
+}  // namespace

@@ -1,0 +1,110 @@
+// Test helper: runs `chunkpipe serve` (or any chunkpipe command) as a child process on
+// 127.0.0.1 with a free port, waits for /health, and stops it with SIGTERM.
+#pragma once
+
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace e2e {
+
+// A port the kernel just handed out on 127.0.0.1 (bound to port 0, then closed).
+inline int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs a chunkpipe command to completion; returns its exit code.
+inline int run_chunkpipe(const std::vector<std::string>& args) {
+  std::string cmd = std::string(CHUNKPIPE_BINARY);
+  for (const auto& a : args) cmd += " '" + a + "'";
+  cmd += " > /dev/null 2>&1";
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+class ServerProcess {
+ public:
+  // Starts `chunkpipe serve MODEL --host 127.0.0.1 --port P <extra>`; log goes to log_path.
+  ServerProcess(const std::string& model, const std::vector<std::string>& extra,
+                const std::string& log_path)
+      : port_(free_port()) {
+    std::vector<std::string> args = {
+        CHUNKPIPE_BINARY, "serve", model, "--host", "127.0.0.1", "--port", std::to_string(port_)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      FILE* log = std::freopen(log_path.c_str(), "w", stderr);
+      (void)log;
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    httplib::Client c("127.0.0.1", port_);
+    for (int i = 0; i < 600 && !ready_; ++i) {  // up to 60 s
+      auto r = c.Get("/health");
+      ready_ = r && r->status == 200;
+      if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      int status;
+      if (!ready_ && waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+    }
+  }
+  ~ServerProcess() { stop(); }
+
+  bool ready() const { return ready_; }
+  int port() const { return port_; }
+  httplib::Client client(int timeout_s = 120) const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(timeout_s, 0);
+    c.set_write_timeout(timeout_s, 0);
+    return c;
+  }
+  // SIGTERM, then the exit code (-1 if it did not exit within 20 s).
+  int stop() {
+    if (pid_ <= 0) return exit_code_;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 200; ++i) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        pid_ = -1;
+        return exit_code_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    return -1;
+  }
+
+ private:
+  int port_;
+  pid_t pid_ = -1;
+  bool ready_ = false;
+  int exit_code_ = -1;
+};
+
+}  // namespace e2e
