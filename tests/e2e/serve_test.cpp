@@ -384,6 +384,21 @@ TEST_F(ServeTest, SixtyFourConcurrentStreamsWithDisconnects) {
   EXPECT_GE(metric(*server_, "vllm:request_success_total"), 0.0);
 }
 
+TEST_F(ServeTest, NpmOpenAiClientWorks) {
+  ASSERT_TRUE(server_->ready());
+  const std::string cmd = "node " CHUNKPIPE_SOURCE_DIR
+                          "/tests/e2e/openai_client_test.mjs http://127.0.0.1:" +
+                          std::to_string(server_->port()) + "/v1 " + kKey + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("5 passed, 0 failed"), std::string::npos) << out;
+}
+
 TEST(ServeGoldenTest, FirstTokenIsTheArgmaxOfTheGoldenLogits) {
   const std::string data = CHUNKPIPE_TEST_DATA_DIR;
   e2e::ServerProcess s(
