@@ -384,6 +384,55 @@ TEST_F(ServeTest, SixtyFourConcurrentStreamsWithDisconnects) {
   EXPECT_GE(metric(*server_, "vllm:request_success_total"), 0.0);
 }
 
+TEST_F(ServeTest, StopStringsStopTokensEchoAndN) {
+  ASSERT_TRUE(server_->ready());
+  json body = {{"prompt", "The future of AI is"},
+               {"max_tokens", 12},
+               {"temperature", 0},
+               {"ignore_eos", true}};
+  auto full = post(*server_, "/v1/completions", body.dump());
+  ASSERT_EQ(full.status, 200);
+  const std::string text = full.body["choices"][0]["text"];
+  ASSERT_GE(text.size(), 6u);
+  const std::string stop = text.substr(3, 3);
+  body["stop"] = {stop};
+  auto stopped = post(*server_, "/v1/completions", body.dump());
+  EXPECT_EQ(stopped.body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(stopped.body["choices"][0]["stop_reason"], stop);
+  EXPECT_EQ(stopped.body["choices"][0]["text"], text.substr(0, text.find(stop)));
+  // Streamed, the same text arrives (held back while it could still become the stop string).
+  body["stream"] = true;
+  auto streamed = post(*server_, "/v1/completions", body.dump());
+  int done = 0;
+  std::string joined;
+  for (const auto& e : sse_events(streamed.raw, &done))
+    joined += e["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(joined, text.substr(0, text.find(stop)));
+
+  json echo = {{"prompt", "Echo me"}, {"max_tokens", 2}, {"echo", true}, {"n", 2}, {"seed", 5}};
+  auto r = post(*server_, "/v1/completions", echo.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  ASSERT_EQ(r.body["choices"].size(), 2u);
+  for (const auto& c : r.body["choices"])
+    EXPECT_EQ(c["text"].get<std::string>().rfind("Echo me", 0), 0u);
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 4);
+
+  auto ids = post(*server_, "/tokenize", R"({"prompt": "The future of AI is"})");
+  ASSERT_EQ(ids.status, 200);
+  auto back = post(*server_, "/detokenize", json({{"tokens", ids.body["tokens"]}}).dump());
+  EXPECT_EQ(back.body["prompt"], "<｜begin▁of▁sentence｜>The future of AI is");
+  const int first_generated =
+      post(*server_, "/tokenize", json({{"prompt", text}, {"add_special_tokens", false}}).dump())
+          .body["tokens"][0];
+  json stop_tok = {{"prompt", "The future of AI is"},
+                   {"max_tokens", 12},
+                   {"temperature", 0},
+                   {"stop_token_ids", {first_generated}}};
+  auto st = post(*server_, "/v1/completions", stop_tok.dump());
+  EXPECT_EQ(st.body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(st.body["choices"][0]["stop_reason"], first_generated);
+}
+
 TEST_F(ServeTest, NpmOpenAiClientWorks) {
   ASSERT_TRUE(server_->ready());
   const std::string cmd = "node " CHUNKPIPE_SOURCE_DIR
@@ -445,19 +494,20 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   std::tie(rc, out) = run("--port notaport");
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("argument --port: invalid int value: 'notaport'"), std::string::npos) << out;
-  // The seed's single-node command line parses; it stops at the first feature not built yet.
-  std::tie(rc, out) = run(
-      "--host 0.0.0.0 --port 8015 --data-parallel-size 4 --tensor-parallel-size 4 --quantization "
-      "ascend "
-      "--seed 1024 --served-model-name deepseek_v3 --enable-expert-parallel --async-scheduling "
-      "--max-num-seqs 16 --max-model-len 16384 --max-num-batched-tokens 4096 --trust-remote-code "
-      "--no-enable-prefix-caching --gpu-memory-utilization 0.92 "
-      "--speculative-config '{\"num_speculative_tokens\": 3, \"method\": \"mtp\"}' "
-      "--compilation-config "
-      "'{\"cudagraph_capture_sizes\":[4,16,32,48,64],\"cudagraph_mode\":\"FULL_DECODE_ONLY\"}'");
-  EXPECT_EQ(rc, 2);
-  EXPECT_NE(out.find("is not built yet"), std::string::npos) << out;
-  EXPECT_EQ(out.find("unrecognized"), std::string::npos) << out;
+  // Every `vllm serve` command line of the seed documents parses (no unknown or invalid flag);
+  // each stops at the first feature not built yet. --host 127.0.0.1 last keeps tests on loopback.
+  std::ifstream in(CHUNKPIPE_TEST_DATA_DIR "/seed_serve_commands.txt");
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    ++lines;
+    std::tie(rc, out) = run(line + " --host 127.0.0.1");
+    EXPECT_EQ(rc, 2) << line << "\n" << out;
+    EXPECT_NE(out.find("is not built yet"), std::string::npos) << line << "\n" << out;
+    EXPECT_EQ(out.find("unrecognized"), std::string::npos) << line << "\n" << out;
+    EXPECT_EQ(out.find("invalid"), std::string::npos) << line << "\n" << out;
+  }
+  EXPECT_EQ(lines, 10);
 }
 
 }  // namespace
