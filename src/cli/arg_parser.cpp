@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 namespace cli {
 namespace {
@@ -153,6 +154,20 @@ std::optional<std::string> ArgParser::option(const std::string& name) const {
     if (s.name == name) return s.default_value;
   }
   return std::nullopt;
+}
+
+common::Result<int64_t> ArgParser::int_option(const std::string& name, int64_t min_value) const {
+  const std::string v = option(name).value_or("");
+  int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size()) {
+    return common::invalid_argument("argument --" + name + ": invalid int value: '" + v + "'");
+  }
+  if (out < min_value) {
+    return common::invalid_argument("argument --" + name + ": must be at least " +
+                                    std::to_string(min_value) + ", got " + v);
+  }
+  return out;
 }
 
 bool ArgParser::flag(const std::string& name) const {

@@ -35,6 +35,9 @@ class ArgParser {
   std::string positional(const std::string& name) const;
   std::optional<std::string> option(const std::string& name) const;
   bool flag(const std::string& name) const;
+  // The option's value as an integer >= min_value; errors in argparse's wording. The option
+  // must have a value (a default or one given).
+  common::Result<int64_t> int_option(const std::string& name, int64_t min_value) const;
   // Whether the option or flag was given on the command line (including --no-X).
   bool given(const std::string& name) const { return values_.count(name) != 0; }
   // Every option given, in canonical names, for the "non-default args" log line.

@@ -45,16 +45,6 @@ common::Result<std::vector<int32_t>> parse_ids(std::string text) {
   return ids;
 }
 
-common::Result<int64_t> parse_int(const std::string& flag, const std::string& text, int64_t min) {
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size() || v < min) {
-    return common::invalid_argument("argument --" + flag + ": invalid value '" + text +
-                                    "' (an integer >= " + std::to_string(min) + ")");
-  }
-  return v;
-}
-
 json rows_json(const std::vector<float>& data, int64_t vocab) {
   json rows = json::array();
   for (size_t start = 0; start < data.size(); start += vocab) {
@@ -98,9 +88,9 @@ int run_logits_command(int argc, char** argv) {
   if (!p.option("ids")) return fail(common::invalid_argument("argument --ids is required"), 2);
   auto ids = parse_ids(*p.option("ids"));
   if (!ids.ok()) return fail(ids.status(), 2);
-  auto chunk = parse_int("chunk", *p.option("chunk"), 0);
-  auto threads = parse_int("threads", *p.option("threads"), 1);
-  auto block_size = parse_int("block-size", *p.option("block-size"), 1);
+  auto chunk = p.int_option("chunk", 0);
+  auto threads = p.int_option("threads", 1);
+  auto block_size = p.int_option("block-size", 1);
   if (!chunk.ok()) return fail(chunk.status(), 2);
   if (!threads.ok()) return fail(threads.status(), 2);
   if (!block_size.ok()) return fail(block_size.status(), 2);
@@ -110,7 +100,7 @@ int run_logits_command(int argc, char** argv) {
   opts.mtp = p.flag("mtp");
   opts.block_size = static_cast<int>(*block_size);
   if (auto next = p.option("mtp-next")) {
-    auto v = parse_int("mtp-next", *next, 0);
+    auto v = p.int_option("mtp-next", 0);
     if (!v.ok()) return fail(v.status(), 2);
     opts.mtp_next_token = static_cast<int32_t>(*v);
   }

@@ -51,15 +51,6 @@ const IntFlag kIntFlags[] = {
     {"orig-max-pos", "rope_scaling.original_max_position_embeddings", "4096"},
 };
 
-common::Result<int64_t> to_int(const std::string& flag, const std::string& v) {
-  int64_t out = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || p != v.data() + v.size()) {
-    return common::invalid_argument("argument --" + flag + ": invalid int value: '" + v + "'");
-  }
-  return out;
-}
-
 common::Result<double> to_double(const std::string& flag, const std::string& v) {
   try {
     size_t used = 0;
@@ -127,7 +118,7 @@ int run_make_model_command(int argc, char** argv) {
   }
   std::map<std::string, int64_t> v;
   for (const IntFlag& f : kIntFlags) {
-    auto r = to_int(f.name, *p.option(f.name));
+    auto r = p.int_option(f.name, 0);
     if (!r.ok()) return fail(r.status(), 2);
     v[f.name] = *r;
   }
@@ -143,7 +134,7 @@ int run_make_model_command(int argc, char** argv) {
   c.num_key_value_heads = c.num_attention_heads;
   const std::string qlr = *p.option("q-lora-rank");
   if (qlr != "none" && qlr != "null" && qlr != "0") {
-    auto r = to_int("q-lora-rank", qlr);
+    auto r = p.int_option("q-lora-rank", 1);
     if (!r.ok()) return fail(r.status(), 2);
     c.q_lora_rank = *r;
   }

@@ -111,21 +111,19 @@ void add_serve_flags(ArgParser& p) {
   p.add_alias("-O", "compilation-config");
 }
 
-common::Result<int64_t> int_value(const ArgParser& p, const std::string& flag, int64_t min_value) {
-  std::string v = *p.option(flag);
+// --max-model-len also accepts vLLM's 1k / 2K / 1m suffixes.
+common::Result<int64_t> max_model_len_value(const ArgParser& p) {
+  std::string v = *p.option("max-model-len");
   int64_t mult = 1;
-  if (flag == "max-model-len" && !v.empty()) {  // vLLM accepts 1k / 2K / 1m
-    const char last = v.back();
-    if (last == 'k' || last == 'K')
-      mult = last == 'k' ? 1000 : 1024, v.pop_back();
-    else if (last == 'm' || last == 'M')
-      mult = last == 'm' ? 1000000 : 1048576, v.pop_back();
+  if (!v.empty() && (v.back() == 'k' || v.back() == 'K' || v.back() == 'm' || v.back() == 'M')) {
+    mult = v.back() == 'k' ? 1000 : v.back() == 'K' ? 1024 : v.back() == 'm' ? 1000000 : 1048576;
+    v.pop_back();
   }
   int64_t out = 0;
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || ptr != v.data() + v.size() || out * mult < min_value) {
-    return common::invalid_argument("argument --" + flag + ": invalid int value: '" +
-                                    *p.option(flag) + "'");
+  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || out < 1) {
+    return common::invalid_argument("argument --max-model-len: invalid int value: '" +
+                                    *p.option("max-model-len") + "'");
   }
   return out * mult;
 }
@@ -176,7 +174,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     return common::unimplemented(what + " is not built yet in chunkpipe (" + issue + ")");
   };
   for (const char* f : {"pipeline-parallel-size", "tensor-parallel-size", "data-parallel-size"}) {
-    CP_ASSIGN_OR_RETURN(int64_t v, int_value(p, f, 1));
+    CP_ASSIGN_OR_RETURN(int64_t v, p.int_option(f, 1));
     if (v > 1) {
       const std::string what = std::string(f) == "pipeline-parallel-size"
                                    ? "pipeline parallelism (--pipeline-parallel-size > 1)"
@@ -228,7 +226,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
 
   auto& s = plan->server;
   s.host = *p.option("host");
-  CP_ASSIGN_OR_RETURN(int64_t port, int_value(p, "port", 0));
+  CP_ASSIGN_OR_RETURN(int64_t port, p.int_option("port", 0));
   if (port > 65535)
     return common::invalid_argument("argument --port: invalid int value: '" + *p.option("port") +
                                     "'");
@@ -252,19 +250,19 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     }
     s.reasoning_parser = *rp;
   }
-  CP_ASSIGN_OR_RETURN(int64_t max_logprobs, int_value(p, "max-logprobs", 0));
+  CP_ASSIGN_OR_RETURN(int64_t max_logprobs, p.int_option("max-logprobs", 0));
   s.max_logprobs = static_cast<int>(max_logprobs);
-  CP_ASSIGN_OR_RETURN(int64_t http_threads, int_value(p, "http-threads", 1));
+  CP_ASSIGN_OR_RETURN(int64_t http_threads, p.int_option("http-threads", 1));
   s.http_threads = static_cast<int>(http_threads);
-  CP_ASSIGN_OR_RETURN(int64_t body_bytes, int_value(p, "max-request-body-bytes", 1));
+  CP_ASSIGN_OR_RETURN(int64_t body_bytes, p.int_option("max-request-body-bytes", 1));
   s.max_body_bytes = static_cast<size_t>(body_bytes);
 
   auto& e = plan->engine;
-  CP_ASSIGN_OR_RETURN(int64_t seed, int_value(p, "seed", 0));
+  CP_ASSIGN_OR_RETURN(int64_t seed, p.int_option("seed", 0));
   e.seed = static_cast<uint64_t>(seed);
-  CP_ASSIGN_OR_RETURN(int64_t max_num_seqs, int_value(p, "max-num-seqs", 1));
+  CP_ASSIGN_OR_RETURN(int64_t max_num_seqs, p.int_option("max-num-seqs", 1));
   e.scheduler.max_num_seqs = static_cast<int32_t>(max_num_seqs);
-  CP_ASSIGN_OR_RETURN(int64_t block_size, int_value(p, "block-size", 1));
+  CP_ASSIGN_OR_RETURN(int64_t block_size, p.int_option("block-size", 1));
   if (block_size % 16 != 0 && block_size != 1 && block_size != 8) {
     return common::invalid_argument(
         "argument --block-size: invalid choice: " + std::to_string(block_size) +
@@ -272,10 +270,10 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   }
   e.block_size = static_cast<int>(block_size);
   e.enable_prefix_caching = !p.given("enable-prefix-caching") || p.flag("enable-prefix-caching");
-  CP_ASSIGN_OR_RETURN(int64_t threads, int_value(p, "threads", 1));
+  CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1));
   e.num_threads = static_cast<int>(threads);
   if (p.given("kv-cache-memory")) {
-    CP_ASSIGN_OR_RETURN(plan->kv_cache_bytes, int_value(p, "kv-cache-memory", 1));
+    CP_ASSIGN_OR_RETURN(plan->kv_cache_bytes, p.int_option("kv-cache-memory", 1));
   }
   try {
     plan->memory_utilization = std::stod(*p.option("gpu-memory-utilization"));
@@ -402,7 +400,7 @@ int run_serve_command(int argc, char** argv) {
   const int64_t derived_len = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096;
   int64_t max_model_len = derived_len;
   if (p.given("max-model-len")) {
-    auto v = int_value(p, "max-model-len", 1);
+    auto v = max_model_len_value(p);
     if (!v.ok()) return usage_error(v.status().message());
     max_model_len = *v;
     if (max_model_len > derived_len && !std::getenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN")) {
@@ -417,7 +415,7 @@ int run_serve_command(int argc, char** argv) {
   const bool chunked = !p.given("enable-chunked-prefill") || p.flag("enable-chunked-prefill");
   int64_t batched = chunked ? 2048 : std::max<int64_t>(max_model_len, 2048);
   if (p.given("max-num-batched-tokens")) {
-    auto v = int_value(p, "max-num-batched-tokens", 1);
+    auto v = p.int_option("max-num-batched-tokens", 1);
     if (!v.ok()) return usage_error(v.status().message());
     batched = *v;
   }

@@ -10,20 +10,6 @@
 namespace engine {
 namespace {
 
-const char* reason_name(sched::FinishReason r) {
-  switch (r) {
-    case sched::FinishReason::kStop:
-      return "stop";
-    case sched::FinishReason::kLength:
-      return "length";
-    case sched::FinishReason::kAbort:
-      return "abort";
-    case sched::FinishReason::kNone:
-      return "none";
-  }
-  return "none";
-}
-
 // Largest cut <= n that does not split a UTF-8 character of `s`.
 size_t utf8_floor(const std::string& s, size_t n) {
   while (n > 0 && n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
@@ -153,7 +139,7 @@ void EngineCore::finish(const std::string& id, sched::FinishReason reason, Reque
     std::lock_guard<std::mutex> lock(mu_);
     r = reason == sched::FinishReason::kAbort ? scheduler_.abort_request(id)
                                               : scheduler_.finish_request(id, reason);
-    metrics_.request_success[reason_name(reason)]++;
+    metrics_.request_success[sched::finish_reason_name(reason)]++;
     metrics_.e2e.observe(common::now_seconds() - t.arrival);
   }
   out->request_id = id;

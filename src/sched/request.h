@@ -34,6 +34,21 @@ struct SamplingParams {
 enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
 enum class FinishReason { kNone, kStop, kLength, kAbort };
 
+// vLLM's finish_reason strings ("stop", "length", "abort"); nullptr for kNone.
+inline const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kNone:
+      break;
+  }
+  return nullptr;
+}
+
 struct Request {
   std::string request_id;
   std::vector<int32_t> prompt_token_ids;

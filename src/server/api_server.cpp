@@ -42,20 +42,6 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-const char* finish_reason_str(sched::FinishReason r) {
-  switch (r) {
-    case sched::FinishReason::kStop:
-      return "stop";
-    case sched::FinishReason::kLength:
-      return "length";
-    case sched::FinishReason::kAbort:
-      return "abort";
-    case sched::FinishReason::kNone:
-      break;
-  }
-  return nullptr;
-}
-
 json stop_reason_json(const std::variant<std::monostate, std::string, int32_t>& v) {
   if (std::holds_alternative<std::string>(v)) return std::get<std::string>(v);
   if (std::holds_alternative<int32_t>(v)) return std::get<int32_t>(v);
@@ -463,7 +449,7 @@ void ApiServer::handle_generate(const httplib::Request& req, httplib::Response& 
       const auto& c = session->choices[i];
       if (i % f.n == 0) prompt_total += c.prompt_tokens;
       completion_total += c.completion_tokens;
-      const char* fr = finish_reason_str(c.finish_reason);
+      const char* fr = sched::finish_reason_name(c.finish_reason);
       if (chat) {
         json message = {{"role", "assistant"},        {"content", c.text},
                         {"refusal", nullptr},         {"annotations", nullptr},
@@ -575,7 +561,7 @@ void ApiServer::handle_generate(const httplib::Request& req, httplib::Response& 
           if (o.finished) --session->unfinished;
           std::vector<engine::TokenLogprob> new_lps(c.logprobs.begin() + lp_before,
                                                     c.logprobs.end());
-          const char* fr = o.finished ? finish_reason_str(c.finish_reason) : nullptr;
+          const char* fr = o.finished ? sched::finish_reason_name(c.finish_reason) : nullptr;
           json chunk;
           if (chat) {
             json delta = json::object();

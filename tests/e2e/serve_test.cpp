@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "command.h"
 #include "server_process.h"
 
 namespace {
@@ -474,14 +475,8 @@ TEST(ServeGoldenTest, FirstTokenIsTheArgmaxOfTheGoldenLogits) {
 TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   const std::string m = CHUNKPIPE_TEST_DATA_DIR "/tiny-bf16";
   auto run = [&](const std::string& args) {
-    const std::string cmd = std::string(CHUNKPIPE_BINARY) + " serve " + m + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    const int status = pclose(p);
-    return std::make_pair(WEXITSTATUS(status), out);
+    auto r = e2e::run_shell(std::string(CHUNKPIPE_BINARY) + " serve " + m + " " + args);
+    return std::make_pair(r.exit_code, r.out);
   };
   auto [rc, out] = run("--bogus-flag 1");
   EXPECT_EQ(rc, 2);

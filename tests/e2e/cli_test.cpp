@@ -2,6 +2,8 @@
 // and usage errors that name the problem.
 #include <gtest/gtest.h>
 
+#include "command.h"
+
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -11,20 +13,10 @@
 
 namespace {
 
-struct CommandResult {
-  int exit_code;
-  std::string out;
-};
+using e2e::CommandResult;
 
 CommandResult run(const std::string& args) {
-  const std::string cmd = std::string(CHUNKPIPE_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WEXITSTATUS(status), out};
+  return e2e::run_shell(std::string(CHUNKPIPE_BINARY) + " " + args);
 }
 
 const std::string kModel = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16";
@@ -70,13 +62,7 @@ CommandResult run_with_input(const std::string& input, const std::string& args) 
   std::string quoted = "'";
   for (char c : input) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
   quoted += "'";
-  const std::string cmd = "printf %s " + quoted + " | " + CHUNKPIPE_BINARY + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  return {WEXITSTATUS(pclose(p)), out};
+  return e2e::run_shell("printf %s " + quoted + " | " + CHUNKPIPE_BINARY + " " + args);
 }
 
 TEST(TokenizeCommandTest, EncodesAndDecodesLines) {
