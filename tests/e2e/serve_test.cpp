@@ -212,6 +212,11 @@ TEST_F(ServeTest, BadInputGetsTheRightStatusAndTheServerKeepsServing) {
       EXPECT_EQ(r.body["error"]["code"], c.status);
     }
   }
+  auto wrong = server_->client().Post("/v1/completions", {{"Authorization", "Bearer wrong-key"}},
+                                      R"({"prompt": "a"})", "application/json");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_EQ(wrong->body, R"({"error":"Unauthorized"})");
   // A 10 MB body is parsed and refused for its length, not by a crash.
   auto big = post(*server_, "/v1/completions",
                   R"({"prompt": ")" + std::string(10 << 20, 'y') + R"(", "max_tokens": 1})");
