@@ -424,7 +424,8 @@ void ApiServer::handle_generate(const httplib::Request& req, httplib::Response& 
       json t = json::object();
       for (const auto& [id, v] : lp.top) t[token_str(id)] = v;
       top.push_back(t);
-      offsets.push_back(0);
+      offsets.push_back(offset);
+      offset += tokens.back().get_ref<const std::string&>().size();
     }
     return {{"text_offset", offsets},
             {"token_logprobs", token_logprobs},
