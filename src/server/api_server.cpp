@@ -418,6 +418,7 @@ void ApiServer::handle_generate(const httplib::Request& req, httplib::Response& 
     }
     json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
          offsets = json::array();
+    size_t offset = 0;  // bytes into the generated text
     for (const auto& lp : lps) {
       tokens.push_back(token_str(lp.token));
       token_logprobs.push_back(lp.logprob);
