@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 packages=(
   g++ cmake make ccache pkg-config git
   nlohmann-json3-dev libopenblas-dev libpcre2-dev nodejs
-  libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcpp-httplib-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcpp-httplib-dev libcurl4-openssl-dev
   clang-format
 )
 missing=()

@@ -12,6 +12,8 @@ void print_usage() {
       "commands:\n"
       "  serve MODEL [vLLM serve flags]\n"
       "      OpenAI-compatible server (chat, completions, streaming, metrics)\n"
+      "  bench serve|latency|throughput [flags of vllm bench]\n"
+      "      load generator with vLLM's figures; in-process latency / throughput\n"
       "  logits MODEL --ids 1,2,3 [--all] [--mtp] [--chunk N] [--out FILE]\n"
       "      print a checkpoint's logits as JSON (parity with shared/reference/dsv3_ref.py)\n"
       "  tokenize DIR [--json-lines] [--bos] [--decode]\n"
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(argv[1], "tokenize") == 0) return cli::run_tokenize_command(argc, argv);
   if (std::strcmp(argv[1], "make-model") == 0) return cli::run_make_model_command(argc, argv);
   if (std::strcmp(argv[1], "serve") == 0) return cli::run_serve_command(argc, argv);
+  if (std::strcmp(argv[1], "bench") == 0) return cli::run_bench_command(argc, argv);
   std::fprintf(stderr, "chunkpipe: error: unknown command '%s'\n", argv[1]);
   print_usage();
   return 2;

@@ -46,26 +46,55 @@ SampledToken sample_token(std::span<float> logits, const sched::Request& r,
       if (t >= 0 && t < V) logits[t] = -std::numeric_limits<float>::infinity();
     }
   }
-  std::vector<float> logprobs;
-  log_softmax(logits, &logprobs);
 
   SampledToken out;
+  const bool filtered = p.top_k > 0 || p.top_p < 1.0 || p.min_p > 0.0;
   if (p.greedy()) {
     out.token =
         static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  } else if (!filtered) {
+    // Plain temperature sampling: one pass over the vocabulary, no sorting.
+    const double inv_t = 1.0 / p.temperature;
+    const float top = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> probs(V);
+    double sum = 0;
+    for (int64_t i = 0; i < V; ++i) sum += probs[i] = std::exp((logits[i] - top) * inv_t);
+    double u = std::uniform_real_distribution<double>(0.0, sum)(rng);
+    int64_t pick = 0;
+    while (pick + 1 < V && u >= probs[pick]) u -= probs[pick++];
+    out.token = static_cast<int32_t>(pick);
   } else {
     // Candidates sorted by logit, then cut by top-k, top-p and min-p.
     std::vector<int32_t> order(V);
     std::iota(order.begin(), order.end(), 0);
+    const double inv_t = 1.0 / p.temperature;
+    const auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b]; };
     int64_t keep = V;
     if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
-                      [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-    const double inv_t = 1.0 / p.temperature;
+    double normalizer = 0;  // over the candidates top-k leaves (all of them without top-k)
+    if (p.top_k <= 0) {
+      // Top-p / min-p without top-k: sorting the whole vocabulary is the slow part, and the
+      // nucleus almost always lies in the best few thousand tokens. Sort those first, and the
+      // rest only when their mass does not reach top_p.
+      const float top_logit = *std::max_element(logits.begin(), logits.end());
+      for (int64_t i = 0; i < V; ++i) normalizer += std::exp((logits[i] - top_logit) * inv_t);
+      const int64_t head = std::min<int64_t>(V, 4096);
+      std::partial_sort(order.begin(), order.begin() + head, order.end(), by_logit);
+      double mass = 0;
+      for (int64_t i = 0; i < head; ++i) mass += std::exp((logits[order[i]] - top_logit) * inv_t);
+      if (head < V && mass / normalizer < p.top_p) {
+        std::sort(order.begin() + head, order.end(), by_logit);
+      } else {
+        keep = head;
+      }
+    } else {
+      std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
+    }
     const double top = logits[order[0]] * inv_t;
     std::vector<double> probs(keep);
     double sum = 0;
     for (int64_t i = 0; i < keep; ++i) sum += probs[i] = std::exp(logits[order[i]] * inv_t - top);
+    if (p.top_k <= 0) sum = normalizer;  // probabilities over the whole vocabulary
     for (auto& v : probs) v /= sum;
     if (p.top_p < 1.0) {
       double cum = 0;
@@ -86,8 +115,11 @@ SampledToken sample_token(std::span<float> logits, const sched::Request& r,
     while (pick + 1 < keep && u >= probs[pick]) u -= probs[pick++];
     out.token = order[pick];
   }
+  if (!p.logprobs) return out;  // logprobs cost a pass over the vocabulary: only on request
+  std::vector<float> logprobs;
+  log_softmax(logits, &logprobs);
   out.logprob = logprobs[out.token];
-  if (p.logprobs && *p.logprobs > 0) {
+  if (*p.logprobs > 0) {
     const int64_t n = std::min<int64_t>(*p.logprobs, V);
     std::vector<int32_t> order(V);
     std::iota(order.begin(), order.end(), 0);

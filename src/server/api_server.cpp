@@ -88,6 +88,8 @@ ApiServer::ApiServer(ServerConfig config, engine::EngineCore& engine,
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(config_.max_body_bytes);
   http_->set_keep_alive_max_count(1000);
+  http_->set_tcp_nodelay(
+      true);  // SSE chunks are small: Nagle + delayed ACKs would add ~40 ms per token
   http_->set_read_timeout(60, 0);
   http_->set_write_timeout(60, 0);
   register_routes();
