@@ -1,6 +1,7 @@
 // `chunkpipe bench serve | latency | throughput`: vLLM's benchmark commands. `serve` drives any
 // OpenAI-compatible server over HTTP (libcurl multi, one thread for all streams) and prints vLLM's
 // summary and result JSON; `latency` and `throughput` drive the engine in-process.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -346,6 +347,8 @@ int run_bench_serve(int argc, char** argv) {
               max_concurrency ? std::to_string(*max_concurrency).c_str() : "None");
   std::fflush(stdout);
   const bool progress = !p.flag("disable-tqdm") && isatty(STDERR_FILENO);
+  rusage usage_before{};
+  getrusage(RUSAGE_SELF, &usage_before);
   const size_t total = specs.size();
   const double start = common::now_seconds();
   auto results = client.run(specs, max_concurrency.value_or(0), [&](size_t done) {
@@ -365,8 +368,18 @@ int run_bench_serve(int argc, char** argv) {
   for (size_t i = 0; i < results.size() && printed < 10; ++i) {
     if (!results[i].success) std::printf("Error %zu: %s\n", i, results[i].error.c_str()), ++printed;
   }
+  rusage usage_after{};
+  getrusage(RUSAGE_SELF, &usage_after);
+  auto cpu_seconds = [](const rusage& u) {
+    return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  };
+  const double client_cpu_ms =
+      (cpu_seconds(usage_after) - cpu_seconds(usage_before)) * 1000 / double(results.size());
   bench::Summary s = bench::summarize(results, duration, sc);
+  s.result["client_cpu_ms_per_request"] = client_cpu_ms;
   std::printf("%s", s.text.c_str());
+  std::printf("Client CPU time per request (ms):        %.3f\n", client_cpu_ms);
   if (p.flag("save-result")) {
     if (auto md = p.option("metadata")) {
       for (const auto& kv : split_list(*md, '\n')) {

@@ -270,6 +270,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   }
   e.block_size = static_cast<int>(block_size);
   e.enable_prefix_caching = !p.given("enable-prefix-caching") || p.flag("enable-prefix-caching");
+  e.log_requests = p.flag("enable-log-requests") && !p.flag("disable-log-requests");
   CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1));
   e.num_threads = static_cast<int>(threads);
   if (p.given("kv-cache-memory")) {

@@ -153,6 +153,16 @@ void EngineCore::finish(const std::string& id, sched::FinishReason reason, Reque
     if (!std::holds_alternative<std::string>(out->stop_reason)) t.text += t.detokenizer->flush();
     if (t.text.size() > t.sent) out->new_text += t.text.substr(t.sent);
   }
+  if (config_.log_requests) {
+    const double now = common::now_seconds();
+    const char* reason_text = sched::finish_reason_name(reason);
+    LOG(INFO) << "Finished request " << id
+              << ": finish_reason=" << (reason_text ? reason_text : "none")
+              << " prompt_tokens=" << out->num_prompt_tokens
+              << " output_tokens=" << out->num_output_tokens
+              << " ttft_ms=" << (t.first_token > 0 ? (t.first_token - t.arrival) * 1000 : -1.0)
+              << " e2e_ms=" << (now - t.arrival) * 1000;
+  }
   OutputCallback cb = std::move(t.callback);
   tracked_.erase(it);
   cb(*out);

@@ -36,6 +36,7 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   int num_threads = 1;
   uint64_t seed = 0;
+  bool log_requests = false;  // one log line per finished request with its timings
 };
 
 struct TokenLogprob {

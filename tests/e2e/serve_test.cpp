@@ -4,6 +4,7 @@
 // and the first generated token against the golden logits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -85,7 +86,8 @@ class ServeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     auto flags = base_flags();
-    flags.insert(flags.end(), {"--api-key", kKey, "--reasoning-parser", "deepseek_v3"});
+    flags.insert(flags.end(),
+                 {"--api-key", kKey, "--reasoning-parser", "deepseek_v3", "--enable-log-requests"});
     server_ = new e2e::ServerProcess(model_dir(), flags, "/tmp/chunkpipe_e2e_main.log");
   }
   static void TearDownTestSuite() {
@@ -437,6 +439,117 @@ TEST_F(ServeTest, StopStringsStopTokensEchoAndN) {
   auto st = post(*server_, "/v1/completions", stop_tok.dump());
   EXPECT_EQ(st.body["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(st.body["choices"][0]["stop_reason"], first_generated);
+}
+
+TEST_F(ServeTest, BenchServeCountsEveryTokenAndAgreesWithServerTimings) {
+  ASSERT_TRUE(server_->ready());
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("chunkpipe_bench_" + std::to_string(getpid()));
+  const std::string cmd =
+      "OPENAI_API_KEY=" + kKey + " " + CHUNKPIPE_BINARY +
+      " bench serve --base-url http://127.0.0.1:" + std::to_string(server_->port()) +
+      " --random-input 48 --random-output-len 8 --num-prompt 24 --max-concurrency 6 --ignore-eos"
+      " --percentile-metrics ttft,tpot,itl,e2el --save-result --result-dir " +
+      dir + " --result-filename r.json --request-id-prefix bench";
+  auto r = e2e::run_shell(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* field : {"Successful requests:                     24",
+                            "Failed requests:                         0",
+                            "Maximum request concurrency:             6",
+                            "Benchmark duration (s):",
+                            "Total input tokens:",
+                            "Total generated tokens:                  192",
+                            "Request throughput (req/s):",
+                            "Output token throughput (tok/s):",
+                            "Peak output token throughput (tok/s):",
+                            "Peak concurrent requests:",
+                            "Total token throughput (tok/s):",
+                            "Mean TTFT (ms):",
+                            "Median TTFT (ms):",
+                            "P99 TTFT (ms):",
+                            "Mean TPOT (ms):",
+                            "Median TPOT (ms):",
+                            "P99 TPOT (ms):",
+                            "Mean ITL (ms):",
+                            "Median ITL (ms):",
+                            "P99 ITL (ms):",
+                            "Mean E2EL (ms):",
+                            "P99 E2EL (ms):"}) {
+    EXPECT_NE(r.out.find(field), std::string::npos) << field << "\n" << r.out;
+  }
+  std::ifstream in(dir + "/r.json");
+  json result = json::parse(in);
+  EXPECT_EQ(result["completed"], 24);
+  EXPECT_EQ(result["total_output_tokens"], 24 * 8);
+  int64_t sum = 0;
+  for (const auto& n : result["output_lens"]) sum += n.get<int64_t>();
+  EXPECT_EQ(sum, 24 * 8);
+  for (const char* key :
+       {"mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+        "mean_itl_ms", "mean_e2el_ms", "request_throughput", "output_throughput",
+        "total_token_throughput", "ttfts", "itls", "start_times", "input_lens"}) {
+    EXPECT_TRUE(result.contains(key)) << key;
+  }
+  // The server logs each finished request's TTFT and E2E; medians agree with the client's.
+  std::ifstream log("/tmp/chunkpipe_e2e_main.log");
+  std::vector<double> server_ttft, server_e2e;
+  for (std::string line; std::getline(log, line);) {
+    if (line.find("Finished request cmpl-bench-") == std::string::npos) continue;
+    server_ttft.push_back(std::stod(line.substr(line.find("ttft_ms=") + 8)));
+    server_e2e.push_back(std::stod(line.substr(line.find("e2e_ms=") + 7)));
+  }
+  ASSERT_EQ(server_ttft.size(), 24u);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  const double client_ttft = result["median_ttft_ms"], client_e2e = result["median_e2el_ms"];
+  std::printf(
+      "    median TTFT client %.2f ms / server %.2f ms; median E2E client %.2f ms / server %.2f "
+      "ms\n",
+      client_ttft, median(server_ttft), client_e2e, median(server_e2e));
+  EXPECT_NEAR(client_ttft, median(server_ttft), 5.0);
+  EXPECT_NEAR(client_e2e, median(server_e2e), 5.0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchErrorsTest, FailuresAreCountedAndTheRunCompletes) {
+  // A stub that answers 200 with a stream holding no choice, and 400 for long prompts.
+  httplib::Server stub;
+  stub.Post("/v1/completions", [](const httplib::Request& req, httplib::Response& res) {
+    if (req.body.size() > 2000) {
+      res.status = 400;
+      res.set_content(
+          R"({"error":{"message":"too long","type":"BadRequestError","param":null,"code":400}})",
+          "application/json");
+      return;
+    }
+    res.set_content("data: [DONE]\n\n", "text/event-stream");
+  });
+  const int port = stub.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { stub.listen_after_bind(); });
+  const std::string common = std::string(CHUNKPIPE_BINARY) +
+                             " bench serve --model m --tokenizer " CHUNKPIPE_TOKENIZER_DIR
+                             " --num-prompts 5 --random-output-len 4 --max-concurrency 2 ";
+  auto never = e2e::run_shell(common + "--random-input-len 16 --port " + std::to_string(port));
+  EXPECT_EQ(never.exit_code, 0) << never.out;
+  EXPECT_NE(never.out.find("Failed requests:                         5"), std::string::npos)
+      << never.out;
+  EXPECT_NE(never.out.find("Never received a valid chunk to calculate TTFT."), std::string::npos)
+      << never.out;
+  auto rejected = e2e::run_shell(common + "--random-input-len 1500 --port " + std::to_string(port));
+  EXPECT_EQ(rejected.exit_code, 0) << rejected.out;
+  EXPECT_NE(rejected.out.find("Failed requests:                         5"), std::string::npos)
+      << rejected.out;
+  EXPECT_NE(rejected.out.find("HTTP 400"), std::string::npos) << rejected.out;
+  stub.stop();
+  serving.join();
+  auto down =
+      e2e::run_shell(common + "--random-input-len 16 --port " + std::to_string(e2e::free_port()));
+  EXPECT_EQ(down.exit_code, 0) << down.out;
+  EXPECT_NE(down.out.find("Failed requests:                         5"), std::string::npos)
+      << down.out;
+  EXPECT_NE(down.out.find("transport error"), std::string::npos) << down.out;
 }
 
 TEST_F(ServeTest, NpmOpenAiClientWorks) {
