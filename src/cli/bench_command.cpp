@@ -20,6 +20,7 @@
 
 #include "bench/dataset.h"
 #include "bench/http_util.h"
+#include "bench/report.h"
 #include "bench/sse_client.h"
 #include "bench/summary.h"
 #include "cli/arg_parser.h"
@@ -108,6 +109,7 @@ int run_bench_serve(int argc, char** argv) {
   p.add_option("temperature", "sampling temperature sent with each request");
   p.add_option("top-p", "top_p sent with each request");
   p.add_option("top-k", "top_k sent with each request");
+  p.add_option("report", "also write a self-contained HTML report (plots) to this file");
   p.add_alias("-n", "num-prompts");
   if (auto st = p.parse(argc, argv, 3); !st.ok()) return fail(p, "serve", st, true);
   if (p.help_requested()) {
@@ -380,6 +382,14 @@ int run_bench_serve(int argc, char** argv) {
   s.result["client_cpu_ms_per_request"] = client_cpu_ms;
   std::printf("%s", s.text.c_str());
   std::printf("Client CPU time per request (ms):        %.3f\n", client_cpu_ms);
+  if (auto report = p.option("report")) {
+    std::ofstream f(*report);
+    if (!f)
+      return fail(p, "serve", common::invalid_argument("cannot write --report file " + *report),
+                  false);
+    f << bench::render_html_report(results, s, "chunkpipe bench serve: " + model);
+    std::printf("Saved report to %s\n", report->c_str());
+  }
   if (p.flag("save-result")) {
     if (auto md = p.option("metadata")) {
       for (const auto& kv : split_list(*md, '\n')) {

@@ -99,3 +99,30 @@ TEST(SseParseTest, ChoicesUsageErrorsAndDone) {
 }
 
 }  // namespace
+
+#include "bench/report.h"
+
+namespace {
+
+TEST(ReportTest, SelfContainedWithFourPlots) {
+  std::vector<bench::RequestResult> rs;
+  for (int i = 0; i < 6; ++i) rs.push_back(result(0.1 * i, 0.05, 0.4, 4, {0.05, 0.15, 0.25, 0.4}));
+  bench::RequestResult failed;
+  failed.error = "HTTP 400";
+  rs.push_back(failed);
+  auto s = bench::summarize(rs, 1.0, {});
+  const std::string html = bench::render_html_report(rs, s, "run <1>");
+  size_t svgs = 0;
+  for (size_t pos = 0; (pos = html.find("<svg", pos)) != std::string::npos; ++pos) ++svgs;
+  EXPECT_EQ(svgs, 4u);
+  EXPECT_NE(html.find("run &lt;1&gt;"), std::string::npos);
+  EXPECT_NE(html.find("class=\"decode\""), std::string::npos);
+  EXPECT_NE(html.find("class=\"fail\""), std::string::npos);
+  EXPECT_NE(html.find("<polyline"), std::string::npos);
+  // No script and no resource from the network (the SVG namespace URI is not a fetch).
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+  EXPECT_EQ(html.find("href="), std::string::npos);
+}
+
+}  // namespace
