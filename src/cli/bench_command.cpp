@@ -342,7 +342,9 @@ int run_bench_serve(int argc, char** argv) {
     std::printf("Warmup run completed.\n");
   }
   std::printf("Skipping endpoint ready check.\n");
-  std::printf("Traffic request rate: %s\n", rate < 0 ? "inf" : std::to_string(rate).c_str());
+  // Python's float repr, as vLLM prints it (20.0, 0.5).
+  const std::string rate_str = rate < 0 ? "inf" : json(rate).dump();
+  std::printf("Traffic request rate: %s\n", rate_str.c_str());
   std::printf("Burstiness factor: %.1f (%s)\n", *burstiness,
               *burstiness == 1.0 ? "Poisson process" : "Gamma distribution");
   std::printf("Maximum request concurrency: %s\n",

@@ -513,6 +513,63 @@ TEST_F(ServeTest, BenchServeCountsEveryTokenAndAgreesWithServerTimings) {
   std::filesystem::remove_all(dir);
 }
 
+TEST_F(ServeTest, BenchDatasetsChatBackendAndOfflineModes) {
+  ASSERT_TRUE(server_->ready());
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("chunkpipe_ds_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/sharegpt.json") << R"([
+    {"conversations": [{"from": "human", "value": "What is the capital of France? Answer with some history."},
+                       {"from": "gpt", "value": "The capital of France is Paris, a city founded long ago."}]},
+    {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}])";
+  std::ofstream(dir + "/synthetic.json")
+      << R"({"Type": "string", "RequestCount": 6, "StringConfig": {
+    "Input": {"Method": "uniform", "Params": {"MinValue": 20, "MaxValue": 40}},
+    "Output": {"Method": "fixed", "Params": {"Value": 5}}}})";
+  const std::string base =
+      "OPENAI_API_KEY=" + kKey + " " + CHUNKPIPE_BINARY +
+      " bench serve --base-url http://127.0.0.1:" + std::to_string(server_->port()) +
+      " --ignore-eos ";
+  auto sharegpt = e2e::run_shell(base + "--dataset-name sharegpt --dataset-path " + dir +
+                                 "/sharegpt.json --num-prompts 10");
+  EXPECT_EQ(sharegpt.exit_code, 0) << sharegpt.out;
+  EXPECT_NE(sharegpt.out.find("Successful requests:                     1 "), std::string::npos)
+      << sharegpt.out;  // "hi" is filtered
+  auto synthetic = e2e::run_shell(base + "--dataset-name synthetic --dataset-path " + dir +
+                                  "/synthetic.json --backend openai-chat");
+  EXPECT_EQ(synthetic.exit_code, 0) << synthetic.out;
+  EXPECT_NE(synthetic.out.find("Successful requests:                     6"), std::string::npos)
+      << synthetic.out;
+  EXPECT_NE(synthetic.out.find("Total generated tokens:                  30"), std::string::npos)
+      << synthetic.out;
+  auto paced = e2e::run_shell(base +
+                              "--num-prompts 6 --random-input-len 16 --random-output-len 2 "
+                              "--request-rate 50 --burstiness 0.5");
+  EXPECT_NE(paced.out.find("Traffic request rate: 50.0"), std::string::npos) << paced.out;
+  EXPECT_NE(paced.out.find("Request rate configured (RPS):           50.00"), std::string::npos)
+      << paced.out;
+  auto bad = e2e::run_shell(base + "--dataset-name sharegpt");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--dataset-path is required for sharegpt"), std::string::npos) << bad.out;
+  std::filesystem::remove_all(dir);
+
+  const std::string model = model_dir();
+  auto latency = e2e::run_shell(
+      std::string(CHUNKPIPE_BINARY) + " bench latency " + model +
+      " --input-len 8 --output-len 4 --batch-size 2 --num-iters-warmup 1 --num-iters 2"
+      " --kv-cache-memory 4000000 --max-model-len 512 --block-size 16");
+  EXPECT_EQ(latency.exit_code, 0) << latency.out;
+  EXPECT_NE(latency.out.find("Avg latency:"), std::string::npos) << latency.out;
+  EXPECT_NE(latency.out.find("99% percentile latency:"), std::string::npos) << latency.out;
+  auto throughput =
+      e2e::run_shell(std::string(CHUNKPIPE_BINARY) + " bench throughput " + model +
+                     " --input-len 8 --output-len 4 --num-prompts 6 --kv-cache-memory 4000000"
+                     " --max-model-len 512 --block-size 16");
+  EXPECT_EQ(throughput.exit_code, 0) << throughput.out;
+  EXPECT_NE(throughput.out.find("Total num output tokens:  24"), std::string::npos)
+      << throughput.out;
+}
+
 TEST(BenchErrorsTest, FailuresAreCountedAndTheRunCompletes) {
   // A stub that answers 200 with a stream holding no choice, and 400 for long prompts.
   httplib::Server stub;
