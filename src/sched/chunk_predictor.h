@@ -1,0 +1,78 @@
+// Dynamic chunk sizing for chunked pipeline-parallel prefill (CPP), vllm-ascend's semantics
+// (shared/docs/cpp-design.md §4-7): a quadratic latency model f(l) = a·l² + b·l + c fitted on a
+// startup profile, the target T = f(B) - f(0), chunk sizes solving cost(L, x) = T, a
+// history-aware model refitted online, and the per-step time budget charge (predict_time).
+// Not thread-safe: owned by the scheduler thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sched {
+
+// Least-squares solution of X·θ ≈ y for a tall X (rows × 3), by Householder QR (well
+// conditioned even with l² ~ 1e9 columns). Empty when X is rank deficient.
+std::vector<double> least_squares3(const std::vector<std::array<double, 3>>& x,
+                                   const std::vector<double>& y);
+
+class ChunkSizePredictor {
+ public:
+  static constexpr int kMinProfileSamples = 8;
+  static constexpr int kMinHistorySamples = 5;
+  static constexpr int kTargetSteps = 3;  // zero-history steps that (re)set T online
+
+  ChunkSizePredictor(int64_t base_chunk, int page_size, double smooth_factor, int64_t min_chunk,
+                     int max_fit_chunk);
+
+  // The startup schedule: B, B - B/64, ..., B/64 after one warm-up of B (index 0).
+  static std::vector<int64_t> profile_chunk_sizes(int64_t base_chunk, int num_samples = 64);
+
+  // Fits f on (tokens, ms) samples and sets T. False when fewer than kMinProfileSamples.
+  // `log` receives the [ProfilingChunk] lines.
+  bool fit_profile(const std::vector<std::pair<int64_t, double>>& samples,
+                   std::vector<std::string>* log);
+
+  bool ready() const { return ready_; }
+  double a() const { return a_; }
+  double b() const { return b_; }
+  double c() const { return c_; }
+  double target_ms() const { return target_ms_; }
+  bool history_model_ready() const { return with_history_ready_; }
+  bool need_timing() const { return need_timing_; }
+  void set_need_timing(bool on) { need_timing_ = on; }
+
+  // Raw positive root of cost(history, x) = target (basic or history model); nullopt when
+  // there is none (a == 0, negative discriminant, x <= 0).
+  std::optional<double> solve(int64_t history, double target_ms) const;
+  // Chunk size after smoothing toward B, the min_chunk floor and aligning up to
+  // max(page_size, 64). target_ms <= 0 uses T.
+  std::optional<int64_t> predict(int64_t history, double target_ms = 0) const;
+  // Predicted milliseconds of a chunk of `chunk` tokens after `history`; 0 when not ready.
+  double predict_time(int64_t chunk, int64_t history) const;
+
+  // Online calibration: one executed step of (chunk, history) pairs and its measured time.
+  void record_step(const std::vector<std::pair<int64_t, int64_t>>& chunks, double elapsed_ms,
+                   std::vector<std::string>* log);
+
+ private:
+  int64_t base_chunk_;
+  int page_size_;
+  double smooth_factor_;
+  int64_t min_chunk_;
+  int max_fit_chunk_;
+  bool ready_ = false;
+  double a_ = 0, b_ = 0, c_ = 0, target_ms_ = 0;
+  // History model t(C, H) = ah·C·(C+H) + bh·(C+H) + ch.
+  bool with_history_ready_ = false;
+  bool history_fitted_ = false;
+  double ah_ = 0, bh_ = 0, ch_ = 0;
+  std::vector<std::array<double, 4>> history_samples_;  // x1, x2, x3, ms
+  int target_steps_ = 0;
+  bool need_timing_ = true;
+};
+
+}  // namespace sched
