@@ -3,6 +3,7 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/check.h"
 
@@ -42,18 +43,49 @@ void Scheduler::preempt(Request* r) {
   ++num_preemptions_;
 }
 
+std::optional<int64_t> Scheduler::dynamic_chunk(const Request& r, int64_t history, int64_t n,
+                                                double time_budget, double target) const {
+  // The first chunk of a fresh request keeps the full budget while calibrating, so the
+  // measured target is a B-token step (cpp-design.md §6.2).
+  if (predictor_ == nullptr || !predictor_->ready() ||
+      (r.num_computed_tokens == 0 && predictor_->need_timing())) {
+    return n;
+  }
+  if (auto p = predictor_->predict(history, time_budget)) return std::min(n, *p);
+  if (predictor_->need_timing()) return n;  // calibration stage: long requests are better
+  if (time_budget == target) return n;      // first prefill this step: degrade to fixed chunks
+  return std::nullopt;                      // no time left for another prefill chunk
+}
+
 SchedulerOutput Scheduler::schedule() {
   // There is no "prefill phase" or "decode phase": each request has num_computed_tokens and
-  // num_tokens, and each step grants min(needed, remaining budget).
+  // num_tokens, and each step grants min(needed, remaining budget). With a chunk predictor
+  // (CPP), prefill chunks are also sized to spend a per-step time budget of T milliseconds.
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
+  const bool cpp = predictor_ != nullptr && predictor_->ready();
+  const double target = cpp ? predictor_->target_ms() : 0.0;
+  double time_budget = cpp ? target : INFINITY;
+  auto emit = [&](Request* r, int64_t n, int64_t charged_history) {
+    const int64_t before = r->num_computed_tokens;
+    const bool in_prefill = before < r->num_prompt_tokens();
+    out.scheduled.push_back({r, before, n, before + n == r->num_tokens()});
+    r->num_computed_tokens = before + n;  // advanced now: the next chunk may follow at once
+    budget -= n;
+    if (cpp && in_prefill) time_budget -= predictor_->predict_time(n, charged_history);
+  };
+  for (size_t i = 0; i < running_.size() && budget > 0 && time_budget > 0;) {
     Request* r = running_[i];
-    const int64_t needed = r->num_tokens() - r->num_computed_tokens;
-    const int64_t n = std::min(needed, budget);
+    int64_t n = std::min({r->num_tokens() - r->num_computed_tokens, budget,
+                          config_.max_model_len - r->num_computed_tokens});
     if (n <= 0) {
       ++i;
       continue;
+    }
+    if (r->num_computed_tokens < r->num_prompt_tokens()) {
+      auto sized = dynamic_chunk(*r, r->num_computed_tokens, n, time_budget, target);
+      if (!sized) break;
+      n = *sized;
     }
     bool fits = kv_->allocate_slots(r->request_id, r->num_computed_tokens + n);
     while (!fits) {
@@ -73,26 +105,28 @@ SchedulerOutput Scheduler::schedule() {
       ++i;
       continue;
     }
-    out.scheduled.push_back(
-        {r, r->num_computed_tokens, n, r->num_computed_tokens + n == r->num_tokens()});
-    budget -= n;
+    emit(r, n, r->num_computed_tokens);
     ++i;
   }
-  while (!waiting_.empty() && budget > 0 &&
+  while (out.num_preempted == 0 && !waiting_.empty() && budget > 0 && time_budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
+    int64_t hits = r->num_computed_tokens;
     if (r->num_computed_tokens == 0 && kv_->block_table(r->request_id).empty()) {
       const auto ids = r->all_token_ids();
-      r->num_computed_tokens = kv_->acquire_cached_prefix(r->request_id, ids);
+      hits = kv_->acquire_cached_prefix(r->request_id, ids);
     }
-    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
-    if (!kv_->allocate_slots(r->request_id, r->num_computed_tokens + n)) break;  // wait for blocks
+    int64_t n = std::min(r->num_tokens() - hits, budget);
+    // Prediction counts prefix hits as history; the predicate sees the request's own counter.
+    auto sized = dynamic_chunk(*r, hits, n, time_budget, target);
+    if (!sized) break;
+    n = *sized;
+    if (!kv_->allocate_slots(r->request_id, hits + n)) break;  // wait for blocks
     waiting_.pop_front();
     r->status = RequestStatus::kRunning;
     running_.push_back(r);
-    out.scheduled.push_back(
-        {r, r->num_computed_tokens, n, r->num_computed_tokens + n == r->num_tokens()});
-    budget -= n;
+    r->num_computed_tokens = hits;
+    emit(r, n, config_.charge_prefix_hits ? hits : 0);
   }
   for (const auto& s : out.scheduled) out.total_num_scheduled_tokens += s.num_scheduled_tokens;
   return out;
@@ -103,8 +137,7 @@ void Scheduler::update(const SchedulerOutput& output, const std::vector<int32_t>
   for (size_t i = 0; i < output.scheduled.size(); ++i) {
     const ScheduledRequest& s = output.scheduled[i];
     Request* r = s.request;
-    if (r->status != RequestStatus::kRunning) continue;  // aborted meanwhile
-    r->num_computed_tokens = s.num_computed_tokens + s.num_scheduled_tokens;
+    if (r->status != RequestStatus::kRunning) continue;  // aborted or preempted meanwhile
     if (s.samples && sampled[i] >= 0) r->output_token_ids.push_back(sampled[i]);
     const auto ids = r->all_token_ids();
     kv_->cache_full_blocks(r->request_id, ids, r->num_computed_tokens);

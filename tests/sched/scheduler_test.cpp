@@ -79,3 +79,91 @@ TEST(SchedulerTest, AbortFreesBlocks) {
 }
 
 }  // namespace
+
+namespace {
+
+sched::ChunkSizePredictor example_b_predictor() {
+  sched::ChunkSizePredictor p(32768, 128, 1.0, 4096, 30);
+  std::vector<std::pair<int64_t, double>> samples;
+  for (int64_t l : sched::ChunkSizePredictor::profile_chunk_sizes(32768)) {
+    samples.emplace_back(l, 2e-7 * double(l) * double(l) + 0.05 * double(l) + 15.0);
+  }
+  EXPECT_TRUE(p.fit_profile(samples, nullptr));
+  return p;
+}
+
+std::vector<int64_t> chunks_of(sched::Scheduler& s, const std::string& id, int max_steps = 20) {
+  std::vector<int64_t> out;
+  for (int step = 0; step < max_steps; ++step) {
+    auto so = s.schedule();
+    std::vector<int32_t> sampled;
+    bool done = false;
+    for (const auto& r : so.scheduled) {
+      if (r.request->request_id == id) {
+        out.push_back(r.num_scheduled_tokens);
+        done = r.samples;
+      }
+      sampled.push_back(r.samples ? 7 : -1);
+    }
+    s.update(so, sampled);
+    if (done) break;
+  }
+  return out;
+}
+
+TEST(CppSchedulerTest, LongPromptChunksFollowThePredictor) {
+  auto predictor = example_b_predictor();
+  predictor.set_need_timing(false);
+  kv::KvCacheManager kv(2000, 128, false);
+  sched::Scheduler s({32768, 8, 200000}, &kv);
+  s.set_chunk_predictor(&predictor);
+  s.add_request(make_request("long", 131072));
+  EXPECT_EQ(chunks_of(s, "long"), (std::vector<int64_t>{32768, 27136, 23680, 21248, 19456, 6784}));
+}
+
+TEST(CppSchedulerTest, CalibrationKeepsTheFirstChunkFullAndResizesLaterOnes) {
+  auto predictor = example_b_predictor();  // need_timing stays on
+  kv::KvCacheManager kv(2000, 128, false);
+  sched::Scheduler s({32768, 8, 200000}, &kv);
+  s.set_chunk_predictor(&predictor);
+  s.add_request(make_request("long", 70000));
+  const auto chunks = chunks_of(s, "long");
+  ASSERT_GE(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0], 32768);  // zero-history first chunk is not resized while calibrating
+  EXPECT_EQ(chunks[1], 27136);  // later chunks are
+}
+
+TEST(CppSchedulerTest, TimeBudgetIsSharedByConcurrentPrefills) {
+  auto predictor = example_b_predictor();
+  predictor.set_need_timing(false);
+  kv::KvCacheManager kv(4000, 128, false);
+  sched::Scheduler s({32768, 8, 300000}, &kv);
+  s.set_chunk_predictor(&predictor);
+  s.add_request(make_request("a", 40000));
+  auto first = s.schedule();  // a alone: a full B chunk spends the whole budget
+  ASSERT_EQ(first.scheduled.size(), 1u);
+  EXPECT_EQ(first.scheduled[0].num_scheduled_tokens, 32768);
+  s.update(first, {-1});
+  s.add_request(make_request("b", 50000));
+  auto second = s.schedule();
+  ASSERT_EQ(second.scheduled.size(), 2u);
+  const int64_t a_chunk = 40000 - 32768;  // a's last 7232 tokens (its predicted chunk is larger)
+  EXPECT_EQ(second.scheduled[0].num_scheduled_tokens, a_chunk);
+  const double left = predictor.target_ms() - predictor.predict_time(a_chunk, 32768);
+  // b gets what the remaining budget buys (floored at min_chunk and block-aligned), below B.
+  const int64_t b_chunk = std::min<int64_t>(*predictor.predict(0, left), 32768 - a_chunk);
+  EXPECT_EQ(second.scheduled[1].num_scheduled_tokens, b_chunk);
+  EXPECT_LT(b_chunk, 32768 - a_chunk);
+  EXPECT_LE(second.total_num_scheduled_tokens, 32768);
+}
+
+TEST(CppSchedulerTest, DecodesAreNotChargedAndFailedProfilingGivesFixedChunks) {
+  sched::ChunkSizePredictor unfitted(32768, 128, 1.0, 4096, 30);  // profiling failed: not ready
+  kv::KvCacheManager kv(2000, 128, false);
+  sched::Scheduler s({32768, 8, 200000}, &kv);
+  s.set_chunk_predictor(&unfitted);
+  s.add_request(make_request("x", 70000));
+  EXPECT_EQ(chunks_of(s, "x"), (std::vector<int64_t>{32768, 32768, 4464}));
+}
+
+}  // namespace
