@@ -22,6 +22,7 @@
 #include "common/timer.h"
 #include "engine/engine_core.h"
 #include "model/deepseek_v3.h"
+#include "sched/profiling_chunk_config.h"
 #include "server/api_server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -173,6 +174,25 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   auto unbuilt = [](const std::string& what, const std::string& issue) {
     return common::unimplemented(what + " is not built yet in chunkpipe (" + issue + ")");
   };
+  // CPP settings are validated first, so their upstream messages win over "not built yet".
+  if (p.given("additional-config")) {
+    CP_ASSIGN_OR_RETURN(json extra, json_value(p, "additional-config"));
+    CP_ASSIGN_OR_RETURN(int64_t pp, p.int_option("pipeline-parallel-size", 1));
+    int64_t batched = 2048;
+    if (p.given("max-num-batched-tokens")) {
+      CP_ASSIGN_OR_RETURN(batched, p.int_option("max-num-batched-tokens", 1));
+    }
+    std::vector<std::string> warnings;
+    CP_ASSIGN_OR_RETURN(
+        sched::ProfilingChunkConfig pcc,
+        sched::parse_profiling_chunk_config(extra, static_cast<int>(pp), batched, &warnings));
+    for (const std::string& w : warnings) LOG(WARNING) << w;
+    if (pcc.enabled) {
+      return unbuilt("dynamic chunked pipeline parallel prefill (profiling_chunk_config)",
+                     "the chunk predictor and scheduler are built; the pipeline stages are not");
+    }
+    LOG(INFO) << "--additional-config keys accepted and not used on CPU: " << extra.dump();
+  }
   for (const char* f : {"pipeline-parallel-size", "tensor-parallel-size", "data-parallel-size"}) {
     CP_ASSIGN_OR_RETURN(int64_t v, p.int_option(f, 1));
     if (v > 1) {
@@ -201,17 +221,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     LOG(INFO) << "--async-scheduling: the CPU engine schedules synchronously between steps";
   if (p.given("swap-space"))
     LOG(INFO) << "--swap-space has no meaning on CPU: the KV cache already lives in host memory";
-  if (p.given("additional-config")) {
-    CP_ASSIGN_OR_RETURN(json extra, json_value(p, "additional-config"));
-    json pcc = extra.contains("scheduler_config") && extra["scheduler_config"].is_object()
-                   ? extra["scheduler_config"].value("profiling_chunk_config", json())
-                   : extra.value("profiling_chunk_config", json());
-    if (pcc.is_object() && pcc.value("enabled", false)) {
-      return unbuilt("dynamic chunked pipeline parallel prefill (profiling_chunk_config)",
-                     "planned: CPP");
-    }
-    LOG(INFO) << "--additional-config keys accepted and not used on CPU: " << extra.dump();
-  }
+
   if (p.given("quantization")) {
     const std::string q = *p.option("quantization");
     if (q == "ascend") {

@@ -664,6 +664,26 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   std::tie(rc, out) = run("--port notaport");
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("argument --port: invalid int value: 'notaport'"), std::string::npos) << out;
+  // profiling_chunk_config is validated at startup with vllm-ascend's messages.
+  const std::pair<std::string, std::string> cpp_cases[] = {
+      {R"({"enabled": true})", "profiling_chunk_config requires pipeline parallelism (pp > 1)."},
+      {R"({"enabled": true, "smooth_factor": 0})", "smooth_factor must be in (0, 1], got 0.0"},
+      {R"({"enabled": true, "smooth_factor": 1.5})", "smooth_factor must be in (0, 1], got 1.5"},
+      {R"({"enabled": true, "max_fit_chunk": 5})",
+       "Recommend to use at least 30 data points for fitting, got 5"},
+  };
+  for (const auto& [cfg, message] : cpp_cases) {
+    std::tie(rc, out) =
+        run("--host 127.0.0.1 --additional-config '{\"scheduler_config\": "
+            "{\"profiling_chunk_config\": " +
+            cfg + "}}'");
+    EXPECT_EQ(rc, 2) << cfg;
+    EXPECT_NE(out.find(message), std::string::npos) << cfg << "\n" << out;
+  }
+  std::tie(rc, out) =
+      run("--host 127.0.0.1 -pp 2 --max-num-batched-tokens 1024 --additional-config "
+          "'{\"scheduler_config\": {\"profiling_chunk_config\": {\"enabled\": true}}}'");
+  EXPECT_NE(out.find("Clamping min_chunk to 1024"), std::string::npos) << out;
   // Every `vllm serve` command line of the seed documents parses (no unknown or invalid flag);
   // each stops at the first feature not built yet. --host 127.0.0.1 last keeps tests on loopback.
   std::ifstream in(CHUNKPIPE_TEST_DATA_DIR "/seed_serve_commands.txt");

@@ -139,3 +139,59 @@ TEST(ChunkPredictorTest, OnlineCalibrationSetsTargetFitsHistoryAndFreezes) {
 }
 
 }  // namespace
+
+#include <nlohmann/json.hpp>
+
+#include "sched/profiling_chunk_config.h"
+
+namespace {
+
+common::Result<sched::ProfilingChunkConfig> parse(const std::string& inner, int pp, int64_t batched,
+                                                  std::vector<std::string>* warnings = nullptr) {
+  auto j =
+      nlohmann::json::parse(R"({"scheduler_config": {"profiling_chunk_config": )" + inner + "}}");
+  return sched::parse_profiling_chunk_config(j, pp, batched, warnings);
+}
+
+TEST(ProfilingChunkConfigTest, DefaultsAndLegacyKey) {
+  auto c = parse(R"({"enabled": true})", 2, 32768);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->enabled);
+  EXPECT_DOUBLE_EQ(c->smooth_factor, 1.0);
+  EXPECT_EQ(c->min_chunk, 4096);
+  EXPECT_TRUE(c->need_timing);
+  EXPECT_EQ(c->max_fit_chunk, 30);
+  std::vector<std::string> warnings;
+  auto legacy = sched::parse_profiling_chunk_config(
+      nlohmann::json::parse(
+          R"({"profiling_chunk_config": {"enabled": true, "smooth_factor": 0.8}})"),
+      2, 32768, &warnings);
+  ASSERT_TRUE(legacy.ok());
+  EXPECT_DOUBLE_EQ(legacy->smooth_factor, 0.8);
+  EXPECT_EQ(warnings.size(), 1u);
+}
+
+TEST(ProfilingChunkConfigTest, ValidationMessages) {
+  EXPECT_NE(parse(R"({"enabled": true})", 1, 32768)
+                .status()
+                .message()
+                .find("profiling_chunk_config requires pipeline parallelism (pp > 1)."),
+            std::string::npos);
+  EXPECT_EQ(parse(R"({"enabled": true, "smooth_factor": 0})", 2, 32768).status().message(),
+            "smooth_factor must be in (0, 1], got 0.0");
+  EXPECT_EQ(parse(R"({"enabled": true, "smooth_factor": 1.5})", 2, 32768).status().message(),
+            "smooth_factor must be in (0, 1], got 1.5");
+  EXPECT_EQ(parse(R"({"enabled": true, "max_fit_chunk": 5})", 2, 32768).status().message(),
+            "Recommend to use at least 30 data points for fitting, got 5");
+  std::vector<std::string> warnings;
+  auto clamped = parse(R"({"enabled": true, "min_chunk": 4096})", 2, 1024, &warnings);
+  ASSERT_TRUE(clamped.ok());
+  EXPECT_EQ(clamped->min_chunk, 1024);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("Clamping min_chunk to 1024"), std::string::npos);
+  auto off = parse(R"({"enabled": false, "need_timing": true})", 1, 32768, &warnings);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->need_timing);
+}
+
+}  // namespace

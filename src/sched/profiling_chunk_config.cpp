@@ -1,0 +1,92 @@
+// Parsing and validation, in vllm-ascend's order: field types, ranges, the PP requirement,
+// then the min_chunk clamp.
+#include "sched/profiling_chunk_config.h"
+
+#include <nlohmann/json.hpp>
+
+namespace sched {
+
+common::Result<ProfilingChunkConfig> parse_profiling_chunk_config(
+    const nlohmann::json& extra, int pp, int64_t max_num_batched_tokens,
+    std::vector<std::string>* warnings) {
+  using nlohmann::json;
+  ProfilingChunkConfig c;
+  if (!extra.is_object()) return c;
+  json cfg;
+  if (extra.contains("scheduler_config") && extra["scheduler_config"].is_object() &&
+      extra["scheduler_config"].contains("profiling_chunk_config")) {
+    cfg = extra["scheduler_config"]["profiling_chunk_config"];
+  } else if (extra.contains("profiling_chunk_config")) {
+    cfg = extra["profiling_chunk_config"];
+    if (warnings) {
+      warnings->push_back(
+          "The top-level profiling_chunk_config in additional_config is deprecated; "
+          "use scheduler_config.profiling_chunk_config.");
+    }
+  }
+  if (cfg.is_null()) return c;
+  if (!cfg.is_object())
+    return common::invalid_argument("profiling_chunk_config must be a JSON object");
+  auto bad = [](const std::string& msg) { return common::invalid_argument(msg); };
+  if (cfg.contains("enabled")) {
+    if (!cfg["enabled"].is_boolean())
+      return bad("profiling_chunk_config.enabled must be a boolean");
+    c.enabled = cfg["enabled"].get<bool>();
+  }
+  c.need_timing = c.enabled;
+  if (cfg.contains("smooth_factor")) {
+    if (!cfg["smooth_factor"].is_number())
+      return bad("profiling_chunk_config.smooth_factor must be a number");
+    c.smooth_factor = cfg["smooth_factor"].get<double>();
+  }
+  if (!(c.smooth_factor > 0.0 && c.smooth_factor <= 1.0)) {
+    return bad("smooth_factor must be in (0, 1], got " + json(c.smooth_factor).dump());
+  }
+  if (cfg.contains("min_chunk")) {
+    if (!cfg["min_chunk"].is_number_integer())
+      return bad("profiling_chunk_config.min_chunk must be an integer");
+    c.min_chunk = cfg["min_chunk"].get<int64_t>();
+  }
+  if (c.min_chunk <= 0)
+    return bad("min_chunk must be greater than 0, got " + std::to_string(c.min_chunk));
+  if (cfg.contains("max_fit_chunk")) {
+    if (!cfg["max_fit_chunk"].is_number_integer())
+      return bad("profiling_chunk_config.max_fit_chunk must be an integer");
+    c.max_fit_chunk = cfg["max_fit_chunk"].get<int>();
+  }
+  if (c.max_fit_chunk <= 5) {
+    return bad("Recommend to use at least 30 data points for fitting, got " +
+               std::to_string(c.max_fit_chunk));
+  }
+  if (cfg.contains("need_timing")) {
+    if (!cfg["need_timing"].is_boolean())
+      return bad("profiling_chunk_config.need_timing must be a boolean");
+    c.need_timing = cfg["need_timing"].get<bool>();
+  }
+  if (!c.enabled && c.need_timing) {
+    c.need_timing = false;
+    if (warnings)
+      warnings->push_back(
+          "profiling_chunk_config.need_timing is ignored because enabled is false.");
+  }
+  if (c.enabled && pp <= 1) {
+    return bad(
+        "profiling_chunk_config requires pipeline parallelism (pp > 1). Got "
+        "pipeline_parallel_size=" +
+        std::to_string(pp) +
+        "; set --pipeline-parallel-size to 2 or more, or disable profiling_chunk_config.");
+  }
+  if (c.enabled && max_num_batched_tokens < c.min_chunk) {
+    if (warnings) {
+      warnings->push_back(
+          "max_num_batched_tokens is smaller than profiling_chunk_config.min_chunk. "
+          "max_num_batched_tokens=" +
+          std::to_string(max_num_batched_tokens) + ", min_chunk=" + std::to_string(c.min_chunk) +
+          ". Clamping min_chunk to " + std::to_string(max_num_batched_tokens) + ".");
+    }
+    c.min_chunk = max_num_batched_tokens;
+  }
+  return c;
+}
+
+}  // namespace sched

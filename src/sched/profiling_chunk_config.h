@@ -1,0 +1,30 @@
+// profiling_chunk_config: the CPP settings of --additional-config
+// '{"scheduler_config": {"profiling_chunk_config": {...}}}' (or the deprecated top-level key),
+// with vllm-ascend's defaults, validation messages and min_chunk clamping. Pure; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/status.h"
+
+namespace sched {
+
+struct ProfilingChunkConfig {
+  bool enabled = false;
+  double smooth_factor = 1.0;
+  int64_t min_chunk = 4096;
+  bool need_timing = false;  // defaults to `enabled`
+  int max_fit_chunk = 30;
+};
+
+// Reads and validates the config from the whole --additional-config object. `warnings`
+// receives the messages vllm-ascend logs as warnings (clamping, forced need_timing).
+common::Result<ProfilingChunkConfig> parse_profiling_chunk_config(
+    const nlohmann::json& additional_config, int pipeline_parallel_size,
+    int64_t max_num_batched_tokens, std::vector<std::string>* warnings);
+
+}  // namespace sched
