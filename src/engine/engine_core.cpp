@@ -33,11 +33,42 @@ EngineCore::EngineCore(const model::DeepseekV3Model& model, const tokenizer::Tok
   } else {
     eos_ids_.push_back(static_cast<int32_t>(model.config().eos_token_id));
   }
+  if (config_.profiling_chunk && config_.profiling_chunk->enabled) run_profiling_chunk_init();
   thread_ = std::thread([this] { loop(); });
 }
 
 EngineCore::~EngineCore() {
   shutdown();
+}
+
+void EngineCore::run_profiling_chunk_init() {
+  const sched::ProfilingChunkConfig& pc = *config_.profiling_chunk;
+  const int64_t base = config_.scheduler.max_num_batched_tokens;
+  predictor_ = std::make_unique<sched::ChunkSizePredictor>(
+      base, config_.block_size, pc.smooth_factor, pc.min_chunk, pc.max_fit_chunk);
+  predictor_->set_need_timing(pc.need_timing);
+  LOG(INFO) << "[ProfilingChunk] Scheduler initialized. base_chunk=" << base
+            << ", page_size=" << config_.block_size << ", smooth_factor=" << pc.smooth_factor
+            << ", min_chunk=" << pc.min_chunk;
+  LOG(INFO) << "[ProfilingChunk] Running profiling initialization...";
+  const auto sizes = sched::ChunkSizePredictor::profile_chunk_sizes(base);
+  std::vector<std::pair<int64_t, double>> samples;
+  const double t0 = common::now_seconds();
+  const int total = static_cast<int>(sizes.size()) - 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double ms = runner_.profile_prefill_ms(sizes[i], base);
+    if (i == 0) continue;  // warm-up
+    samples.emplace_back(sizes[i], ms);
+    if (i % 6 == 0) {
+      LOG(INFO) << "[ProfilingChunk] Profiling prefill latency: " << i << "/" << total
+                << " samples done (chunk=" << sizes[i] << ", elapsed=" << common::now_seconds() - t0
+                << "s)";
+    }
+  }
+  std::vector<std::string> log;
+  predictor_->fit_profile(samples, &log);
+  for (const std::string& line : log) LOG(INFO) << line;
+  scheduler_.set_chunk_predictor(predictor_.get());
 }
 
 void EngineCore::add_request(std::unique_ptr<sched::Request> request, OutputCallback callback) {
@@ -250,7 +281,19 @@ void EngineCore::step() {
       it->second.num_cached_tokens = s.num_computed_tokens;  // first schedule after a cache hit
     }
   }
+  const bool timing = predictor_ && predictor_->ready() && predictor_->need_timing();
+  const double exec_start = common::now_seconds();
   auto logits = runner_.execute(so, kv_);
+  if (timing) {  // CPP online calibration: (chunk, history) of every scheduled request
+    std::vector<std::pair<int64_t, int64_t>> chunks;
+    for (const auto& s : so.scheduled)
+      chunks.emplace_back(s.num_scheduled_tokens, s.num_computed_tokens);
+    std::vector<std::string> log;
+    predictor_->record_step(chunks, (common::now_seconds() - exec_start) * 1000.0, &log);
+    for (const std::string& line : log) LOG(INFO) << line;
+    if (!predictor_->need_timing())
+      LOG(INFO) << "[ProfilingChunk] Online calibration finished; step timing is off";
+  }
   std::vector<int32_t> sampled(so.scheduled.size(), -1);
   std::vector<SampledToken> tokens(so.scheduled.size());
   for (size_t i = 0; i < so.scheduled.size(); ++i) {

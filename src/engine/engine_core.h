@@ -22,6 +22,8 @@
 #include "engine/sampler.h"
 #include "kv/kv_cache_manager.h"
 #include "model/deepseek_v3.h"
+#include "sched/chunk_predictor.h"
+#include "sched/profiling_chunk_config.h"
 #include "sched/scheduler.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -37,6 +39,9 @@ struct EngineConfig {
   int num_threads = 1;
   uint64_t seed = 0;
   bool log_requests = false;  // one log line per finished request with its timings
+  // CPP: dynamic chunk sizing (startup profiling, online calibration); see
+  // sched/profiling_chunk_config.h. Validated by the caller.
+  std::optional<sched::ProfilingChunkConfig> profiling_chunk;
 };
 
 struct TokenLogprob {
@@ -75,6 +80,8 @@ class EngineCore {
   void shutdown();
 
   MetricsSnapshot metrics() const;
+  // The CPP predictor (null without profiling_chunk); read it only while the engine is idle.
+  const sched::ChunkSizePredictor* chunk_predictor() const { return predictor_.get(); }
   const EngineConfig& config() const { return config_; }
   bool alive() const { return !dead_; }
 
@@ -91,6 +98,7 @@ class EngineCore {
   };
 
   void loop();
+  void run_profiling_chunk_init();
   void step();
   void finish(const std::string& id, sched::FinishReason reason, RequestOutput* out);
   // Applies one sampled token: text, stop checks. Returns true when the request finished.
@@ -102,6 +110,7 @@ class EngineCore {
   kv::KvCacheManager kv_;
   sched::Scheduler scheduler_;
   worker::ModelRunner runner_;
+  std::unique_ptr<sched::ChunkSizePredictor> predictor_;
   std::vector<int32_t> eos_ids_;
   std::mt19937_64 seed_rng_;
   std::unordered_map<std::string, Tracked> tracked_;

@@ -1,6 +1,10 @@
 // One forward per step: all scheduled chunks batched, logits only for sampling rows.
 #include "worker/model_runner.h"
 
+#include <algorithm>
+
+#include "common/timer.h"
+
 namespace worker {
 
 ModelRunner::ModelRunner(const model::DeepseekV3Model& model, int64_t num_blocks, int block_size,
@@ -13,6 +17,26 @@ ModelRunner::ModelRunner(const model::DeepseekV3Model& model, int64_t num_blocks
 int64_t ModelRunner::kv_bytes_per_block(const model::ModelConfig& c, int block_size) {
   return model::LatentKvCache::bytes_per_block(c.num_hidden_layers, block_size,
                                                c.kv_cache_row_dim());
+}
+
+double ModelRunner::profile_prefill_ms(int64_t num_tokens, int64_t max_tokens) {
+  const model::ModelConfig& c = model_.config();
+  const int64_t n = std::clamp<int64_t>(
+      num_tokens, 1, std::min(max_tokens, cache_.num_blocks() * cache_.block_size()));
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i)
+    ids[i] = static_cast<int32_t>((i * 7919 + 3) % std::min<int64_t>(c.vocab_size, 128000));
+  std::vector<int32_t> table((n + cache_.block_size() - 1) / cache_.block_size());
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  model::ForwardBatch batch;
+  batch.sequences.push_back({ids, 0, table});
+  const double t0 = common::now_seconds();
+  std::vector<float> hidden(n * c.hidden_size), logits(c.vocab_size);
+  model_.embed(batch, hidden.data());
+  model_.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache_, pool_);
+  model_.final_norm(hidden.data() + (n - 1) * c.hidden_size, 1, hidden.data());
+  model_.compute_logits(hidden.data(), 1, logits.data(), pool_);
+  return (common::now_seconds() - t0) * 1000.0;
 }
 
 std::vector<std::vector<float>> ModelRunner::execute(const sched::SchedulerOutput& output,

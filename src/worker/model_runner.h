@@ -24,6 +24,11 @@ class ModelRunner {
 
   static int64_t kv_bytes_per_block(const model::ModelConfig& config, int block_size);
 
+  // CPP startup profiling: wall-clock milliseconds of one from-scratch prefill of num_tokens
+  // dummy tokens (clamped to [1, max_tokens]). Uses the first cache blocks as scratch, so it
+  // must run before any request holds blocks.
+  double profile_prefill_ms(int64_t num_tokens, int64_t max_tokens);
+
  private:
   const model::DeepseekV3Model& model_;
   model::LatentKvCache cache_;
