@@ -20,21 +20,45 @@ size_t utf8_floor(const std::string& s, size_t n) {
 
 EngineCore::EngineCore(const model::DeepseekV3Model& model, const tokenizer::Tokenizer& tokenizer,
                        const EngineConfig& config)
-    : model_(model),
+    : model_config_(model.config()),
       tokenizer_(tokenizer),
       config_(config),
       kv_(static_cast<int32_t>(config.num_kv_blocks), config.block_size,
           config.enable_prefix_caching),
       scheduler_(config.scheduler, &kv_),
-      runner_(model, config.num_kv_blocks, config.block_size, config.num_threads),
+      runner_(std::make_unique<worker::ModelRunner>(model, config.num_kv_blocks, config.block_size,
+                                                    config.num_threads)),
       seed_rng_(config.seed) {
-  if (auto eos = tokenizer.eos_token_id()) {
+  start();
+}
+
+EngineCore::EngineCore(std::unique_ptr<worker::PipelineExecutor> pipeline,
+                       const tokenizer::Tokenizer& tokenizer, const EngineConfig& config)
+    : model_config_(pipeline->config()),
+      tokenizer_(tokenizer),
+      config_(config),
+      kv_(static_cast<int32_t>(config.num_kv_blocks), config.block_size,
+          config.enable_prefix_caching),
+      scheduler_(config.scheduler, &kv_),
+      pipeline_(std::move(pipeline)),
+      seed_rng_(config.seed) {
+  start();
+}
+
+void EngineCore::start() {
+  if (auto eos = tokenizer_.eos_token_id()) {
     eos_ids_.push_back(*eos);
   } else {
-    eos_ids_.push_back(static_cast<int32_t>(model.config().eos_token_id));
+    eos_ids_.push_back(static_cast<int32_t>(model_config_.eos_token_id));
   }
   if (config_.profiling_chunk && config_.profiling_chunk->enabled) run_profiling_chunk_init();
   thread_ = std::thread([this] { loop(); });
+}
+
+double EngineCore::profile_ms(int64_t num_tokens) {
+  // Upstream times the last pipeline stage's own layers.
+  if (pipeline_) return pipeline_->profile_stage_ms(pipeline_->num_stages() - 1, num_tokens);
+  return runner_->profile_prefill_ms(num_tokens, config_.scheduler.max_num_batched_tokens);
 }
 
 EngineCore::~EngineCore() {
@@ -56,7 +80,7 @@ void EngineCore::run_profiling_chunk_init() {
   const double t0 = common::now_seconds();
   const int total = static_cast<int>(sizes.size()) - 1;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    const double ms = runner_.profile_prefill_ms(sizes[i], base);
+    const double ms = profile_ms(sizes[i]);
     if (i == 0) continue;  // warm-up
     samples.emplace_back(sizes[i], ms);
     if (i % 6 == 0) {
@@ -126,7 +150,7 @@ void EngineCore::loop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
         return stopping_ || !inbox_.empty() || !aborts_.empty() ||
-               scheduler_.has_unfinished_requests();
+               scheduler_.has_unfinished_requests() || !in_flight_.empty();
       });
       stopping = stopping_;
       while (!inbox_.empty()) {
@@ -157,7 +181,7 @@ void EngineCore::loop() {
       finish(id, sched::FinishReason::kAbort, &out);
     }
     if (stopping) return;
-    if (scheduler_.has_unfinished_requests()) step();
+    if (scheduler_.has_unfinished_requests() || !in_flight_.empty()) step();
   }
 }
 
@@ -196,6 +220,8 @@ void EngineCore::finish(const std::string& id, sched::FinishReason reason, Reque
   }
   OutputCallback cb = std::move(t.callback);
   tracked_.erase(it);
+  // Steps still in flight may point at the request: keep it alive until they are consumed.
+  if (r && !in_flight_.empty()) retired_.push_back(std::move(r));
   cb(*out);
 }
 
@@ -250,46 +276,71 @@ bool EngineCore::process_token(sched::Request* r, Tracked& t, const SampledToken
   return false;
 }
 
-void EngineCore::step() {
+sched::SchedulerOutput EngineCore::schedule_step() {
   sched::SchedulerOutput so;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    so = scheduler_.schedule();
-    metrics_.preemptions += so.num_preempted;
-    if (!so.empty())
-      metrics_.iteration_tokens.observe(static_cast<double>(so.total_num_scheduled_tokens));
-    for (const auto& s : so.scheduled) {
-      if (s.num_computed_tokens < s.request->num_prompt_tokens()) {
-        metrics_.prompt_tokens += std::min(s.num_scheduled_tokens,
-                                           s.request->num_prompt_tokens() - s.num_computed_tokens);
-      }
+  std::lock_guard<std::mutex> lock(mu_);
+  so = scheduler_.schedule();
+  metrics_.preemptions += so.num_preempted;
+  if (!so.empty())
+    metrics_.iteration_tokens.observe(static_cast<double>(so.total_num_scheduled_tokens));
+  for (const auto& s : so.scheduled) {
+    if (s.num_computed_tokens < s.request->num_prompt_tokens()) {
+      metrics_.prompt_tokens +=
+          std::min(s.num_scheduled_tokens, s.request->num_prompt_tokens() - s.num_computed_tokens);
     }
-    const auto& pc = kv_.prefix_cache_stats();
-    metrics_.prefix_cache_queries = pc.queries;
-    metrics_.prefix_cache_hits = pc.hits;
+    auto it = tracked_.find(s.request->request_id);
+    if (it != tracked_.end()) it->second.num_cached_tokens = s.request->num_cached_tokens;
   }
+  const auto& pc = kv_.prefix_cache_stats();
+  metrics_.prefix_cache_queries = pc.queries;
+  metrics_.prefix_cache_hits = pc.hits;
+  return so;
+}
+
+void EngineCore::step() {
+  if (pipeline_) return step_pipelined();
+  sched::SchedulerOutput so = schedule_step();
   if (so.empty()) {
     // Nothing fits (e.g. the cache cannot hold the oldest waiting request): wait for changes.
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(5));
     return;
   }
-  for (const auto& s : so.scheduled) {
-    auto it = tracked_.find(s.request->request_id);
-    if (it != tracked_.end() && s.num_computed_tokens > 0 && it->second.num_cached_tokens == 0 &&
-        s.request->output_token_ids.empty()) {
-      it->second.num_cached_tokens = s.num_computed_tokens;  // first schedule after a cache hit
-    }
-  }
-  const bool timing = predictor_ && predictor_->ready() && predictor_->need_timing();
   const double exec_start = common::now_seconds();
-  auto logits = runner_.execute(so, kv_);
+  auto logits = runner_->execute(so, kv_);
+  complete_step(so, logits, (common::now_seconds() - exec_start) * 1000.0);
+}
+
+void EngineCore::step_pipelined() {
+  // vLLM's batch queue: fill the pipeline first, then consume the oldest output.
+  const size_t depth = static_cast<size_t>(pipeline_->num_stages());
+  while (in_flight_.size() < depth && scheduler_.has_unfinished_requests()) {
+    sched::SchedulerOutput so = schedule_step();
+    if (so.empty()) break;
+    pipeline_->submit(worker::make_step_input(so, kv_));
+    in_flight_.push_back(std::move(so));
+  }
+  if (in_flight_.empty()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(5));
+    return;
+  }
+  auto out = pipeline_->wait_oldest();
+  sched::SchedulerOutput so = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  complete_step(so, out.logits, out.last_stage_ms);
+  if (in_flight_.empty()) retired_.clear();
+}
+
+void EngineCore::complete_step(const sched::SchedulerOutput& so,
+                               std::vector<std::vector<float>>& logits, double exec_ms) {
+  const bool timing = predictor_ && predictor_->ready() && predictor_->need_timing();
   if (timing) {  // CPP online calibration: (chunk, history) of every scheduled request
     std::vector<std::pair<int64_t, int64_t>> chunks;
     for (const auto& s : so.scheduled)
       chunks.emplace_back(s.num_scheduled_tokens, s.num_computed_tokens);
     std::vector<std::string> log;
-    predictor_->record_step(chunks, (common::now_seconds() - exec_start) * 1000.0, &log);
+    predictor_->record_step(chunks, exec_ms, &log);
     for (const std::string& line : log) LOG(INFO) << line;
     if (!predictor_->need_timing())
       LOG(INFO) << "[ProfilingChunk] Online calibration finished; step timing is off";
@@ -299,6 +350,8 @@ void EngineCore::step() {
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     if (!so.scheduled[i].samples) continue;
     sched::Request* r = so.scheduled[i].request;
+    // A request may have finished, been aborted or been preempted while this step was in flight.
+    if (r->status != sched::RequestStatus::kRunning || !tracked_.count(r->request_id)) continue;
     Tracked& t = tracked_.at(r->request_id);
     std::vector<int32_t> stop_ids = r->sampling.stop_token_ids;
     if (!r->sampling.ignore_eos) stop_ids.insert(stop_ids.end(), eos_ids_.begin(), eos_ids_.end());

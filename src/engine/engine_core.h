@@ -28,6 +28,7 @@
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/model_runner.h"
+#include "worker/pipeline_executor.h"
 
 namespace engine {
 
@@ -69,6 +70,10 @@ class EngineCore {
  public:
   EngineCore(const model::DeepseekV3Model& model, const tokenizer::Tokenizer& tokenizer,
              const EngineConfig& config);
+  // Pipeline parallel: the stages own the model slices; up to num_stages() steps are in flight
+  // (vLLM's batch queue) and outputs are consumed oldest first.
+  EngineCore(std::unique_ptr<worker::PipelineExecutor> pipeline,
+             const tokenizer::Tokenizer& tokenizer, const EngineConfig& config);
   ~EngineCore();
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
@@ -97,19 +102,30 @@ class EngineCore {
     double arrival = 0, first_token = 0, last_token = 0;
   };
 
+  void start();
   void loop();
   void run_profiling_chunk_init();
+  // Schedules one step and books its metrics; empty when nothing fits.
+  sched::SchedulerOutput schedule_step();
+  // Samples, updates the scheduler and delivers outputs for an executed step.
+  void complete_step(const sched::SchedulerOutput& so, std::vector<std::vector<float>>& logits,
+                     double exec_ms);
+  void step_pipelined();
+  double profile_ms(int64_t num_tokens);
   void step();
   void finish(const std::string& id, sched::FinishReason reason, RequestOutput* out);
   // Applies one sampled token: text, stop checks. Returns true when the request finished.
   bool process_token(sched::Request* r, Tracked& t, const SampledToken& s, RequestOutput* out);
 
-  const model::DeepseekV3Model& model_;
+  model::ModelConfig model_config_;
   const tokenizer::Tokenizer& tokenizer_;
   EngineConfig config_;
   kv::KvCacheManager kv_;
   sched::Scheduler scheduler_;
-  worker::ModelRunner runner_;
+  std::unique_ptr<worker::ModelRunner> runner_;           // one stage, in this thread
+  std::unique_ptr<worker::PipelineExecutor> pipeline_;    // or a pipeline of stages
+  std::deque<sched::SchedulerOutput> in_flight_;          // pipelined steps, oldest first
+  std::vector<std::unique_ptr<sched::Request>> retired_;  // finished while steps were in flight
   std::unique_ptr<sched::ChunkSizePredictor> predictor_;
   std::vector<int32_t> eos_ids_;
   std::mt19937_64 seed_rng_;

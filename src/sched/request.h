@@ -55,6 +55,7 @@ struct Request {
   std::vector<int32_t> output_token_ids;
   SamplingParams sampling;
   int64_t num_computed_tokens = 0;
+  int64_t num_cached_tokens = 0;  // prefix-cache hits at its last admission
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
   double arrival_time = 0;

@@ -126,6 +126,7 @@ SchedulerOutput Scheduler::schedule() {
     r->status = RequestStatus::kRunning;
     running_.push_back(r);
     r->num_computed_tokens = hits;
+    r->num_cached_tokens = hits;
     emit(r, n, config_.charge_prefix_hits ? hits : 0);
   }
   for (const auto& s : out.scheduled) out.total_num_scheduled_tokens += s.num_scheduled_tokens;

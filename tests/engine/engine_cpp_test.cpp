@@ -11,6 +11,7 @@
 #include "engine/engine_core.h"
 #include "model/deepseek_v3.h"
 #include "tokenizer/tokenizer.h"
+#include "worker/pipeline_executor.h"
 
 namespace {
 
@@ -89,6 +90,61 @@ TEST(EngineCppTest, DynamicChunksGiveTheSameGreedyTokens) {
   // The first token of each prompt is the golden argmax.
   std::ifstream in(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/golden/tiny-bf16.s200.json");
   EXPECT_EQ(expected[0][0], nlohmann::json::parse(in)["last_argmax"].get<int32_t>());
+}
+
+TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChunks) {
+  const std::string dir = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16";
+  auto model = model::DeepseekV3Model::load(dir);
+  auto tok = tokenizer::Tokenizer::load(CHUNKPIPE_TOKENIZER_DIR);
+  ASSERT_TRUE(model.ok() && tok.ok());
+  engine::EngineConfig config;
+  config.scheduler = {64, 8, 1024};
+  config.block_size = 16;
+  config.num_kv_blocks = 128;
+  config.num_threads = 1;
+  const std::vector<std::vector<int32_t>> prompts = {golden_ids("s200"), golden_ids("s64"),
+                                                     golden_ids("short"), golden_ids("s200")};
+  std::vector<std::vector<int32_t>> expected;
+  {
+    engine::EngineCore core(**model, **tok, config);
+    expected = generate(core, prompts);
+  }
+  for (const std::vector<int>& partition :
+       {std::vector<int>{}, std::vector<int>{1, 3}, std::vector<int>{3, 1}}) {
+    for (bool dynamic : {false, true}) {
+      engine::EngineConfig c = config;
+      if (dynamic) {
+        sched::ProfilingChunkConfig pc;
+        pc.enabled = true;
+        pc.need_timing = true;
+        pc.min_chunk = 16;
+        pc.max_fit_chunk = 8;
+        c.profiling_chunk = pc;
+      }
+      auto pipeline =
+          worker::PipelineExecutor::create(dir, 2, partition, 1, c.num_kv_blocks, c.block_size);
+      ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
+      engine::EngineCore core(std::move(pipeline).value(), **tok, c);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(generate(core, {prompts[i]})[0], expected[i])
+            << "alone, prompt " << i << " dynamic " << dynamic;
+      }
+      EXPECT_EQ(generate(core, prompts), expected) << "4 concurrent, dynamic " << dynamic;
+    }
+  }
+}
+
+TEST(EnginePipelineTest, LayerPartitionErrors) {
+  EXPECT_EQ(worker::partition_layers(4, 2, {}).value(),
+            (std::vector<std::pair<int, int>>{{0, 2}, {2, 4}}));
+  EXPECT_EQ(worker::partition_layers(5, 2, {}).value(),
+            (std::vector<std::pair<int, int>>{{0, 3}, {3, 5}}));
+  EXPECT_EQ(worker::partition_layers(4, 2, {1, 2}).status().message(),
+            "the layer partition covers 3 layers but the model has 4");
+  EXPECT_EQ(worker::partition_layers(4, 2, {4, 0}).status().message(),
+            "every pipeline stage needs at least one layer");
+  EXPECT_EQ(worker::partition_layers(4, 3, {2, 2}).status().message(),
+            "the layer partition has 2 entries for 3 pipeline stages");
 }
 
 }  // namespace

@@ -1,0 +1,201 @@
+// Stage threads and the hand-over of hidden states between them.
+#include "worker/pipeline_executor.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "common/timer.h"
+
+namespace worker {
+
+StepInput make_step_input(const sched::SchedulerOutput& output, const kv::KvCacheManager& kv) {
+  StepInput in;
+  for (const sched::ScheduledRequest& s : output.scheduled) {
+    StepInput::Sequence seq;
+    for (int64_t t = 0; t < s.num_scheduled_tokens; ++t)
+      seq.token_ids.push_back(s.request->token_at(s.num_computed_tokens + t));
+    seq.num_computed_tokens = s.num_computed_tokens;
+    seq.block_table = kv.block_table(s.request->request_id);
+    seq.samples = s.samples;
+    in.sequences.push_back(std::move(seq));
+  }
+  return in;
+}
+
+common::Result<std::vector<std::pair<int, int>>> partition_layers(int num_layers, int num_stages,
+                                                                  const std::vector<int>& counts) {
+  std::vector<std::pair<int, int>> ranges;
+  if (!counts.empty()) {
+    if (static_cast<int>(counts.size()) != num_stages) {
+      return common::invalid_argument("the layer partition has " + std::to_string(counts.size()) +
+                                      " entries for " + std::to_string(num_stages) +
+                                      " pipeline stages");
+    }
+    int begin = 0, total = 0;
+    for (int c : counts) {
+      if (c <= 0) return common::invalid_argument("every pipeline stage needs at least one layer");
+      total += c;
+    }
+    if (total != num_layers) {
+      return common::invalid_argument("the layer partition covers " + std::to_string(total) +
+                                      " layers but the model has " + std::to_string(num_layers));
+    }
+    for (int c : counts) {
+      ranges.emplace_back(begin, begin + c);
+      begin += c;
+    }
+    return ranges;
+  }
+  if (num_stages > num_layers) {
+    return common::invalid_argument(std::to_string(num_stages) + " pipeline stages for " +
+                                    std::to_string(num_layers) + " layers");
+  }
+  const int base = num_layers / num_stages, rem = num_layers % num_stages;
+  int begin = 0;
+  for (int s = 0; s < num_stages; ++s) {
+    const int n = base + (s < rem ? 1 : 0);
+    ranges.emplace_back(begin, begin + n);
+    begin += n;
+  }
+  return ranges;
+}
+
+common::Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(
+    const std::string& model_dir, int num_stages, const std::vector<int>& layer_counts,
+    int threads_per_stage, int64_t num_blocks, int block_size) {
+  CP_ASSIGN_OR_RETURN(model::ModelConfig config, model::load_model_config(model_dir));
+  std::unique_ptr<PipelineExecutor> ex(new PipelineExecutor());
+  CP_ASSIGN_OR_RETURN(ex->ranges_,
+                      partition_layers(config.num_hidden_layers, num_stages, layer_counts));
+  for (int s = 0; s < num_stages; ++s) {
+    auto stage = std::make_unique<Stage>();
+    stage->index = s;
+    model::LoadOptions opts;
+    opts.layer_begin = ex->ranges_[s].first;
+    opts.layer_end = ex->ranges_[s].second;
+    opts.load_embedding = s == 0;
+    opts.load_head = s == num_stages - 1;
+    opts.load_mtp = false;
+    CP_ASSIGN_OR_RETURN(stage->model, model::DeepseekV3Model::load(model_dir, opts));
+    stage->cache = std::make_unique<model::LatentKvCache>(
+        config.num_total_layers(), opts.layer_begin, opts.layer_end, num_blocks, block_size,
+        config.kv_cache_row_dim());
+    stage->pool = std::make_unique<common::ThreadPool>(threads_per_stage);
+    ex->stages_.push_back(std::move(stage));
+  }
+  for (auto& stage : ex->stages_) {
+    Stage* st = stage.get();
+    st->thread = std::thread([raw = ex.get(), st] { raw->stage_loop(*st); });
+  }
+  return ex;
+}
+
+PipelineExecutor::~PipelineExecutor() {
+  for (auto& s : stages_) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    stopping_ = true;
+    s->cv.notify_all();
+  }
+  for (auto& s : stages_) {
+    if (s->thread.joinable()) s->thread.join();
+  }
+}
+
+void PipelineExecutor::submit(StepInput input) {
+  Job job;
+  job.input = std::make_shared<StepInput>(std::move(input));
+  ++in_flight_;
+  Stage& first = *stages_.front();
+  std::lock_guard<std::mutex> lock(first.mu);
+  first.queue.push_back(std::move(job));
+  first.cv.notify_one();
+}
+
+PipelineExecutor::StepOutput PipelineExecutor::wait_oldest() {
+  CHECK(in_flight_ > 0) << "wait_oldest with nothing in flight";
+  std::unique_lock<std::mutex> lock(out_mu_);
+  out_cv_.wait(lock, [&] { return !outputs_.empty(); });
+  Job job = std::move(outputs_.front());
+  outputs_.pop_front();
+  --in_flight_;
+  return {std::move(job.logits), job.last_stage_ms};
+}
+
+void PipelineExecutor::stage_loop(Stage& s) {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(s.mu);
+      s.cv.wait(lock, [&] { return stopping_ || !s.queue.empty(); });
+      if (stopping_) return;
+      job = std::move(s.queue.front());
+      s.queue.pop_front();
+    }
+    const double t0 = common::now_seconds();
+    run_stage(s, job);
+    job.last_stage_ms = (common::now_seconds() - t0) * 1000.0;
+    if (s.index + 1 < num_stages()) {
+      Stage& next = *stages_[s.index + 1];
+      std::lock_guard<std::mutex> lock(next.mu);
+      next.queue.push_back(std::move(job));
+      next.cv.notify_one();
+    } else {
+      std::lock_guard<std::mutex> lock(out_mu_);
+      outputs_.push_back(std::move(job));
+      out_cv_.notify_one();
+    }
+  }
+}
+
+void PipelineExecutor::run_stage(Stage& s, Job& job) {
+  const model::ModelConfig& c = s.model->config();
+  const StepInput& in = *job.input;
+  model::ForwardBatch batch;
+  for (const auto& seq : in.sequences)
+    batch.sequences.push_back({seq.token_ids, seq.num_computed_tokens, seq.block_table});
+  const int64_t T = batch.num_tokens(), H = c.hidden_size;
+  if (s.index == 0) {
+    job.hidden.assign(T * H, 0.0f);
+    s.model->embed(batch, job.hidden.data());
+  }
+  s.model->run_layers(batch, ranges_[s.index].first, ranges_[s.index].second, job.hidden.data(),
+                      *s.cache, *s.pool);
+  if (s.index + 1 < num_stages()) return;
+  job.logits.assign(in.sequences.size(), {});
+  int64_t row = 0;
+  std::vector<float> normed(H);
+  for (size_t i = 0; i < in.sequences.size(); ++i) {
+    row += static_cast<int64_t>(in.sequences[i].token_ids.size());
+    if (!in.sequences[i].samples) continue;
+    s.model->final_norm(job.hidden.data() + (row - 1) * H, 1, normed.data());
+    job.logits[i].resize(c.vocab_size);
+    s.model->compute_logits(normed.data(), 1, job.logits[i].data(), *s.pool);
+  }
+}
+
+double PipelineExecutor::profile_stage_ms(int stage, int64_t num_tokens) {
+  Stage& s = *stages_[stage];
+  const model::ModelConfig& c = s.model->config();
+  const int64_t n =
+      std::clamp<int64_t>(num_tokens, 1, s.cache->num_blocks() * s.cache->block_size());
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i)
+    ids[i] = static_cast<int32_t>((i * 7919 + 3) % std::min<int64_t>(c.vocab_size, 128000));
+  std::vector<int32_t> table((n + s.cache->block_size() - 1) / s.cache->block_size());
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  model::ForwardBatch batch;
+  batch.sequences.push_back({ids, 0, table});
+  std::vector<float> hidden(n * c.hidden_size, 0.0f);
+  const double t0 = common::now_seconds();
+  if (stage == 0) s.model->embed(batch, hidden.data());
+  s.model->run_layers(batch, ranges_[stage].first, ranges_[stage].second, hidden.data(), *s.cache,
+                      *s.pool);
+  if (stage + 1 == num_stages()) {
+    std::vector<float> logits(c.vocab_size);
+    s.model->final_norm(hidden.data() + (n - 1) * c.hidden_size, 1, hidden.data());
+    s.model->compute_logits(hidden.data(), 1, logits.data(), *s.pool);
+  }
+  return (common::now_seconds() - t0) * 1000.0;
+}
+
+}  // namespace worker

@@ -1,0 +1,101 @@
+// PipelineExecutor: pipeline-parallel execution of scheduler steps over N stages, each owning a
+// slice of the decoder layers, its own KV cache for those layers, and its own thread pool.
+// Steps enter stage 0 in submission order and every stage processes them FIFO (lockstep), so a
+// later chunk of a prompt can run on stage 0 while an earlier one is on stage 1. The last
+// stage computes logits for sampling rows. Stages are threads of this process; the stage loop
+// only sees StepInput and hidden-state buffers, so a process or host boundary can replace the
+// queues without touching the engine.
+// submit / wait_oldest are called by one engine thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "kv/kv_cache_manager.h"
+#include "model/deepseek_v3.h"
+#include "sched/scheduler.h"
+
+namespace worker {
+
+// A step as the stages need it: self-contained copies, since the scheduler moves on meanwhile.
+struct StepInput {
+  struct Sequence {
+    std::vector<int32_t> token_ids;
+    int64_t num_computed_tokens = 0;
+    std::vector<int32_t> block_table;
+    bool samples = false;
+  };
+  std::vector<Sequence> sequences;
+};
+
+StepInput make_step_input(const sched::SchedulerOutput& output, const kv::KvCacheManager& kv);
+
+// Layer ranges [begin, end) per stage: explicit counts, or near-equal with the remainder given
+// to the first stages. Errors name the problem (counts that do not add up, empty stages).
+common::Result<std::vector<std::pair<int, int>>> partition_layers(int num_layers, int num_stages,
+                                                                  const std::vector<int>& counts);
+
+class PipelineExecutor {
+ public:
+  static common::Result<std::unique_ptr<PipelineExecutor>> create(
+      const std::string& model_dir, int num_stages, const std::vector<int>& layer_counts,
+      int threads_per_stage, int64_t num_blocks, int block_size);
+  ~PipelineExecutor();
+
+  const model::ModelConfig& config() const { return stages_.front()->model->config(); }
+  const std::vector<std::pair<int, int>>& layer_ranges() const { return ranges_; }
+  int num_stages() const { return static_cast<int>(stages_.size()); }
+
+  void submit(StepInput input);
+  struct StepOutput {
+    std::vector<std::vector<float>> logits;  // entry i for the i-th sequence if it samples
+    double last_stage_ms = 0;                // the last stage's own time for this step
+  };
+  // Output of the oldest submitted step.
+  StepOutput wait_oldest();
+  size_t in_flight() const { return in_flight_; }
+
+  // CPP profiling: milliseconds of `stage`'s own layers on a from-scratch prefill of
+  // num_tokens dummy tokens (zero input for non-first stages, as upstream times each stage
+  // independently). Call only while nothing is in flight.
+  double profile_stage_ms(int stage, int64_t num_tokens);
+
+ private:
+  struct Job {
+    std::shared_ptr<StepInput> input;
+    std::vector<float> hidden;
+    std::vector<std::vector<float>> logits;
+    double last_stage_ms = 0;
+  };
+  struct Stage {
+    int index = 0;
+    std::unique_ptr<model::DeepseekV3Model> model;
+    std::unique_ptr<model::LatentKvCache> cache;
+    std::unique_ptr<common::ThreadPool> pool;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Job> queue;
+    std::thread thread;
+  };
+  PipelineExecutor() = default;
+  void stage_loop(Stage& s);
+  void run_stage(Stage& s, Job& job);
+
+  std::vector<std::unique_ptr<Stage>> stages_;
+  std::vector<std::pair<int, int>> ranges_;
+  std::mutex out_mu_;
+  std::condition_variable out_cv_;
+  std::deque<Job> outputs_;
+  size_t in_flight_ = 0;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace worker
