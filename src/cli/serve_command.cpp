@@ -27,6 +27,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/model_runner.h"
+#include "worker/pipeline_executor.h"
 
 namespace cli {
 namespace {
@@ -97,6 +98,8 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("http-threads", "HTTP worker threads (one per open connection)", "256");
   p.add_option("max-request-body-bytes", "largest accepted request body", std::to_string(32 << 20));
   p.add_alias("-tp", "tensor-parallel-size");
+  p.add_option("pp-layer-partition",
+               "decoder layers per pipeline stage, e.g. 3,5 (env VLLM_PP_LAYER_PARTITION)");
   p.add_alias("-pp", "pipeline-parallel-size");
   p.add_alias("-dp", "data-parallel-size");
   p.add_alias("-dpl", "data-parallel-size-local");
@@ -162,6 +165,8 @@ struct ServePlan {
   double memory_utilization = 0.9;
   std::string chat_template_file;
   std::string tokenizer_dir;
+  int pipeline_parallel_size = 1;
+  std::vector<int> layer_partition;  // empty: even split
 };
 
 namespace {
@@ -188,17 +193,35 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
         sched::parse_profiling_chunk_config(extra, static_cast<int>(pp), batched, &warnings));
     for (const std::string& w : warnings) LOG(WARNING) << w;
     if (pcc.enabled) {
-      return unbuilt("dynamic chunked pipeline parallel prefill (profiling_chunk_config)",
-                     "the chunk predictor and scheduler are built; the pipeline stages are not");
+      plan->engine.profiling_chunk = pcc;
+      LOG(INFO) << "profiling_chunk_config enabled: smooth_factor=" << pcc.smooth_factor
+                << ", min_chunk=" << pcc.min_chunk
+                << ", need_timing=" << (pcc.need_timing ? "true" : "false")
+                << ", max_fit_chunk=" << pcc.max_fit_chunk;
+    } else {
+      LOG(INFO) << "--additional-config keys accepted and not used on CPU: " << extra.dump();
     }
-    LOG(INFO) << "--additional-config keys accepted and not used on CPU: " << extra.dump();
   }
-  for (const char* f : {"pipeline-parallel-size", "tensor-parallel-size", "data-parallel-size"}) {
+  {
+    CP_ASSIGN_OR_RETURN(int64_t pp, p.int_option("pipeline-parallel-size", 1));
+    plan->pipeline_parallel_size = static_cast<int>(pp);
+    std::string partition = p.option("pp-layer-partition").value_or("");
+    if (partition.empty() && std::getenv("VLLM_PP_LAYER_PARTITION"))
+      partition = std::getenv("VLLM_PP_LAYER_PARTITION");
+    std::stringstream ss(partition);
+    for (std::string item; std::getline(ss, item, ',');) {
+      try {
+        plan->layer_partition.push_back(std::stoi(item));
+      } catch (...) {
+        return common::invalid_argument("argument --pp-layer-partition: invalid layer count '" +
+                                        item + "'");
+      }
+    }
+  }
+  for (const char* f : {"tensor-parallel-size", "data-parallel-size"}) {
     CP_ASSIGN_OR_RETURN(int64_t v, p.int_option(f, 1));
     if (v > 1) {
-      const std::string what = std::string(f) == "pipeline-parallel-size"
-                                   ? "pipeline parallelism (--pipeline-parallel-size > 1)"
-                               : std::string(f) == "tensor-parallel-size"
+      const std::string what = std::string(f) == "tensor-parallel-size"
                                    ? "tensor parallelism (--tensor-parallel-size > 1)"
                                    : "data parallelism (--data-parallel-size > 1)";
       return unbuilt(what, "planned: pipeline parallel with CPP, then TP/EP and DP");
@@ -283,6 +306,10 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   e.log_requests = p.flag("enable-log-requests") && !p.flag("disable-log-requests");
   CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1));
   e.num_threads = static_cast<int>(threads);
+  if (!p.given("threads") && plan->pipeline_parallel_size > 1) {  // --threads is per stage
+    e.num_threads = std::max(
+        1, static_cast<int>(std::thread::hardware_concurrency()) / plan->pipeline_parallel_size);
+  }
   if (p.given("kv-cache-memory")) {
     CP_ASSIGN_OR_RETURN(plan->kv_cache_bytes, p.int_option("kv-cache-memory", 1));
   }
@@ -370,12 +397,25 @@ int run_serve_command(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   const double t0 = common::now_seconds();
-  auto model = model::DeepseekV3Model::load(plan.model_dir, {.load_mtp = false});
-  if (!model.ok()) {
-    LOG(ERROR) << model.status().message();
-    return 1;
+  // One stage loads the whole model; a pipeline loads one slice per stage (below).
+  std::unique_ptr<model::DeepseekV3Model> whole_model;
+  model::ModelConfig mc;
+  if (plan.pipeline_parallel_size == 1) {
+    auto model = model::DeepseekV3Model::load(plan.model_dir, {.load_mtp = false});
+    if (!model.ok()) {
+      LOG(ERROR) << model.status().message();
+      return 1;
+    }
+    whole_model = std::move(model).value();
+    mc = whole_model->config();
+  } else {
+    auto config = model::load_model_config(plan.model_dir);
+    if (!config.ok()) {
+      LOG(ERROR) << config.status().message();
+      return 1;
+    }
+    mc = *config;
   }
-  const model::ModelConfig& mc = (*model)->config();
   LOG(INFO) << "Resolved architecture: DeepseekV3ForCausalLM";
   auto tok = tokenizer::Tokenizer::load(plan.tokenizer_dir);
   if (!tok.ok()) {
@@ -486,7 +526,26 @@ int run_serve_command(int argc, char** argv) {
   LOG(INFO) << "Maximum concurrency for " << max_model_len << " tokens per request: "
             << std::round(100.0 * double(kv_tokens) / double(max_model_len)) / 100.0 << "x";
 
-  engine::EngineCore engine(**model, **tok, plan.engine);
+  std::unique_ptr<engine::EngineCore> engine_ptr;
+  if (plan.pipeline_parallel_size == 1) {
+    engine_ptr = std::make_unique<engine::EngineCore>(*whole_model, **tok, plan.engine);
+  } else {
+    auto pipeline = worker::PipelineExecutor::create(
+        plan.model_dir, plan.pipeline_parallel_size, plan.layer_partition, plan.engine.num_threads,
+        plan.engine.num_kv_blocks, plan.engine.block_size, /*pin_stages=*/true);
+    if (!pipeline.ok()) {
+      LOG(ERROR) << pipeline.status().message();
+      return 1;
+    }
+    std::string ranges;
+    for (const auto& [b, e] : (*pipeline)->layer_ranges())
+      ranges += (ranges.empty() ? "" : ", ") + std::to_string(b) + "-" + std::to_string(e - 1);
+    LOG(INFO) << "Pipeline parallel: " << plan.pipeline_parallel_size << " stages (layers "
+              << ranges << "), " << plan.engine.num_threads << " threads per stage";
+    engine_ptr =
+        std::make_unique<engine::EngineCore>(std::move(pipeline).value(), **tok, plan.engine);
+  }
+  engine::EngineCore& engine = *engine_ptr;
   LOG(INFO) << "init engine (load model, create kv cache) took " << common::now_seconds() - t0
             << " seconds";
   server::ApiServer api(plan.server, engine, **tok, **chat_template);

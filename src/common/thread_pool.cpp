@@ -2,6 +2,9 @@
 // the many small parallel regions of a decode step), then sleep in atomic::wait.
 #include "common/thread_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 
 namespace common {
@@ -62,6 +65,20 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const RangeFn& fn) {
     }
   }
   task_ = nullptr;
+}
+
+bool ThreadPool::pin_threads(const std::vector<int>& cpus) {
+  if (cpus.empty()) return true;
+  std::atomic<bool> ok{true};
+  parallel_for(num_threads_, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpus[static_cast<size_t>(i) % cpus.size()], &set);
+      if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0) ok = false;
+    }
+  });
+  return ok;
 }
 
 void ThreadPool::worker_loop(int thread_index) {

@@ -23,6 +23,10 @@ class ThreadPool {
 
   int num_threads() const { return num_threads_; }
 
+  // Pins thread i of the pool (the caller is thread 0) to cpus[i % cpus.size()]. Call from the
+  // thread that will use the pool. Returns false if the OS refused.
+  bool pin_threads(const std::vector<int>& cpus);
+
   // Runs fn over [0, n) split into at most num_threads() ranges of at least `grain` items.
   void parallel_for(int64_t n, int64_t grain, const RangeFn& fn);
 

@@ -62,7 +62,7 @@ common::Result<std::vector<std::pair<int, int>>> partition_layers(int num_layers
 
 common::Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(
     const std::string& model_dir, int num_stages, const std::vector<int>& layer_counts,
-    int threads_per_stage, int64_t num_blocks, int block_size) {
+    int threads_per_stage, int64_t num_blocks, int block_size, bool pin_stages) {
   CP_ASSIGN_OR_RETURN(model::ModelConfig config, model::load_model_config(model_dir));
   std::unique_ptr<PipelineExecutor> ex(new PipelineExecutor());
   CP_ASSIGN_OR_RETURN(ex->ranges_,
@@ -81,6 +81,11 @@ common::Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(
         config.num_total_layers(), opts.layer_begin, opts.layer_end, num_blocks, block_size,
         config.kv_cache_row_dim());
     stage->pool = std::make_unique<common::ThreadPool>(threads_per_stage);
+    if (pin_stages) {  // stage s on cores [s·t, (s+1)·t) (wrapping when stages outnumber cores)
+      const int ncpu = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+      for (int t = 0; t < threads_per_stage; ++t)
+        stage->cpus.push_back((s * threads_per_stage + t) % ncpu);
+    }
     ex->stages_.push_back(std::move(stage));
   }
   for (auto& stage : ex->stages_) {
@@ -122,6 +127,7 @@ PipelineExecutor::StepOutput PipelineExecutor::wait_oldest() {
 }
 
 void PipelineExecutor::stage_loop(Stage& s) {
+  s.pool->pin_threads(s.cpus);  // from the stage thread, which is the pool's thread 0
   while (true) {
     Job job;
     {

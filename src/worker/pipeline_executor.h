@@ -47,7 +47,7 @@ class PipelineExecutor {
  public:
   static common::Result<std::unique_ptr<PipelineExecutor>> create(
       const std::string& model_dir, int num_stages, const std::vector<int>& layer_counts,
-      int threads_per_stage, int64_t num_blocks, int block_size);
+      int threads_per_stage, int64_t num_blocks, int block_size, bool pin_stages = false);
   ~PipelineExecutor();
 
   const model::ModelConfig& config() const { return stages_.front()->model->config(); }
@@ -84,6 +84,7 @@ class PipelineExecutor {
     std::condition_variable cv;
     std::deque<Job> queue;
     std::thread thread;
+    std::vector<int> cpus;  // pinning of this stage's threads (empty: not pinned)
   };
   PipelineExecutor() = default;
   void stage_loop(Stage& s);

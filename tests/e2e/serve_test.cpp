@@ -293,6 +293,27 @@ TEST_F(ServeTest, GreedyOutputsAreInvariant) {
   ASSERT_TRUE(small_budget.ready());
   EXPECT_EQ(greedy_texts(small_budget, true, false), alone);
   EXPECT_EQ(small_budget.stop(), 0);
+  // Two pipeline stages, with fixed chunks and with CPP's dynamic chunks (calibrating, then
+  // calibrated), give the same greedy text.
+  for (bool dynamic : {false, true}) {
+    auto pp_flags = base_flags();
+    pp_flags.insert(pp_flags.end(), {"--api-key", kKey, "--pipeline-parallel-size", "2",
+                                     "--max-num-batched-tokens", "64", "--max-num-seqs", "16"});
+    if (dynamic) {
+      pp_flags.insert(
+          pp_flags.end(),
+          {"--additional-config",
+           R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true, "min_chunk": 16, "max_fit_chunk": 8}}})"});
+    }
+    e2e::ServerProcess pp(
+        model_dir(), pp_flags,
+        dynamic ? "/tmp/chunkpipe_e2e_pp2_cpp.log" : "/tmp/chunkpipe_e2e_pp2.log");
+    ASSERT_TRUE(pp.ready());
+    EXPECT_EQ(greedy_texts(pp, false, false), alone) << "PP=2 alone, dynamic " << dynamic;
+    EXPECT_EQ(greedy_texts(pp, true, false), alone) << "PP=2 concurrent, dynamic " << dynamic;
+    EXPECT_EQ(greedy_texts(pp, true, true), alone) << "PP=2 streamed, dynamic " << dynamic;
+    EXPECT_EQ(pp.stop(), 0);
+  }
 }
 
 double metric(const e2e::ServerProcess& s, const std::string& name) {
@@ -650,15 +671,17 @@ TEST(ServeGoldenTest, FirstTokenIsTheArgmaxOfTheGoldenLogits) {
 TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   const std::string m = CHUNKPIPE_TEST_DATA_DIR "/tiny-bf16";
   auto run = [&](const std::string& args) {
-    auto r = e2e::run_shell(std::string(CHUNKPIPE_BINARY) + " serve " + m + " " + args);
+    // `timeout` guards against a command line that unexpectedly starts serving.
+    auto r =
+        e2e::run_shell("timeout 60 " + std::string(CHUNKPIPE_BINARY) + " serve " + m + " " + args);
     return std::make_pair(r.exit_code, r.out);
   };
   auto [rc, out] = run("--bogus-flag 1");
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("unrecognized argument: --bogus-flag"), std::string::npos) << out;
-  std::tie(rc, out) = run("--pipeline-parallel-size 2");
+  std::tie(rc, out) = run("--host 127.0.0.1 --tensor-parallel-size 2");
   EXPECT_EQ(rc, 2);
-  EXPECT_NE(out.find("pipeline parallelism (--pipeline-parallel-size > 1) is not built yet"),
+  EXPECT_NE(out.find("tensor parallelism (--tensor-parallel-size > 1) is not built yet"),
             std::string::npos)
       << out;
   std::tie(rc, out) = run("--port notaport");
@@ -681,7 +704,7 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
     EXPECT_NE(out.find(message), std::string::npos) << cfg << "\n" << out;
   }
   std::tie(rc, out) =
-      run("--host 127.0.0.1 -pp 2 --max-num-batched-tokens 1024 --additional-config "
+      run("--host 127.0.0.1 -pp 2 -tp 2 --max-num-batched-tokens 1024 --additional-config "
           "'{\"scheduler_config\": {\"profiling_chunk_config\": {\"enabled\": true}}}'");
   EXPECT_NE(out.find("Clamping min_chunk to 1024"), std::string::npos) << out;
   // Every `vllm serve` command line of the seed documents parses (no unknown or invalid flag);
