@@ -138,6 +138,14 @@ MetricsSnapshot EngineCore::metrics() const {
   s.kv_cache_usage = kv_.usage();
   s.num_kv_blocks = config_.num_kv_blocks;
   s.block_size = config_.block_size;
+  if (pipeline_) s.stage_busy_seconds = pipeline_->stage_busy_seconds();
+  if (predictor_ && predictor_->ready()) {
+    s.cpp_ready = true;
+    s.cpp_a = predictor_->a();
+    s.cpp_b = predictor_->b();
+    s.cpp_c = predictor_->c();
+    s.cpp_target_ms = predictor_->target_ms();
+  }
   return s;
 }
 

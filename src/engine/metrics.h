@@ -43,6 +43,10 @@ struct MetricsSnapshot {
   double kv_cache_usage = 0;
   int64_t num_kv_blocks = 0;
   int block_size = 0;
+  std::vector<double> stage_busy_seconds;  // pipeline stages (empty with one stage)
+  // CPP: the fitted model and target (when a chunk predictor is configured and ready).
+  bool cpp_ready = false;
+  double cpp_a = 0, cpp_b = 0, cpp_c = 0, cpp_target_ms = 0;
 };
 
 }  // namespace engine

@@ -104,6 +104,23 @@ std::string render_metrics(const engine::MetricsSnapshot& s, const std::string& 
               "Histogram of time per output token in seconds (deprecated name).", m.itl);
   w.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
               m.e2e);
+  if (!s.stage_busy_seconds.empty()) {
+    w.raw()
+        << "# HELP chunkpipe:pp_stage_busy_seconds Seconds each pipeline stage spent computing.\n"
+           "# TYPE chunkpipe:pp_stage_busy_seconds counter\n";
+    for (size_t i = 0; i < s.stage_busy_seconds.size(); ++i) {
+      w.raw() << "chunkpipe:pp_stage_busy_seconds_total{model_name=\"" << model_name
+              << "\",stage=\"" << i << "\"} " << num(s.stage_busy_seconds[i]) << "\n";
+    }
+  }
+  if (s.cpp_ready) {
+    w.gauge("chunkpipe:cpp_target_latency_ms", "CPP target chunk latency T in milliseconds.",
+            s.cpp_target_ms);
+    w.gauge("chunkpipe:cpp_fit_a", "CPP latency model coefficient a (ms per token squared).",
+            s.cpp_a);
+    w.gauge("chunkpipe:cpp_fit_b", "CPP latency model coefficient b (ms per token).", s.cpp_b);
+    w.gauge("chunkpipe:cpp_fit_c", "CPP latency model coefficient c (ms).", s.cpp_c);
+  }
   w.raw() << "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
              "# TYPE vllm:cache_config_info gauge\n"
              "vllm:cache_config_info{block_size=\""

@@ -139,7 +139,9 @@ void PipelineExecutor::stage_loop(Stage& s) {
     }
     const double t0 = common::now_seconds();
     run_stage(s, job);
-    job.last_stage_ms = (common::now_seconds() - t0) * 1000.0;
+    const double dt = common::now_seconds() - t0;
+    job.last_stage_ms = dt * 1000.0;
+    s.busy_seconds.store(s.busy_seconds.load() + dt);
     if (s.index + 1 < num_stages()) {
       Stage& next = *stages_[s.index + 1];
       std::lock_guard<std::mutex> lock(next.mu);
@@ -177,6 +179,12 @@ void PipelineExecutor::run_stage(Stage& s, Job& job) {
     job.logits[i].resize(c.vocab_size);
     s.model->compute_logits(normed.data(), 1, job.logits[i].data(), *s.pool);
   }
+}
+
+std::vector<double> PipelineExecutor::stage_busy_seconds() const {
+  std::vector<double> out;
+  for (const auto& s : stages_) out.push_back(s->busy_seconds.load());
+  return out;
 }
 
 double PipelineExecutor::profile_stage_ms(int stage, int64_t num_tokens) {

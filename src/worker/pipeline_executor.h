@@ -62,6 +62,8 @@ class PipelineExecutor {
   // Output of the oldest submitted step.
   StepOutput wait_oldest();
   size_t in_flight() const { return in_flight_; }
+  // Seconds each stage has spent computing since start (thread-safe).
+  std::vector<double> stage_busy_seconds() const;
 
   // CPP profiling: milliseconds of `stage`'s own layers on a from-scratch prefill of
   // num_tokens dummy tokens (zero input for non-first stages, as upstream times each stage
@@ -85,6 +87,7 @@ class PipelineExecutor {
     std::deque<Job> queue;
     std::thread thread;
     std::vector<int> cpus;  // pinning of this stage's threads (empty: not pinned)
+    std::atomic<double> busy_seconds{0.0};
   };
   PipelineExecutor() = default;
   void stage_loop(Stage& s);
