@@ -10,6 +10,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/deepseek_v3.h"
 #include "sched/scheduler.h"
+#include "worker/step_input.h"
 
 namespace worker {
 
@@ -30,6 +31,8 @@ class ModelRunner {
   double profile_prefill_ms(int64_t num_tokens, int64_t max_tokens);
 
  private:
+  std::vector<std::vector<float>> run(const StepInput& input);
+
   const model::DeepseekV3Model& model_;
   model::LatentKvCache cache_;
   common::ThreadPool pool_;

@@ -8,20 +8,6 @@
 
 namespace worker {
 
-StepInput make_step_input(const sched::SchedulerOutput& output, const kv::KvCacheManager& kv) {
-  StepInput in;
-  for (const sched::ScheduledRequest& s : output.scheduled) {
-    StepInput::Sequence seq;
-    for (int64_t t = 0; t < s.num_scheduled_tokens; ++t)
-      seq.token_ids.push_back(s.request->token_at(s.num_computed_tokens + t));
-    seq.num_computed_tokens = s.num_computed_tokens;
-    seq.block_table = kv.block_table(s.request->request_id);
-    seq.samples = s.samples;
-    in.sequences.push_back(std::move(seq));
-  }
-  return in;
-}
-
 common::Result<std::vector<std::pair<int, int>>> partition_layers(int num_layers, int num_stages,
                                                                   const std::vector<int>& counts) {
   std::vector<std::pair<int, int>> ranges;
@@ -156,29 +142,16 @@ void PipelineExecutor::stage_loop(Stage& s) {
 }
 
 void PipelineExecutor::run_stage(Stage& s, Job& job) {
-  const model::ModelConfig& c = s.model->config();
   const StepInput& in = *job.input;
-  model::ForwardBatch batch;
-  for (const auto& seq : in.sequences)
-    batch.sequences.push_back({seq.token_ids, seq.num_computed_tokens, seq.block_table});
-  const int64_t T = batch.num_tokens(), H = c.hidden_size;
+  const model::ForwardBatch batch = to_forward_batch(in);
   if (s.index == 0) {
-    job.hidden.assign(T * H, 0.0f);
+    job.hidden.assign(batch.num_tokens() * s.model->config().hidden_size, 0.0f);
     s.model->embed(batch, job.hidden.data());
   }
   s.model->run_layers(batch, ranges_[s.index].first, ranges_[s.index].second, job.hidden.data(),
                       *s.cache, *s.pool);
-  if (s.index + 1 < num_stages()) return;
-  job.logits.assign(in.sequences.size(), {});
-  int64_t row = 0;
-  std::vector<float> normed(H);
-  for (size_t i = 0; i < in.sequences.size(); ++i) {
-    row += static_cast<int64_t>(in.sequences[i].token_ids.size());
-    if (!in.sequences[i].samples) continue;
-    s.model->final_norm(job.hidden.data() + (row - 1) * H, 1, normed.data());
-    job.logits[i].resize(c.vocab_size);
-    s.model->compute_logits(normed.data(), 1, job.logits[i].data(), *s.pool);
-  }
+  if (s.index + 1 == num_stages())
+    job.logits = logits_for_samples(*s.model, in, job.hidden.data(), *s.pool);
 }
 
 std::vector<double> PipelineExecutor::stage_busy_seconds() const {
@@ -189,26 +162,14 @@ std::vector<double> PipelineExecutor::stage_busy_seconds() const {
 
 double PipelineExecutor::profile_stage_ms(int stage, int64_t num_tokens) {
   Stage& s = *stages_[stage];
-  const model::ModelConfig& c = s.model->config();
   const int64_t n =
       std::clamp<int64_t>(num_tokens, 1, s.cache->num_blocks() * s.cache->block_size());
-  std::vector<int32_t> ids(n);
-  for (int64_t i = 0; i < n; ++i)
-    ids[i] = static_cast<int32_t>((i * 7919 + 3) % std::min<int64_t>(c.vocab_size, 128000));
-  std::vector<int32_t> table((n + s.cache->block_size() - 1) / s.cache->block_size());
-  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
-  model::ForwardBatch batch;
-  batch.sequences.push_back({ids, 0, table});
-  std::vector<float> hidden(n * c.hidden_size, 0.0f);
+  Job job;
+  job.input = std::make_shared<StepInput>(
+      dummy_prefill(n, s.model->config().vocab_size, s.cache->block_size()));
+  job.hidden.assign(n * s.model->config().hidden_size, 0.0f);  // non-first stages: zero input
   const double t0 = common::now_seconds();
-  if (stage == 0) s.model->embed(batch, hidden.data());
-  s.model->run_layers(batch, ranges_[stage].first, ranges_[stage].second, hidden.data(), *s.cache,
-                      *s.pool);
-  if (stage + 1 == num_stages()) {
-    std::vector<float> logits(c.vocab_size);
-    s.model->final_norm(hidden.data() + (n - 1) * c.hidden_size, 1, hidden.data());
-    s.model->compute_logits(hidden.data(), 1, logits.data(), *s.pool);
-  }
+  run_stage(s, job);
   return (common::now_seconds() - t0) * 1000.0;
 }
 

@@ -22,21 +22,9 @@
 #include "kv/kv_cache_manager.h"
 #include "model/deepseek_v3.h"
 #include "sched/scheduler.h"
+#include "worker/step_input.h"
 
 namespace worker {
-
-// A step as the stages need it: self-contained copies, since the scheduler moves on meanwhile.
-struct StepInput {
-  struct Sequence {
-    std::vector<int32_t> token_ids;
-    int64_t num_computed_tokens = 0;
-    std::vector<int32_t> block_table;
-    bool samples = false;
-  };
-  std::vector<Sequence> sequences;
-};
-
-StepInput make_step_input(const sched::SchedulerOutput& output, const kv::KvCacheManager& kv);
 
 // Layer ranges [begin, end) per stage: explicit counts, or near-equal with the remainder given
 // to the first stages. Errors name the problem (counts that do not add up, empty stages).
