@@ -98,6 +98,8 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("http-threads", "HTTP worker threads (one per open connection)", "256");
   p.add_option("max-request-body-bytes", "largest accepted request body", std::to_string(32 << 20));
   p.add_alias("-tp", "tensor-parallel-size");
+  p.add_option("trace-file",
+               "pipeline parallel: write a Chrome trace (Perfetto) of every stage at shutdown");
   p.add_option("pp-layer-partition",
                "decoder layers per pipeline stage, e.g. 3,5 (env VLLM_PP_LAYER_PARTITION)");
   p.add_alias("-pp", "pipeline-parallel-size");
@@ -304,6 +306,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   e.block_size = static_cast<int>(block_size);
   e.enable_prefix_caching = !p.given("enable-prefix-caching") || p.flag("enable-prefix-caching");
   e.log_requests = p.flag("enable-log-requests") && !p.flag("disable-log-requests");
+  e.trace_file = p.option("trace-file").value_or("");
   CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1));
   e.num_threads = static_cast<int>(threads);
   if (!p.given("threads") && plan->pipeline_parallel_size > 1) {  // --threads is per stage

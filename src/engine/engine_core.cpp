@@ -46,6 +46,7 @@ EngineCore::EngineCore(std::unique_ptr<worker::PipelineExecutor> pipeline,
 }
 
 void EngineCore::start() {
+  if (pipeline_ && !config_.trace_file.empty()) pipeline_->enable_trace();
   if (auto eos = tokenizer_.eos_token_id()) {
     eos_ids_.push_back(*eos);
   } else {
@@ -126,6 +127,13 @@ void EngineCore::shutdown() {
     cv_.notify_one();
   }
   if (thread_.joinable()) thread_.join();
+  if (pipeline_ && !config_.trace_file.empty()) {
+    if (auto st = pipeline_->write_trace(config_.trace_file); st.ok()) {
+      LOG(INFO) << "Wrote the pipeline trace to " << config_.trace_file;
+    } else {
+      LOG(ERROR) << st.message();
+    }
+  }
 }
 
 MetricsSnapshot EngineCore::metrics() const {
@@ -325,7 +333,18 @@ void EngineCore::step_pipelined() {
   while (in_flight_.size() < depth && scheduler_.has_unfinished_requests()) {
     sched::SchedulerOutput so = schedule_step();
     if (so.empty()) break;
-    pipeline_->submit(worker::make_step_input(so, kv_));
+    worker::StepInput in = worker::make_step_input(so, kv_);
+    in.step_id = next_step_id_++;
+    if (predictor_ && predictor_->ready()) {
+      for (const auto& s : so.scheduled) {
+        if (s.num_computed_tokens < s.request->num_prompt_tokens()) {
+          in.predicted_ms +=
+              predictor_->predict_time(s.num_scheduled_tokens, s.num_computed_tokens);
+        }
+      }
+    }
+    in_flight_predicted_ms_.push_back(in.predicted_ms);
+    pipeline_->submit(std::move(in));
     in_flight_.push_back(std::move(so));
   }
   if (in_flight_.empty()) {
@@ -336,6 +355,14 @@ void EngineCore::step_pipelined() {
   auto out = pipeline_->wait_oldest();
   sched::SchedulerOutput so = std::move(in_flight_.front());
   in_flight_.pop_front();
+  const double predicted = in_flight_predicted_ms_.front();
+  in_flight_predicted_ms_.pop_front();
+  if (predicted > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.cpp_predicted_ms_sum += predicted;
+    metrics_.cpp_measured_ms_sum += out.last_stage_ms;
+    ++metrics_.cpp_steps;
+  }
   complete_step(so, out.logits, out.last_stage_ms);
   if (in_flight_.empty()) retired_.clear();
 }

@@ -43,6 +43,7 @@ struct EngineConfig {
   // CPP: dynamic chunk sizing (startup profiling, online calibration); see
   // sched/profiling_chunk_config.h. Validated by the caller.
   std::optional<sched::ProfilingChunkConfig> profiling_chunk;
+  std::string trace_file;  // pipeline: Chrome trace of every (step, stage), written at shutdown
 };
 
 struct TokenLogprob {
@@ -122,9 +123,11 @@ class EngineCore {
   EngineConfig config_;
   kv::KvCacheManager kv_;
   sched::Scheduler scheduler_;
-  std::unique_ptr<worker::ModelRunner> runner_;           // one stage, in this thread
-  std::unique_ptr<worker::PipelineExecutor> pipeline_;    // or a pipeline of stages
-  std::deque<sched::SchedulerOutput> in_flight_;          // pipelined steps, oldest first
+  std::unique_ptr<worker::ModelRunner> runner_;         // one stage, in this thread
+  std::unique_ptr<worker::PipelineExecutor> pipeline_;  // or a pipeline of stages
+  std::deque<sched::SchedulerOutput> in_flight_;        // pipelined steps, oldest first
+  std::deque<double> in_flight_predicted_ms_;           // CPP prediction of each step in flight
+  int64_t next_step_id_ = 0;
   std::vector<std::unique_ptr<sched::Request>> retired_;  // finished while steps were in flight
   std::unique_ptr<sched::ChunkSizePredictor> predictor_;
   std::vector<int32_t> eos_ids_;

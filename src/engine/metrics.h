@@ -34,6 +34,10 @@ struct Metrics {
   Histogram e2e{{0.3, 0.5, 0.8, 1,  1.5, 2,   2.5, 5,   10,   15,  20,
                  30,  40,  50,  60, 120, 240, 480, 960, 1920, 7680}};
   Histogram iteration_tokens{{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}};
+  // CPP: predicted vs measured time (last stage) of steps that carried prefill chunks.
+  double cpp_predicted_ms_sum = 0;
+  double cpp_measured_ms_sum = 0;
+  int64_t cpp_steps = 0;
 };
 
 struct MetricsSnapshot {

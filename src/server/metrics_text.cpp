@@ -120,6 +120,12 @@ std::string render_metrics(const engine::MetricsSnapshot& s, const std::string& 
             s.cpp_a);
     w.gauge("chunkpipe:cpp_fit_b", "CPP latency model coefficient b (ms per token).", s.cpp_b);
     w.gauge("chunkpipe:cpp_fit_c", "CPP latency model coefficient c (ms).", s.cpp_c);
+    w.counter("chunkpipe:cpp_predicted_chunk_ms",
+              "Predicted milliseconds of steps with prefill chunks.", m.cpp_predicted_ms_sum);
+    w.counter("chunkpipe:cpp_measured_chunk_ms",
+              "Measured milliseconds (last stage) of those steps.", m.cpp_measured_ms_sum);
+    w.counter("chunkpipe:cpp_chunk_steps", "Steps with prefill chunks counted above.",
+              double(m.cpp_steps));
   }
   w.raw() << "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
              "# TYPE vllm:cache_config_info gauge\n"

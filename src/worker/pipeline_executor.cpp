@@ -2,6 +2,7 @@
 #include "worker/pipeline_executor.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "common/check.h"
 #include "common/timer.h"
@@ -128,6 +129,16 @@ void PipelineExecutor::stage_loop(Stage& s) {
     const double dt = common::now_seconds() - t0;
     job.last_stage_ms = dt * 1000.0;
     s.busy_seconds.store(s.busy_seconds.load() + dt);
+    if (tracing_) {
+      int64_t tokens = 0, history = 0;
+      for (const auto& seq : job.input->sequences) {
+        tokens += static_cast<int64_t>(seq.token_ids.size());
+        history += seq.num_computed_tokens;
+      }
+      std::lock_guard<std::mutex> lock(trace_mu_);
+      trace_.push_back({s.index, job.input->step_id, t0, dt, job.input->predicted_ms, tokens,
+                        history, static_cast<int64_t>(job.input->sequences.size())});
+    }
     if (s.index + 1 < num_stages()) {
       Stage& next = *stages_[s.index + 1];
       std::lock_guard<std::mutex> lock(next.mu);
@@ -152,6 +163,38 @@ void PipelineExecutor::run_stage(Stage& s, Job& job) {
                       *s.cache, *s.pool);
   if (s.index + 1 == num_stages())
     job.logits = logits_for_samples(*s.model, in, job.hidden.data(), *s.pool);
+}
+
+common::Status PipelineExecutor::write_trace(const std::string& path) const {
+  std::lock_guard<std::mutex> lock(trace_mu_);
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return common::invalid_argument("--trace-file " + path + ": cannot write");
+  double origin = trace_.empty() ? 0 : trace_.front().start_s;
+  for (const TraceEvent& e : trace_) origin = std::min(origin, e.start_s);
+  std::fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+  for (int s = 0; s < num_stages(); ++s) {
+    std::fprintf(f,
+                 "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": "
+                 "{\"name\": \"stage %d (layers %d-%d)\"}},\n",
+                 s, s, ranges_[s].first, ranges_[s].second - 1);
+  }
+  for (size_t i = 0; i < trace_.size(); ++i) {
+    const TraceEvent& e = trace_[i];
+    std::fprintf(f,
+                 "{\"name\": \"step %lld: %lld tokens\", \"cat\": \"chunk\", \"ph\": \"X\", "
+                 "\"pid\": 0, \"tid\": %d, "
+                 "\"ts\": %.1f, \"dur\": %.1f, \"args\": {\"step\": %lld, \"tokens\": %lld, "
+                 "\"history\": %lld, "
+                 "\"sequences\": %lld, \"predicted_ms\": %.3f, \"measured_ms\": %.3f}}%s\n",
+                 static_cast<long long>(e.step_id), static_cast<long long>(e.tokens), e.stage,
+                 (e.start_s - origin) * 1e6, e.duration_s * 1e6, static_cast<long long>(e.step_id),
+                 static_cast<long long>(e.tokens), static_cast<long long>(e.history),
+                 static_cast<long long>(e.sequences), e.predicted_ms, e.duration_s * 1000.0,
+                 i + 1 < trace_.size() ? "," : "");
+  }
+  std::fprintf(f, "]}\n");
+  std::fclose(f);
+  return {};
 }
 
 std::vector<double> PipelineExecutor::stage_busy_seconds() const {

@@ -50,6 +50,12 @@ class PipelineExecutor {
   // Output of the oldest submitted step.
   StepOutput wait_oldest();
   size_t in_flight() const { return in_flight_; }
+  // Records one Chrome trace event per (step, stage) from now on; see write_trace.
+  void enable_trace() { tracing_ = true; }
+  // Writes the recorded events as Chrome trace-event JSON (opens in Perfetto / chrome://tracing):
+  // one track per stage; each event carries tokens, history, predicted and measured ms.
+  common::Status write_trace(const std::string& path) const;
+
   // Seconds each stage has spent computing since start (thread-safe).
   std::vector<double> stage_busy_seconds() const;
 
@@ -81,7 +87,17 @@ class PipelineExecutor {
   void stage_loop(Stage& s);
   void run_stage(Stage& s, Job& job);
 
+  struct TraceEvent {
+    int stage;
+    int64_t step_id;
+    double start_s, duration_s, predicted_ms;
+    int64_t tokens, history, sequences;
+  };
   std::vector<std::unique_ptr<Stage>> stages_;
+  std::atomic<bool> tracing_{false};
+  mutable std::mutex trace_mu_;
+  std::vector<TraceEvent> trace_;
+  double trace_origin_s_ = 0;
   std::vector<std::pair<int, int>> ranges_;
   std::mutex out_mu_;
   std::condition_variable out_cv_;

@@ -21,6 +21,8 @@ struct StepInput {
     bool samples = false;
   };
   std::vector<Sequence> sequences;
+  int64_t step_id = 0;
+  double predicted_ms = 0;  // CPP's predicted time of the step's prefill chunks (0: none)
 };
 
 StepInput make_step_input(const sched::SchedulerOutput& output, const kv::KvCacheManager& kv);

@@ -278,6 +278,15 @@ std::vector<std::string> greedy_texts(const e2e::ServerProcess& s, bool parallel
   return out;
 }
 
+double metric(const e2e::ServerProcess& s, const std::string& name) {
+  auto r = s.client().Get("/metrics");
+  if (!r) return -1;
+  size_t pos = r->body.find("\n" + name + "{");
+  if (pos == std::string::npos) return -1;
+  pos = r->body.find("} ", pos);
+  return std::stod(r->body.substr(pos + 2));
+}
+
 TEST_F(ServeTest, GreedyOutputsAreInvariant) {
   ASSERT_TRUE(server_->ready());
   const auto alone = greedy_texts(*server_, false, false);
@@ -299,11 +308,13 @@ TEST_F(ServeTest, GreedyOutputsAreInvariant) {
     auto pp_flags = base_flags();
     pp_flags.insert(pp_flags.end(), {"--api-key", kKey, "--pipeline-parallel-size", "2",
                                      "--max-num-batched-tokens", "64", "--max-num-seqs", "16"});
+    const std::string trace = "/tmp/chunkpipe_e2e_trace_" + std::to_string(getpid()) + ".json";
     if (dynamic) {
       pp_flags.insert(
           pp_flags.end(),
           {"--additional-config",
-           R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true, "min_chunk": 16, "max_fit_chunk": 8}}})"});
+           R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true, "min_chunk": 16, "max_fit_chunk": 8}}})",
+           "--trace-file", trace});
     }
     e2e::ServerProcess pp(
         model_dir(), pp_flags,
@@ -312,17 +323,28 @@ TEST_F(ServeTest, GreedyOutputsAreInvariant) {
     EXPECT_EQ(greedy_texts(pp, false, false), alone) << "PP=2 alone, dynamic " << dynamic;
     EXPECT_EQ(greedy_texts(pp, true, false), alone) << "PP=2 concurrent, dynamic " << dynamic;
     EXPECT_EQ(greedy_texts(pp, true, true), alone) << "PP=2 streamed, dynamic " << dynamic;
+    if (dynamic) {
+      EXPECT_GT(metric(pp, "chunkpipe:cpp_chunk_steps_total"), 0.0);
+    }
     EXPECT_EQ(pp.stop(), 0);
+    if (dynamic) {  // one trace event per (step, stage), on two stage tracks
+      std::ifstream in(trace);
+      json t = json::parse(in, nullptr, false);
+      ASSERT_FALSE(t.is_discarded()) << "trace is not JSON";
+      std::map<int, int> per_stage;
+      bool has_predicted = false;
+      for (const auto& e : t["traceEvents"]) {
+        if (e["ph"] != "X") continue;
+        per_stage[e["tid"].get<int>()]++;
+        has_predicted |= e["args"]["predicted_ms"].get<double>() > 0;
+      }
+      ASSERT_EQ(per_stage.size(), 2u);
+      EXPECT_GT(per_stage[0], 0);
+      EXPECT_EQ(per_stage[0], per_stage[1]);
+      EXPECT_TRUE(has_predicted);
+      std::filesystem::remove(trace);
+    }
   }
-}
-
-double metric(const e2e::ServerProcess& s, const std::string& name) {
-  auto r = s.client().Get("/metrics");
-  if (!r) return -1;
-  size_t pos = r->body.find("\n" + name + "{");
-  if (pos == std::string::npos) return -1;
-  pos = r->body.find("} ", pos);
-  return std::stod(r->body.substr(pos + 2));
 }
 
 TEST_F(ServeTest, RepeatedPromptHitsThePrefixCache) {
