@@ -353,16 +353,6 @@ int run_serve_command(int argc, char** argv) {
     return 2;
   };
   // The positional is optional when --model is given.
-  std::vector<char*> args(argv, argv + argc);
-  bool has_positional = false;
-  for (int i = 2; i < argc; ++i) {
-    if (argv[i][0] != '-') {
-      has_positional = true;
-      break;
-    }
-    // skip option values
-  }
-  (void)has_positional;
   if (auto st = p.parse(argc, argv, 2); !st.ok()) {
     if (st.message().rfind("the following arguments are required", 0) != 0 || !p.given("model"))
       return usage_error(st.message());
