@@ -142,7 +142,7 @@ std::string ArgParser::usage() const {
 
 std::string ArgParser::positional(const std::string& name) const {
   for (size_t i = 0; i < positional_specs_.size(); ++i) {
-    if (positional_specs_[i].first == name) return positionals_.at(i);
+    if (positional_specs_[i].first == name) return i < positionals_.size() ? positionals_[i] : std::string();
   }
   return {};
 }

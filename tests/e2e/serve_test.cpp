@@ -708,6 +708,11 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   EXPECT_NE(out.find("tensor parallelism (--tensor-parallel-size > 1) is not built yet"),
             std::string::npos)
       << out;
+  // The model can be given as --model instead of the positional.
+  auto by_flag = e2e::run_shell("timeout 60 " + std::string(CHUNKPIPE_BINARY) + " serve --model " + m +
+                                " --host 127.0.0.1 --tensor-parallel-size 2");
+  EXPECT_EQ(by_flag.exit_code, 2) << by_flag.out;
+  EXPECT_NE(by_flag.out.find("tensor parallelism"), std::string::npos) << by_flag.out;
   std::tie(rc, out) = run("--port notaport");
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("argument --port: invalid int value: 'notaport'"), std::string::npos) << out;
