@@ -226,7 +226,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
       const std::string what = std::string(f) == "tensor-parallel-size"
                                    ? "tensor parallelism (--tensor-parallel-size > 1)"
                                    : "data parallelism (--data-parallel-size > 1)";
-      return unbuilt(what, "planned: pipeline parallel with CPP, then TP/EP and DP");
+      return unbuilt(what, "planned: tensor and expert parallel, then data parallel");
     }
   }
   if (p.flag("headless"))
