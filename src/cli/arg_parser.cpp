@@ -142,7 +142,8 @@ std::string ArgParser::usage() const {
 
 std::string ArgParser::positional(const std::string& name) const {
   for (size_t i = 0; i < positional_specs_.size(); ++i) {
-    if (positional_specs_[i].first == name) return i < positionals_.size() ? positionals_[i] : std::string();
+    if (positional_specs_[i].first == name)
+      return i < positionals_.size() ? positionals_[i] : std::string();
   }
   return {};
 }

@@ -56,9 +56,23 @@ void EngineCore::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
+double EngineCore::timing_ms(const worker::PipelineExecutor::StepOutput& out) const {
+  const bool slowest = config_.profiling_chunk && config_.profiling_chunk->timing_stage == "max";
+  return slowest ? out.max_stage_ms : out.last_stage_ms;
+}
+
 double EngineCore::profile_ms(int64_t num_tokens) {
-  // Upstream times the last pipeline stage's own layers.
-  if (pipeline_) return pipeline_->profile_stage_ms(pipeline_->num_stages() - 1, num_tokens);
+  if (pipeline_) {
+    // Upstream times the last stage's own layers; timing_stage "max" takes the slowest stage.
+    const int last = pipeline_->num_stages() - 1;
+    if (!config_.profiling_chunk || config_.profiling_chunk->timing_stage != "max") {
+      return pipeline_->profile_stage_ms(last, num_tokens);
+    }
+    double slowest = 0;
+    for (int s = 0; s <= last; ++s)
+      slowest = std::max(slowest, pipeline_->profile_stage_ms(s, num_tokens));
+    return slowest;
+  }
   return runner_->profile_prefill_ms(num_tokens, config_.scheduler.max_num_batched_tokens);
 }
 
@@ -360,10 +374,10 @@ void EngineCore::step_pipelined() {
   if (predicted > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     metrics_.cpp_predicted_ms_sum += predicted;
-    metrics_.cpp_measured_ms_sum += out.last_stage_ms;
+    metrics_.cpp_measured_ms_sum += timing_ms(out);
     ++metrics_.cpp_steps;
   }
-  complete_step(so, out.logits, out.last_stage_ms);
+  complete_step(so, out.logits, timing_ms(out));
   if (in_flight_.empty()) retired_.clear();
 }
 

@@ -113,6 +113,7 @@ class EngineCore {
                      double exec_ms);
   void step_pipelined();
   double profile_ms(int64_t num_tokens);
+  double timing_ms(const worker::PipelineExecutor::StepOutput& out) const;
   void step();
   void finish(const std::string& id, sched::FinishReason reason, RequestOutput* out);
   // Applies one sampled token: text, stop checks. Returns true when the request finished.

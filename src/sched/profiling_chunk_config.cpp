@@ -58,6 +58,15 @@ common::Result<ProfilingChunkConfig> parse_profiling_chunk_config(
     return bad("Recommend to use at least 30 data points for fitting, got " +
                std::to_string(c.max_fit_chunk));
   }
+  if (cfg.contains("timing_stage")) {
+    if (!cfg["timing_stage"].is_string())
+      return bad("profiling_chunk_config.timing_stage must be \"last\" or \"max\"");
+    c.timing_stage = cfg["timing_stage"].get<std::string>();
+    if (c.timing_stage != "last" && c.timing_stage != "max") {
+      return bad("profiling_chunk_config.timing_stage must be \"last\" or \"max\", got \"" +
+                 c.timing_stage + "\"");
+    }
+  }
   if (cfg.contains("need_timing")) {
     if (!cfg["need_timing"].is_boolean())
       return bad("profiling_chunk_config.need_timing must be a boolean");

@@ -19,6 +19,10 @@ struct ProfilingChunkConfig {
   int64_t min_chunk = 4096;
   bool need_timing = false;  // defaults to `enabled`
   int max_fit_chunk = 30;
+  // chunkpipe extension: which stage's time feeds profiling and calibration. "last" is
+  // vllm-ascend's behaviour; "max" times every stage and uses the slowest, which is the one
+  // that sets the pipeline's pace when the partition is uneven.
+  std::string timing_stage = "last";
 };
 
 // Reads and validates the config from the whole --additional-config object. `warnings`

@@ -110,7 +110,7 @@ PipelineExecutor::StepOutput PipelineExecutor::wait_oldest() {
   Job job = std::move(outputs_.front());
   outputs_.pop_front();
   --in_flight_;
-  return {std::move(job.logits), job.last_stage_ms};
+  return {std::move(job.logits), job.last_stage_ms, job.max_stage_ms};
 }
 
 void PipelineExecutor::stage_loop(Stage& s) {
@@ -128,6 +128,7 @@ void PipelineExecutor::stage_loop(Stage& s) {
     run_stage(s, job);
     const double dt = common::now_seconds() - t0;
     job.last_stage_ms = dt * 1000.0;
+    job.max_stage_ms = std::max(job.max_stage_ms, dt * 1000.0);
     s.busy_seconds.store(s.busy_seconds.load() + dt);
     if (tracing_) {
       int64_t tokens = 0, history = 0;

@@ -46,6 +46,7 @@ class PipelineExecutor {
   struct StepOutput {
     std::vector<std::vector<float>> logits;  // entry i for the i-th sequence if it samples
     double last_stage_ms = 0;                // the last stage's own time for this step
+    double max_stage_ms = 0;                 // the slowest stage's time for this step
   };
   // Output of the oldest submitted step.
   StepOutput wait_oldest();
@@ -70,6 +71,7 @@ class PipelineExecutor {
     std::vector<float> hidden;
     std::vector<std::vector<float>> logits;
     double last_stage_ms = 0;
+    double max_stage_ms = 0;
   };
   struct Stage {
     int index = 0;

@@ -709,8 +709,8 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
             std::string::npos)
       << out;
   // The model can be given as --model instead of the positional.
-  auto by_flag = e2e::run_shell("timeout 60 " + std::string(CHUNKPIPE_BINARY) + " serve --model " + m +
-                                " --host 127.0.0.1 --tensor-parallel-size 2");
+  auto by_flag = e2e::run_shell("timeout 60 " + std::string(CHUNKPIPE_BINARY) + " serve --model " +
+                                m + " --host 127.0.0.1 --tensor-parallel-size 2");
   EXPECT_EQ(by_flag.exit_code, 2) << by_flag.out;
   EXPECT_NE(by_flag.out.find("tensor parallelism"), std::string::npos) << by_flag.out;
   std::tie(rc, out) = run("--port notaport");

@@ -111,7 +111,9 @@ TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChun
   }
   for (const std::vector<int>& partition :
        {std::vector<int>{}, std::vector<int>{1, 3}, std::vector<int>{3, 1}}) {
-    for (bool dynamic : {false, true}) {
+    for (int mode = 0; mode < 3;
+         ++mode) {  // fixed; CPP timing the last stage; CPP timing the slowest
+      const bool dynamic = mode > 0;
       engine::EngineConfig c = config;
       if (dynamic) {
         sched::ProfilingChunkConfig pc;
@@ -119,6 +121,7 @@ TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChun
         pc.need_timing = true;
         pc.min_chunk = 16;
         pc.max_fit_chunk = 8;
+        pc.timing_stage = mode == 2 ? "max" : "last";
         c.profiling_chunk = pc;
       }
       auto pipeline =
@@ -127,9 +130,9 @@ TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChun
       engine::EngineCore core(std::move(pipeline).value(), **tok, c);
       for (size_t i = 0; i < prompts.size(); ++i) {
         EXPECT_EQ(generate(core, {prompts[i]})[0], expected[i])
-            << "alone, prompt " << i << " dynamic " << dynamic;
+            << "alone, prompt " << i << " mode " << mode;
       }
-      EXPECT_EQ(generate(core, prompts), expected) << "4 concurrent, dynamic " << dynamic;
+      EXPECT_EQ(generate(core, prompts), expected) << "4 concurrent, mode " << mode;
     }
   }
 }

@@ -195,3 +195,18 @@ TEST(ProfilingChunkConfigTest, ValidationMessages) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(ProfilingChunkConfigTest, TimingStageExtension) {
+  auto c = parse(R"({"enabled": true})", 2, 32768);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->timing_stage, "last");  // upstream behaviour by default
+  auto m = parse(R"({"enabled": true, "timing_stage": "max"})", 2, 32768);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->timing_stage, "max");
+  EXPECT_EQ(parse(R"({"enabled": true, "timing_stage": "first"})", 2, 32768).status().message(),
+            "profiling_chunk_config.timing_stage must be \"last\" or \"max\", got \"first\"");
+}
+
+}  // namespace
