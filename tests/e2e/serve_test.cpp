@@ -326,6 +326,35 @@ TEST_F(ServeTest, GreedyOutputsAreInvariant) {
     if (dynamic) {
       EXPECT_GT(metric(pp, "chunkpipe:cpp_chunk_steps_total"), 0.0);
     }
+    // Clients that hang up while their steps are in flight: blocks still come back.
+    std::vector<std::thread> hangups;
+    for (int i = 0; i < 4; ++i) {
+      hangups.emplace_back([&, i] {
+        json body = {{"prompt", "abort me " + std::to_string(i)},
+                     {"max_tokens", 200},
+                     {"ignore_eos", true},
+                     {"stream", true}};
+        auto c = pp.client();
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/completions";
+        req.headers = {{"Authorization", "Bearer " + kKey}};
+        req.body = body.dump();
+        req.set_header("Content-Type", "application/json");
+        int chunks = 0;
+        req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+          return ++chunks < 3;
+        };
+        c.send(req);
+      });
+    }
+    for (auto& t : hangups) t.join();
+    double usage = -1;
+    for (int i = 0; i < 100 && usage != 0.0; ++i) {
+      usage = metric(pp, "vllm:kv_cache_usage_perc");
+      if (usage != 0.0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(usage, 0.0) << "PP=2 aborted requests must free their blocks";
     EXPECT_EQ(pp.stop(), 0);
     if (dynamic) {  // one trace event per (step, stage), on two stage tracks
       std::ifstream in(trace);
