@@ -2,7 +2,9 @@
 # TTFT of one long prompt (perf-targets.md, "The CPP benchmark"): PP=1 with all cores in one
 # stage, PP=2 with fixed chunks, PP=2 with CPP after calibration. Prints each TTFT, the ratios,
 # and the pipeline bubble fraction 1 - Σ stage busy time / (stages × TTFT) from /metrics.
-#   [MIN_CHUNK=128] bench/cpp_ttft.sh [PROMPT_TOKENS=8192] [CHUNK=1024] [RUNS=3]
+#   [MIN_CHUNK=128] [EXPANDED_KV=1] bench/cpp_ttft.sh [PROMPT_TOKENS=8192] [CHUNK=1024] [RUNS=3]
+# EXPANDED_KV=1 turns on the expanded k/v cache (additional_config.expanded_kv_cache) in all
+# three runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prompt=${1:-8192}
@@ -52,10 +54,16 @@ run_config() {  # name, then serve flags
 }
 
 echo "prompt $prompt tokens, base chunk $chunk, $ncpu cores, model $model"
-STAGES=1 run_config pp1 --threads "$ncpu"
-STAGES=2 run_config pp2_fixed --pipeline-parallel-size 2 --threads $((ncpu / 2 > 0 ? ncpu / 2 : 1))
+ex="" plain=()
+if [ "${EXPANDED_KV:-0}" = 1 ]; then
+  ex='"expanded_kv_cache": true, '
+  plain=(--additional-config '{"expanded_kv_cache": true}')
+fi
+STAGES=1 run_config pp1 --threads "$ncpu" "${plain[@]}"
+STAGES=2 run_config pp2_fixed --pipeline-parallel-size 2 --threads $((ncpu / 2 > 0 ? ncpu / 2 : 1)) \
+  "${plain[@]}"
 STAGES=2 run_config pp2_cpp --pipeline-parallel-size 2 --threads $((ncpu / 2 > 0 ? ncpu / 2 : 1)) \
-  --additional-config "{\"scheduler_config\": {\"profiling_chunk_config\": {\"enabled\": true, \"min_chunk\": ${MIN_CHUNK:-128}}}}"
+  --additional-config "{$ex\"scheduler_config\": {\"profiling_chunk_config\": {\"enabled\": true, \"min_chunk\": ${MIN_CHUNK:-128}}}}"
 awk -v a="$ttft_pp1" -v b="$ttft_pp2_fixed" -v c="$ttft_pp2_cpp" 'BEGIN {
   printf "TTFT(PP2 CPP) / TTFT(PP2 fixed) = %.3f\n", c / b
   printf "TTFT(PP2 CPP) / TTFT(PP1)       = %.3f\n", c / a

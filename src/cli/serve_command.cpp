@@ -194,6 +194,13 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
         sched::ProfilingChunkConfig pcc,
         sched::parse_profiling_chunk_config(extra, static_cast<int>(pp), batched, &warnings));
     for (const std::string& w : warnings) LOG(WARNING) << w;
+    if (extra.contains("expanded_kv_cache")) {  // chunkpipe extension key, see EngineConfig
+      if (!extra["expanded_kv_cache"].is_boolean())
+        return common::invalid_argument("additional_config.expanded_kv_cache must be a boolean");
+      plan->engine.expanded_kv_cache = extra["expanded_kv_cache"].get<bool>();
+      if (plan->engine.expanded_kv_cache)
+        LOG(INFO) << "expanded_kv_cache: k_nope and v are cached per token beside the latent";
+    }
     if (pcc.enabled) {
       plan->engine.profiling_chunk = pcc;
       LOG(INFO) << "profiling_chunk_config enabled: smooth_factor=" << pcc.smooth_factor
@@ -201,7 +208,10 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
                 << ", need_timing=" << (pcc.need_timing ? "true" : "false")
                 << ", max_fit_chunk=" << pcc.max_fit_chunk;
     } else {
-      LOG(INFO) << "--additional-config keys accepted and not used on CPU: " << extra.dump();
+      json unused = extra;
+      unused.erase("expanded_kv_cache");
+      if (!unused.empty())
+        LOG(INFO) << "--additional-config keys accepted and not used on CPU: " << unused.dump();
     }
   }
   {
@@ -487,7 +497,8 @@ int run_serve_command(int argc, char** argv) {
     LOG(INFO) << "Chunked prefill is enabled with max_num_batched_tokens=" << batched << ".";
 
   // KV cache size: explicit bytes, or the memory fraction left after the weights.
-  const int64_t per_block = worker::ModelRunner::kv_bytes_per_block(mc, plan.engine.block_size);
+  const int64_t per_block = worker::ModelRunner::kv_bytes_per_block(mc, plan.engine.block_size,
+                                                                    plan.engine.expanded_kv_cache);
   int64_t kv_bytes = plan.kv_cache_bytes;
   if (kv_bytes < 0) {
     kv_bytes =
@@ -525,7 +536,8 @@ int run_serve_command(int argc, char** argv) {
   } else {
     auto pipeline = worker::PipelineExecutor::create(
         plan.model_dir, plan.pipeline_parallel_size, plan.layer_partition, plan.engine.num_threads,
-        plan.engine.num_kv_blocks, plan.engine.block_size, /*pin_stages=*/true);
+        plan.engine.num_kv_blocks, plan.engine.block_size, /*pin_stages=*/true,
+        plan.engine.expanded_kv_cache);
     if (!pipeline.ok()) {
       LOG(ERROR) << pipeline.status().message();
       return 1;

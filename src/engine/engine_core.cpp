@@ -27,7 +27,7 @@ EngineCore::EngineCore(const model::DeepseekV3Model& model, const tokenizer::Tok
           config.enable_prefix_caching),
       scheduler_(config.scheduler, &kv_),
       runner_(std::make_unique<worker::ModelRunner>(model, config.num_kv_blocks, config.block_size,
-                                                    config.num_threads)),
+                                                    config.num_threads, config.expanded_kv_cache)),
       seed_rng_(config.seed) {
   start();
 }

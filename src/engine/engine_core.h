@@ -44,6 +44,9 @@ struct EngineConfig {
   // sched/profiling_chunk_config.h. Validated by the caller.
   std::optional<sched::ProfilingChunkConfig> profiling_chunk;
   std::string trace_file;  // pipeline: Chrome trace of every (step, stage), written at shutdown
+  // Keep each token's expanded k_nope ‖ v beside the latent (model/kv_cache.h): more memory per
+  // block, no per-chunk re-expansion of the history. chunkpipe extension, off by default.
+  bool expanded_kv_cache = false;
 };
 
 struct TokenLogprob {

@@ -63,6 +63,10 @@ struct ModelConfig {
 
   int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   int64_t kv_cache_row_dim() const { return kv_lora_rank + qk_rope_head_dim; }
+  // Per-token k_nope ‖ v of every head, as the optional expanded KV cache stores it.
+  int64_t expanded_kv_row_dim() const {
+    return int64_t{num_attention_heads} * (qk_nope_head_dim + v_head_dim);
+  }
   bool is_moe_layer(int layer) const {
     return n_routed_experts > 0 && layer >= first_k_dense_replace && layer % moe_layer_freq == 0;
   }

@@ -136,6 +136,20 @@ void DeepseekV3Model::attention(const AttentionWeights& w, int cache_layer, cons
     std::memcpy(cache.row(cache_layer, layout.slots[t]), kv_a.data() + t * row,
                 row * sizeof(float));
   }
+  // With the expanded cache on, every new token's k_nope ‖ v is expanded once, here, so later
+  // chunks read their history instead of re-expanding it (the O(history) term per chunk).
+  const int64_t ex_dim = cache.expanded_dim();
+  CHECK(ex_dim == 0 || ex_dim == c.expanded_kv_row_dim()) << "expanded KV row size mismatch";
+  if (ex_dim > 0) {
+    std::vector<float> c_new(T * r), kv_new(T * ex_dim);
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(c_new.data() + t * r, kv_a.data() + t * row, r * sizeof(float));
+    kernels::linear(c_new.data(), T, w.kv_b_proj.view(), kv_new.data(), pool);
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(cache.expanded_row(cache_layer, layout.slots[t]), kv_new.data() + t * ex_dim,
+                  ex_dim * sizeof(float));
+    }
+  }
 
   const float* kv_b = w.kv_b_proj.view().f32();  // [nh, dn + dv, r]
   const int64_t kv_b_head = int64_t{dn + dv} * r;
@@ -150,8 +164,8 @@ void DeepseekV3Model::attention(const AttentionWeights& w, int cache_layer, cons
     const float* qs = q.data() + off * nh * qk;
     float* os = o.data() + off * nh * dv;
 
-    const double expanded_flops =
-        double(ctx) * r * nh * (dn + dv) + double(n) * ctx * nh * (qk + dv);
+    const double expansion_flops = ex_dim > 0 ? 0.0 : double(ctx) * r * nh * (dn + dv);
+    const double expanded_flops = expansion_flops + double(n) * ctx * nh * (qk + dv);
     const double absorbed_flops =
         double(n) * nh * (dn + dv) * r + double(n) * ctx * nh * (2 * r + dr);
     const bool absorbed =
@@ -192,14 +206,22 @@ void DeepseekV3Model::attention(const AttentionWeights& w, int cache_layer, cons
         }
       });
     } else {
-      // Gather the context latent, expand k_nope and v for every head, attend.
-      std::vector<float> c_kv(ctx * r), k_pe(ctx * dr), kv(ctx * nh * (dn + dv));
+      // Gather k_pe and either the cached expanded k_nope ‖ v or the latent, which is then
+      // expanded for every head; attend.
+      std::vector<float> k_pe(ctx * dr), kv(ctx * nh * (dn + dv));
+      std::vector<float> c_kv(ex_dim > 0 ? 0 : ctx * r);
       for (int64_t j = 0; j < ctx; ++j) {
-        const float* src = layer_cache + (int64_t{s.block_table[j / bs]} * bs + j % bs) * row;
-        std::memcpy(c_kv.data() + j * r, src, r * sizeof(float));
+        const int64_t slot = int64_t{s.block_table[j / bs]} * bs + j % bs;
+        const float* src = layer_cache + slot * row;
         std::memcpy(k_pe.data() + j * dr, src + r, dr * sizeof(float));
+        if (ex_dim > 0) {
+          std::memcpy(kv.data() + j * ex_dim, cache.expanded_row(cache_layer, slot),
+                      ex_dim * sizeof(float));
+        } else {
+          std::memcpy(c_kv.data() + j * r, src, r * sizeof(float));
+        }
       }
-      kernels::linear(c_kv.data(), ctx, w.kv_b_proj.view(), kv.data(), pool);
+      if (ex_dim == 0) kernels::linear(c_kv.data(), ctx, w.kv_b_proj.view(), kv.data(), pool);
       kernels::MlaPrefillArgs args;
       args.num_heads = nh;
       args.nope_dim = dn;

@@ -8,15 +8,18 @@
 namespace worker {
 
 ModelRunner::ModelRunner(const model::DeepseekV3Model& model, int64_t num_blocks, int block_size,
-                         int num_threads)
+                         int num_threads, bool expanded_kv_cache)
     : model_(model),
       cache_(model.config().num_total_layers(), 0, model.config().num_hidden_layers, num_blocks,
-             block_size, model.config().kv_cache_row_dim()),
+             block_size, model.config().kv_cache_row_dim(),
+             expanded_kv_cache ? model.config().expanded_kv_row_dim() : 0),
       pool_(num_threads) {}
 
-int64_t ModelRunner::kv_bytes_per_block(const model::ModelConfig& c, int block_size) {
+int64_t ModelRunner::kv_bytes_per_block(const model::ModelConfig& c, int block_size,
+                                        bool expanded_kv_cache) {
   return model::LatentKvCache::bytes_per_block(c.num_hidden_layers, block_size,
-                                               c.kv_cache_row_dim());
+                                               c.kv_cache_row_dim(),
+                                               expanded_kv_cache ? c.expanded_kv_row_dim() : 0);
 }
 
 double ModelRunner::profile_prefill_ms(int64_t num_tokens, int64_t max_tokens) {

@@ -17,13 +17,14 @@ namespace worker {
 class ModelRunner {
  public:
   ModelRunner(const model::DeepseekV3Model& model, int64_t num_blocks, int block_size,
-              int num_threads);
+              int num_threads, bool expanded_kv_cache = false);
 
   // logits[i] is the row of the i-th scheduled request with `samples` set (empty otherwise).
   std::vector<std::vector<float>> execute(const sched::SchedulerOutput& output,
                                           const kv::KvCacheManager& kv);
 
-  static int64_t kv_bytes_per_block(const model::ModelConfig& config, int block_size);
+  static int64_t kv_bytes_per_block(const model::ModelConfig& config, int block_size,
+                                    bool expanded_kv_cache = false);
 
   // CPP startup profiling: wall-clock milliseconds of one from-scratch prefill of num_tokens
   // dummy tokens (clamped to [1, max_tokens]). Uses the first cache blocks as scratch, so it

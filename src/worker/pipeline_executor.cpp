@@ -49,7 +49,8 @@ common::Result<std::vector<std::pair<int, int>>> partition_layers(int num_layers
 
 common::Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(
     const std::string& model_dir, int num_stages, const std::vector<int>& layer_counts,
-    int threads_per_stage, int64_t num_blocks, int block_size, bool pin_stages) {
+    int threads_per_stage, int64_t num_blocks, int block_size, bool pin_stages,
+    bool expanded_kv_cache) {
   CP_ASSIGN_OR_RETURN(model::ModelConfig config, model::load_model_config(model_dir));
   std::unique_ptr<PipelineExecutor> ex(new PipelineExecutor());
   CP_ASSIGN_OR_RETURN(ex->ranges_,
@@ -66,7 +67,7 @@ common::Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(
     CP_ASSIGN_OR_RETURN(stage->model, model::DeepseekV3Model::load(model_dir, opts));
     stage->cache = std::make_unique<model::LatentKvCache>(
         config.num_total_layers(), opts.layer_begin, opts.layer_end, num_blocks, block_size,
-        config.kv_cache_row_dim());
+        config.kv_cache_row_dim(), expanded_kv_cache ? config.expanded_kv_row_dim() : 0);
     stage->pool = std::make_unique<common::ThreadPool>(threads_per_stage);
     if (pin_stages) {  // stage s on cores [s·t, (s+1)·t) (wrapping when stages outnumber cores)
       const int ncpu = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));

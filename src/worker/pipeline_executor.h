@@ -35,7 +35,8 @@ class PipelineExecutor {
  public:
   static common::Result<std::unique_ptr<PipelineExecutor>> create(
       const std::string& model_dir, int num_stages, const std::vector<int>& layer_counts,
-      int threads_per_stage, int64_t num_blocks, int block_size, bool pin_stages = false);
+      int threads_per_stage, int64_t num_blocks, int block_size, bool pin_stages = false,
+      bool expanded_kv_cache = false);
   ~PipelineExecutor();
 
   const model::ModelConfig& config() const { return stages_.front()->model->config(); }

@@ -303,7 +303,7 @@ TEST_F(ServeTest, GreedyOutputsAreInvariant) {
   EXPECT_EQ(greedy_texts(small_budget, true, false), alone);
   EXPECT_EQ(small_budget.stop(), 0);
   // Two pipeline stages, with fixed chunks and with CPP's dynamic chunks (calibrating, then
-  // calibrated), give the same greedy text.
+  // calibrated; this run also keeps the expanded k/v cache), give the same greedy text.
   for (bool dynamic : {false, true}) {
     auto pp_flags = base_flags();
     pp_flags.insert(pp_flags.end(), {"--api-key", kKey, "--pipeline-parallel-size", "2",
@@ -313,7 +313,7 @@ TEST_F(ServeTest, GreedyOutputsAreInvariant) {
       pp_flags.insert(
           pp_flags.end(),
           {"--additional-config",
-           R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true, "min_chunk": 16, "max_fit_chunk": 8}}})",
+           R"({"expanded_kv_cache": true, "scheduler_config": {"profiling_chunk_config": {"enabled": true, "min_chunk": 16, "max_fit_chunk": 8}}})",
            "--trace-file", trace});
     }
     e2e::ServerProcess pp(
@@ -761,6 +761,11 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
     EXPECT_EQ(rc, 2) << cfg;
     EXPECT_NE(out.find(message), std::string::npos) << cfg << "\n" << out;
   }
+  std::tie(rc, out) =
+      run("--host 127.0.0.1 --additional-config '{\"expanded_kv_cache\": \"yes\"}'");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("additional_config.expanded_kv_cache must be a boolean"), std::string::npos)
+      << out;
   std::tie(rc, out) =
       run("--host 127.0.0.1 -pp 2 -tp 2 --max-num-batched-tokens 1024 --additional-config "
           "'{\"scheduler_config\": {\"profiling_chunk_config\": {\"enabled\": true}}}'");

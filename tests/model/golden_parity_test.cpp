@@ -107,61 +107,66 @@ TEST(GoldenParityTest, ExpandedAndAbsorbedAttentionBothMatch) {
 }
 
 // Three sequences with different lengths and histories share one batch and one paged cache
-// with interleaved blocks; every row's logits must match its own sequence's golden row.
+// with interleaved blocks; every row's logits must match its own sequence's golden row. Runs
+// with the latent-only cache and with the expanded k/v cache beside it (history then read, not
+// re-expanded; the short chunks still go through the absorbed path and must fill it).
 TEST(GoldenParityTest, MixedBatchOfThreeSequencesMatchesReference) {
-  for (const char* model_name : kModels) {
-    auto& m = get_model(model_name);
-    const auto& c = m.config();
-    const Golden* seqs[3] = {&load_golden(model_name, "s200"), &load_golden(model_name, "s64"),
-                             &load_golden(model_name, "short")};
-    const int bs = 16;
-    const int64_t V = c.vocab_size, H = c.hidden_size;
-    // Logical block i of sequence s lives at physical block 3 * i + s.
-    std::vector<std::vector<int32_t>> tables(3);
-    for (int s = 0; s < 3; ++s) {
-      for (int i = 0; i < 13; ++i) tables[s].push_back(3 * i + s);
-    }
-    model::LatentKvCache cache(c.num_total_layers(), 0, c.num_total_layers(), 39, bs,
-                               c.kv_cache_row_dim());
-    // Steps: (sequence, begin, end) chunks run together.
-    const std::vector<std::vector<std::array<int64_t, 3>>> steps = {
-        {{0, 0, 50}},
-        {{0, 50, 57}, {1, 0, 30}},
-        {{1, 30, 64}, {2, 0, 4}, {0, 57, 200}},
-    };
-    double worst = 0, worst_draft = 0;
-    for (const auto& step : steps) {
-      model::ForwardBatch batch;
-      std::vector<int32_t> next_ids;
-      for (const auto& [s, b, e] : step) {
-        const Golden& g = *seqs[s];
-        batch.sequences.push_back(
-            {std::span<const int32_t>(g.ids.data() + b, e - b), b, tables[s]});
-        for (int64_t p = b; p < e; ++p) {
-          next_ids.push_back(p + 1 < g.num_tokens() ? g.ids[p + 1] : g.mtp_next_token);
+  for (const bool expanded_cache : {false, true})
+    for (const char* model_name : kModels) {
+      auto& m = get_model(model_name);
+      const auto& c = m.config();
+      const Golden* seqs[3] = {&load_golden(model_name, "s200"), &load_golden(model_name, "s64"),
+                               &load_golden(model_name, "short")};
+      const int bs = 16;
+      const int64_t V = c.vocab_size, H = c.hidden_size;
+      // Logical block i of sequence s lives at physical block 3 * i + s.
+      std::vector<std::vector<int32_t>> tables(3);
+      for (int s = 0; s < 3; ++s) {
+        for (int i = 0; i < 13; ++i) tables[s].push_back(3 * i + s);
+      }
+      model::LatentKvCache cache(c.num_total_layers(), 0, c.num_total_layers(), 39, bs,
+                                 c.kv_cache_row_dim(),
+                                 expanded_cache ? c.expanded_kv_row_dim() : 0);
+      // Steps: (sequence, begin, end) chunks run together.
+      const std::vector<std::vector<std::array<int64_t, 3>>> steps = {
+          {{0, 0, 50}},
+          {{0, 50, 57}, {1, 0, 30}},
+          {{1, 30, 64}, {2, 0, 4}, {0, 57, 200}},
+      };
+      double worst = 0, worst_draft = 0;
+      for (const auto& step : steps) {
+        model::ForwardBatch batch;
+        std::vector<int32_t> next_ids;
+        for (const auto& [s, b, e] : step) {
+          const Golden& g = *seqs[s];
+          batch.sequences.push_back(
+              {std::span<const int32_t>(g.ids.data() + b, e - b), b, tables[s]});
+          for (int64_t p = b; p < e; ++p) {
+            next_ids.push_back(p + 1 < g.num_tokens() ? g.ids[p + 1] : g.mtp_next_token);
+          }
+        }
+        const int64_t T = batch.num_tokens();
+        std::vector<float> hidden(T * H), logits(T * V), draft(T * V);
+        m.embed(batch, hidden.data());
+        m.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache, pool());
+        m.final_norm(hidden.data(), T, hidden.data());
+        m.compute_logits(hidden.data(), T, logits.data(), pool());
+        m.mtp_logits(batch, hidden.data(), next_ids, cache, pool(), draft.data());
+        int64_t row = 0;
+        for (const auto& [s, b, e] : step) {
+          worst = std::max(worst,
+                           max_abs_diff(logits.data() + row * V, seqs[s]->all_logits, b, e - b, V));
+          worst_draft = std::max(worst_draft, max_abs_diff(draft.data() + row * V,
+                                                           seqs[s]->draft_logits, b, e - b, V));
+          row += e - b;
         }
       }
-      const int64_t T = batch.num_tokens();
-      std::vector<float> hidden(T * H), logits(T * V), draft(T * V);
-      m.embed(batch, hidden.data());
-      m.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache, pool());
-      m.final_norm(hidden.data(), T, hidden.data());
-      m.compute_logits(hidden.data(), T, logits.data(), pool());
-      m.mtp_logits(batch, hidden.data(), next_ids, cache, pool(), draft.data());
-      int64_t row = 0;
-      for (const auto& [s, b, e] : step) {
-        worst = std::max(worst,
-                         max_abs_diff(logits.data() + row * V, seqs[s]->all_logits, b, e - b, V));
-        worst_draft = std::max(
-            worst_draft, max_abs_diff(draft.data() + row * V, seqs[s]->draft_logits, b, e - b, V));
-        row += e - b;
-      }
+      std::printf(
+          "    %-13s batch of 3 sequences%s: max|logits diff|=%.3g  max|mtp draft diff|=%.3g\n",
+          model_name, expanded_cache ? " (expanded k/v cache)" : "", worst, worst_draft);
+      EXPECT_LT(worst, kTolerance) << model_name << " expanded cache " << expanded_cache;
+      EXPECT_LT(worst_draft, kTolerance) << model_name << " expanded cache " << expanded_cache;
     }
-    std::printf("    %-13s batch of 3 sequences: max|logits diff|=%.3g  max|mtp draft diff|=%.3g\n",
-                model_name, worst, worst_draft);
-    EXPECT_LT(worst, kTolerance) << model_name;
-    EXPECT_LT(worst_draft, kTolerance) << model_name;
-  }
 }
 
 TEST(GoldenParityTest, RejectsOutOfVocabularyIds) {
