@@ -44,6 +44,9 @@ class ChunkSizePredictor {
   bool history_model_ready() const { return with_history_ready_; }
   bool need_timing() const { return need_timing_; }
   void set_need_timing(bool on) { need_timing_ = on; }
+  // Remainders of at most this many tokens merge into the chunk before them (0: never).
+  int64_t merge_tail() const { return merge_tail_; }
+  void set_merge_tail(int64_t tokens) { merge_tail_ = tokens; }
 
   // Raw positive root of cost(history, x) = target (basic or history model); nullopt when
   // there is none (a == 0, negative discriminant, x <= 0).
@@ -63,6 +66,7 @@ class ChunkSizePredictor {
   int page_size_;
   double smooth_factor_;
   int64_t min_chunk_;
+  int64_t merge_tail_ = 0;
   int max_fit_chunk_;
   bool ready_ = false;
   double a_ = 0, b_ = 0, c_ = 0, target_ms_ = 0;

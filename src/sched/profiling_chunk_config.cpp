@@ -67,6 +67,11 @@ common::Result<ProfilingChunkConfig> parse_profiling_chunk_config(
                  c.timing_stage + "\"");
     }
   }
+  if (cfg.contains("merge_tail")) {
+    if (!cfg["merge_tail"].is_number_integer() || cfg["merge_tail"].get<int64_t>() < 0)
+      return bad("profiling_chunk_config.merge_tail must be a non-negative integer");
+    c.merge_tail = cfg["merge_tail"].get<int64_t>();
+  }
   if (cfg.contains("need_timing")) {
     if (!cfg["need_timing"].is_boolean())
       return bad("profiling_chunk_config.need_timing must be a boolean");

@@ -23,6 +23,11 @@ struct ProfilingChunkConfig {
   // vllm-ascend's behaviour; "max" times every stage and uses the slowest, which is the one
   // that sets the pipeline's pace when the partition is uneven.
   std::string timing_stage = "last";
+  // chunkpipe extension: a prompt remainder of at most this many tokens after a predicted chunk
+  // is folded into that chunk (when the token budget allows) instead of costing its own
+  // pipeline round; the fitted model sees no per-forward cost in it (c cancels). 0, the
+  // default, is vllm-ascend's behaviour.
+  int64_t merge_tail = 0;
 };
 
 // Reads and validates the config from the whole --additional-config object. `warnings`

@@ -51,7 +51,12 @@ std::optional<int64_t> Scheduler::dynamic_chunk(const Request& r, int64_t histor
       (r.num_computed_tokens == 0 && predictor_->need_timing())) {
     return n;
   }
-  if (auto p = predictor_->predict(history, time_budget)) return std::min(n, *p);
+  if (auto p = predictor_->predict(history, time_budget)) {
+    // Fold a small final remainder into this chunk when n already reaches the prompt's end.
+    const bool whole_rest = n == r.num_tokens() - history;
+    if (whole_rest && *p < n && n - *p <= predictor_->merge_tail()) return n;
+    return std::min(n, *p);
+  }
   if (predictor_->need_timing()) return n;  // calibration stage: long requests are better
   if (time_budget == target) return n;      // first prefill this step: degrade to fixed chunks
   return std::nullopt;                      // no time left for another prefill chunk

@@ -303,7 +303,8 @@ TEST_F(ServeTest, GreedyOutputsAreInvariant) {
   EXPECT_EQ(greedy_texts(small_budget, true, false), alone);
   EXPECT_EQ(small_budget.stop(), 0);
   // Two pipeline stages, with fixed chunks and with CPP's dynamic chunks (calibrating, then
-  // calibrated; this run also keeps the expanded k/v cache), give the same greedy text.
+  // calibrated; this run also keeps the expanded k/v cache and merges tails), give the same
+  // greedy text.
   for (bool dynamic : {false, true}) {
     auto pp_flags = base_flags();
     pp_flags.insert(pp_flags.end(), {"--api-key", kKey, "--pipeline-parallel-size", "2",
@@ -313,7 +314,7 @@ TEST_F(ServeTest, GreedyOutputsAreInvariant) {
       pp_flags.insert(
           pp_flags.end(),
           {"--additional-config",
-           R"({"expanded_kv_cache": true, "scheduler_config": {"profiling_chunk_config": {"enabled": true, "min_chunk": 16, "max_fit_chunk": 8}}})",
+           R"({"expanded_kv_cache": true, "scheduler_config": {"profiling_chunk_config": {"enabled": true, "min_chunk": 16, "max_fit_chunk": 8, "merge_tail": 32}}})",
            "--trace-file", trace});
     }
     e2e::ServerProcess pp(

@@ -209,4 +209,19 @@ TEST(ProfilingChunkConfigTest, TimingStageExtension) {
             "profiling_chunk_config.timing_stage must be \"last\" or \"max\", got \"first\"");
 }
 
+TEST(ProfilingChunkConfigTest, MergeTailExtension) {
+  auto c = parse(R"({"enabled": true})", 2, 32768);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->merge_tail, 0);  // upstream: tails are never merged
+  auto m = parse(R"({"enabled": true, "merge_tail": 256})", 2, 32768);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->merge_tail, 256);
+  for (const char* bad :
+       {R"({"enabled": true, "merge_tail": -1})", R"({"enabled": true, "merge_tail": "big"})"}) {
+    EXPECT_EQ(parse(bad, 2, 32768).status().message(),
+              "profiling_chunk_config.merge_tail must be a non-negative integer")
+        << bad;
+  }
+}
+
 }  // namespace

@@ -121,6 +121,27 @@ TEST(CppSchedulerTest, LongPromptChunksFollowThePredictor) {
   EXPECT_EQ(chunks_of(s, "long"), (std::vector<int64_t>{32768, 27136, 23680, 21248, 19456, 6784}));
 }
 
+// merge_tail (chunkpipe extension): example (b)'s 6784-token tail joins the chunk before it,
+// since that chunk already reaches the prompt's end within the 32768-token budget.
+TEST(CppSchedulerTest, MergeTailFoldsASmallRemainderIntoThePreviousChunk) {
+  auto predictor = example_b_predictor();
+  predictor.set_need_timing(false);
+  predictor.set_merge_tail(8192);
+  kv::KvCacheManager kv(2000, 128, false);
+  sched::Scheduler s({32768, 8, 200000}, &kv);
+  s.set_chunk_predictor(&predictor);
+  s.add_request(make_request("long", 131072));
+  EXPECT_EQ(chunks_of(s, "long"), (std::vector<int64_t>{32768, 27136, 23680, 21248, 26240}));
+  // A threshold below the tail leaves upstream's chunks.
+  predictor.set_merge_tail(6783);
+  kv::KvCacheManager kv2(2000, 128, false);
+  sched::Scheduler s2({32768, 8, 200000}, &kv2);
+  s2.set_chunk_predictor(&predictor);
+  s2.add_request(make_request("long2", 131072));
+  EXPECT_EQ(chunks_of(s2, "long2"),
+            (std::vector<int64_t>{32768, 27136, 23680, 21248, 19456, 6784}));
+}
+
 TEST(CppSchedulerTest, CalibrationKeepsTheFirstChunkFullAndResizesLaterOnes) {
   auto predictor = example_b_predictor();  // need_timing stays on
   kv::KvCacheManager kv(2000, 128, false);
