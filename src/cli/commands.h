@@ -9,5 +9,6 @@ int run_tokenize_command(int argc, char** argv);
 int run_make_model_command(int argc, char** argv);
 int run_serve_command(int argc, char** argv);
 int run_bench_command(int argc, char** argv);
+int run_pp_stage_command(int argc, char** argv);
 
 }  // namespace cli

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   if (std::strcmp(argv[1], "make-model") == 0) return cli::run_make_model_command(argc, argv);
   if (std::strcmp(argv[1], "serve") == 0) return cli::run_serve_command(argc, argv);
   if (std::strcmp(argv[1], "bench") == 0) return cli::run_bench_command(argc, argv);
+  // Internal: a pipeline-stage process started by `serve`.
+  if (std::strcmp(argv[1], "pp-stage") == 0) return cli::run_pp_stage_command(argc, argv);
   std::fprintf(stderr, "chunkpipe: error: unknown command '%s'\n", argv[1]);
   print_usage();
   return 2;

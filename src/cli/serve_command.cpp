@@ -2,7 +2,9 @@
 // Flags whose feature is not built yet are errors that say so; flags with no meaning on a CPU
 // are accepted with one log line saying what they map to. SIGTERM/SIGINT stop the server,
 // abort what is in flight, and exit 0.
+#include <poll.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
 
@@ -20,6 +22,7 @@
 #include "cli/commands.h"
 #include "common/logging.h"
 #include "common/timer.h"
+#include "dist/process.h"
 #include "engine/engine_core.h"
 #include "model/deepseek_v3.h"
 #include "sched/profiling_chunk_config.h"
@@ -28,6 +31,7 @@
 #include "tokenizer/tokenizer.h"
 #include "worker/model_runner.h"
 #include "worker/pipeline_executor.h"
+#include "worker/stage_launcher.h"
 
 namespace cli {
 namespace {
@@ -68,6 +72,10 @@ void add_serve_flags(ArgParser& p) {
   p.add_flag("data-parallel-hybrid-lb", "hybrid data-parallel load balancing");
   p.add_flag("data-parallel-external-lb", "external data-parallel load balancing");
   p.add_flag("headless", "engine ranks only, no API server");
+  p.add_option("nnodes", "hosts of a multi-node deployment", "1");
+  p.add_option("node-rank", "this host's rank among --nnodes (0 runs the API server)", "0");
+  p.add_option("master-addr", "address of node 0, where the other nodes connect", "127.0.0.1");
+  p.add_option("master-port", "first TCP port on node 0 for the links between nodes", "29501");
   p.add_flag("enable-expert-parallel", "expert parallelism for MoE layers");
   p.add_option("speculative-config",
                "JSON speculative decoding config, e.g. {\"method\":\"mtp\",...}");
@@ -168,7 +176,9 @@ struct ServePlan {
   std::string chat_template_file;
   std::string tokenizer_dir;
   int pipeline_parallel_size = 1;
-  std::vector<int> layer_partition;  // empty: even split
+  std::vector<int> layer_partition;   // empty: even split
+  worker::PipelineTopology topology;  // hosts of a multi-node pipeline
+  bool headless = false;              // this node runs stages only (node_rank > 0)
 };
 
 namespace {
@@ -239,8 +249,31 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
       return unbuilt(what, "planned: tensor and expert parallel, then data parallel");
     }
   }
-  if (p.flag("headless"))
-    return unbuilt("--headless multi-node serving", "planned with data parallelism");
+  {
+    auto& t = plan->topology;
+    CP_ASSIGN_OR_RETURN(int64_t nnodes, p.int_option("nnodes", 1));
+    CP_ASSIGN_OR_RETURN(int64_t node_rank, p.int_option("node-rank", 0));
+    CP_ASSIGN_OR_RETURN(int64_t master_port, p.int_option("master-port", 1));
+    t.num_stages = plan->pipeline_parallel_size;
+    t.nnodes = static_cast<int>(nnodes);
+    t.node_rank = static_cast<int>(node_rank);
+    t.master_addr = *p.option("master-addr");
+    t.master_port = static_cast<int>(master_port);
+    plan->headless = p.flag("headless");
+    if (t.nnodes > 1) {
+      if (plan->pipeline_parallel_size < 2)
+        return unbuilt("multi-node serving without pipeline parallelism",
+                       "planned with data parallelism");
+      CP_RETURN_IF_ERROR(worker::validate_topology(t));
+      if (t.node_rank > 0 && !plan->headless)
+        return common::invalid_argument("--node-rank " + std::to_string(t.node_rank) +
+                                        " runs no API server: add --headless");
+      if (t.node_rank == 0 && plan->headless)
+        return common::invalid_argument("node 0 runs the API server: drop --headless");
+    } else if (plan->headless) {
+      return unbuilt("--headless data-parallel serving", "planned with data parallelism");
+    }
+  }
   if (p.given("kv-transfer-config"))
     return unbuilt("prefill-decode disaggregation (--kv-transfer-config)", "planned: PD");
   if (p.given("speculative-config"))
@@ -342,6 +375,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
 }
 
 std::atomic<bool> g_stop_requested{false};
+std::atomic<bool> g_engine_failed{false};
 int g_signal_pipe[2] = {-1, -1};
 
 // Async-signal-safe: records the signal and wakes the watcher thread. A handler (rather than
@@ -349,6 +383,83 @@ int g_signal_pipe[2] = {-1, -1};
 extern "C" void on_stop_signal(int sig) {
   const char byte = static_cast<char>(sig);
   if (write(g_signal_pipe[1], &byte, 1) < 0) _exit(1);
+}
+
+worker::PipelineOptions pipeline_options(const ServePlan& plan) {
+  worker::PipelineOptions o;
+  o.model_dir = plan.model_dir;
+  o.num_stages = plan.pipeline_parallel_size;
+  o.layer_counts = plan.layer_partition;
+  o.threads_per_stage = plan.engine.num_threads;
+  o.num_blocks = plan.engine.num_kv_blocks;
+  o.block_size = plan.engine.block_size;
+  o.pin_stages = true;
+  o.expanded_kv_cache = plan.engine.expanded_kv_cache;
+  o.topology = plan.topology;
+  return o;
+}
+
+// A --headless node of a multi-node pipeline: starts this node's stages, which connect to
+// node 0, and waits. Exits 0 once they all pass the shutdown message, 1 if one fails.
+int run_headless_node(const ServePlan& plan) {
+  const worker::PipelineOptions o = pipeline_options(plan);
+  auto config = model::load_model_config(plan.model_dir);
+  if (!config.ok()) {
+    LOG(ERROR) << config.status().message();
+    return 1;
+  }
+  auto specs = worker::stage_specs(o, *config);
+  if (!specs.ok()) {
+    LOG(ERROR) << specs.status().message();
+    return 1;
+  }
+  worker::PipelineTopology topo = o.topology;
+  topo.num_stages = o.num_stages;
+  auto local = worker::launch_local_stages(*specs, topo, dist::self_binary());
+  if (!local.ok()) {
+    LOG(ERROR) << local.status().message();
+    return 1;
+  }
+  std::string stages;
+  for (int s : local->stages) stages += (stages.empty() ? "" : ", ") + std::to_string(s);
+  LOG(INFO) << "Headless node " << topo.node_rank << " of " << topo.nnodes << ": pipeline stage(s) "
+            << stages << ", linked to node 0 at " << topo.master_addr << ":" << topo.master_port;
+  std::vector<bool> done(local->pids.size(), false);
+  auto kill_all = [&] {
+    for (size_t i = 0; i < local->pids.size(); ++i) {
+      if (done[i]) continue;
+      kill(local->pids[i], SIGKILL);
+      waitpid(local->pids[i], nullptr, 0);
+    }
+  };
+  while (true) {
+    pollfd pfd{g_signal_pipe[0], POLLIN, 0};
+    if (poll(&pfd, 1, 50) > 0) {
+      LOG(INFO) << "Stopping the headless node";
+      kill_all();
+      return 0;
+    }
+    size_t finished = 0;
+    for (size_t i = 0; i < local->pids.size(); ++i) {
+      if (!done[i]) {
+        if (auto how = dist::reap_if_exited(local->pids[i])) {
+          done[i] = true;
+          if (*how != "exited with status 0") {
+            LOG(ERROR) << "pipeline stage " << local->stages[i] << " (pid " << local->pids[i]
+                       << ") " << *how;
+            local->close_all();
+            kill_all();
+            return 1;
+          }
+        }
+      }
+      finished += done[i] ? 1 : 0;
+    }
+    if (finished == done.size()) {
+      LOG(INFO) << "The pipeline shut down; headless node exiting";
+      return 0;
+    }
+  }
 }
 
 }  // namespace
@@ -530,14 +641,18 @@ int run_serve_command(int argc, char** argv) {
   LOG(INFO) << "Maximum concurrency for " << max_model_len << " tokens per request: "
             << std::round(100.0 * double(kv_tokens) / double(max_model_len)) / 100.0 << "x";
 
+  if (plan.headless) return run_headless_node(plan);
+  // A failed engine (a pipeline stage died) stops the API server; the exit status is then 1.
+  plan.engine.on_fatal = [](const std::string&) {
+    g_engine_failed = true;
+    const char byte = 0;
+    if (write(g_signal_pipe[1], &byte, 1) < 0) _exit(1);
+  };
   std::unique_ptr<engine::EngineCore> engine_ptr;
   if (plan.pipeline_parallel_size == 1) {
     engine_ptr = std::make_unique<engine::EngineCore>(*whole_model, **tok, plan.engine);
   } else {
-    auto pipeline = worker::PipelineExecutor::create(
-        plan.model_dir, plan.pipeline_parallel_size, plan.layer_partition, plan.engine.num_threads,
-        plan.engine.num_kv_blocks, plan.engine.block_size, /*pin_stages=*/true,
-        plan.engine.expanded_kv_cache);
+    auto pipeline = worker::PipelineExecutor::create(pipeline_options(plan));
     if (!pipeline.ok()) {
       LOG(ERROR) << pipeline.status().message();
       return 1;
@@ -560,7 +675,11 @@ int run_serve_command(int argc, char** argv) {
     while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
     if (!g_stop_requested.exchange(true)) {
-      LOG(INFO) << "Received signal " << int(sig) << ": shutting down";
+      if (g_engine_failed) {
+        LOG(ERROR) << "The engine failed: shutting down the API server";
+      } else {
+        LOG(INFO) << "Received signal " << int(sig) << ": shutting down";
+      }
       api.stop();
     }
   });
@@ -573,7 +692,7 @@ int run_serve_command(int argc, char** argv) {
   }
   signal_thread.join();
   LOG(INFO) << "Shutdown complete";
-  return ok ? 0 : 1;
+  return ok && !g_engine_failed ? 0 : 1;
 }
 
 }  // namespace cli

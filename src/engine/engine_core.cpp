@@ -64,13 +64,16 @@ double EngineCore::timing_ms(const worker::PipelineExecutor::StepOutput& out) co
 double EngineCore::profile_ms(int64_t num_tokens) {
   if (pipeline_) {
     // Upstream times the last stage's own layers; timing_stage "max" takes the slowest stage.
+    // A failed probe returns -1 (the sample is dropped); the step loop then sees the failure.
     const int last = pipeline_->num_stages() - 1;
-    if (!config_.profiling_chunk || config_.profiling_chunk->timing_stage != "max") {
-      return pipeline_->profile_stage_ms(last, num_tokens);
+    const bool every_stage =
+        config_.profiling_chunk && config_.profiling_chunk->timing_stage == "max";
+    double slowest = -1;
+    for (int s = every_stage ? 0 : last; s <= last; ++s) {
+      auto ms = pipeline_->profile_stage_ms(s, num_tokens);
+      if (!ms.ok()) return -1;
+      slowest = std::max(slowest, *ms);
     }
-    double slowest = 0;
-    for (int s = 0; s <= last; ++s)
-      slowest = std::max(slowest, pipeline_->profile_stage_ms(s, num_tokens));
     return slowest;
   }
   return runner_->profile_prefill_ms(num_tokens, config_.scheduler.max_num_batched_tokens);
@@ -97,7 +100,7 @@ void EngineCore::run_profiling_chunk_init() {
   const int total = static_cast<int>(sizes.size()) - 1;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const double ms = profile_ms(sizes[i]);
-    if (i == 0) continue;  // warm-up
+    if (i == 0 || ms < 0) continue;  // warm-up, or a failed probe
     samples.emplace_back(sizes[i], ms);
     if (i % 6 == 0) {
       LOG(INFO) << "[ProfilingChunk] Profiling prefill latency: " << i << "/" << total
@@ -125,6 +128,10 @@ void EngineCore::add_request(std::unique_ptr<sched::Request> request, OutputCall
   out.request_id = request->request_id;
   out.finished = true;
   out.finish_reason = sched::FinishReason::kAbort;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out.error = fatal_error_;
+  }
   callback(out);
 }
 
@@ -179,7 +186,8 @@ void EngineCore::loop() {
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
+      // With a pipeline, wake up now and then to notice a stage that died while idle.
+      cv_.wait_for(lock, std::chrono::milliseconds(pipeline_ ? 100 : 3600 * 1000), [&] {
         return stopping_ || !inbox_.empty() || !aborts_.empty() ||
                scheduler_.has_unfinished_requests() || !in_flight_.empty();
       });
@@ -209,11 +217,41 @@ void EngineCore::loop() {
     for (const std::string& id : aborts) {
       if (!tracked_.count(id)) continue;
       RequestOutput out;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        out.error = fatal_error_;
+      }
       finish(id, sched::FinishReason::kAbort, &out);
     }
     if (stopping) return;
+    if (pipeline_ && !pipeline_->failure().empty()) {
+      fail_engine(pipeline_->failure());
+      continue;
+    }
     if (scheduler_.has_unfinished_requests() || !in_flight_.empty()) step();
   }
+}
+
+void EngineCore::fail_engine(const std::string& why) {
+  LOG(ERROR) << "EngineCore failed: " << why;
+  const std::string message = "EngineCore encountered an issue: " + why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dead_ = true;
+    stopping_ = true;
+    fatal_error_ = message;
+  }
+  in_flight_.clear();
+  in_flight_predicted_ms_.clear();
+  std::vector<std::string> ids;
+  for (const auto& [id, t] : tracked_) ids.push_back(id);
+  for (const std::string& id : ids) {
+    RequestOutput out;
+    out.error = message;
+    finish(id, sched::FinishReason::kAbort, &out);
+  }
+  retired_.clear();
+  if (config_.on_fatal) config_.on_fatal(message);
 }
 
 void EngineCore::finish(const std::string& id, sched::FinishReason reason, RequestOutput* out) {
@@ -359,15 +397,17 @@ void EngineCore::step_pipelined() {
       }
     }
     in_flight_predicted_ms_.push_back(in.predicted_ms);
-    pipeline_->submit(std::move(in));
     in_flight_.push_back(std::move(so));
+    if (auto st = pipeline_->submit(std::move(in)); !st.ok()) return fail_engine(st.message());
   }
   if (in_flight_.empty()) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(5));
     return;
   }
-  auto out = pipeline_->wait_oldest();
+  auto result = pipeline_->wait_oldest();
+  if (!result.ok()) return fail_engine(result.status().message());
+  auto& out = *result;
   sched::SchedulerOutput so = std::move(in_flight_.front());
   in_flight_.pop_front();
   const double predicted = in_flight_predicted_ms_.front();

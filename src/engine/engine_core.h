@@ -47,6 +47,9 @@ struct EngineConfig {
   // Keep each token's expanded k_nope ‖ v beside the latent (model/kv_cache.h): more memory per
   // block, no per-chunk re-expansion of the history. chunkpipe extension, off by default.
   bool expanded_kv_cache = false;
+  // Called once, from the engine thread, if the engine fails (a pipeline stage died): every
+  // request has then been finished with the error, and the engine accepts no more work.
+  std::function<void(const std::string&)> on_fatal;
 };
 
 struct TokenLogprob {
@@ -66,6 +69,7 @@ struct RequestOutput {
   int64_t num_prompt_tokens = 0;
   int64_t num_output_tokens = 0;
   int64_t num_cached_tokens = 0;
+  std::string error;  // set when the engine failed (finish_reason is then abort)
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
@@ -92,7 +96,10 @@ class EngineCore {
   // The CPP predictor (null without profiling_chunk); read it only while the engine is idle.
   const sched::ChunkSizePredictor* chunk_predictor() const { return predictor_.get(); }
   const EngineConfig& config() const { return config_; }
-  bool alive() const { return !dead_; }
+  bool alive() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !dead_;
+  }
 
  private:
   struct Tracked {
@@ -118,6 +125,8 @@ class EngineCore {
   double profile_ms(int64_t num_tokens);
   double timing_ms(const worker::PipelineExecutor::StepOutput& out) const;
   void step();
+  // The pipeline failed: finish every request with `why`, stop accepting work, report.
+  void fail_engine(const std::string& why);
   void finish(const std::string& id, sched::FinishReason reason, RequestOutput* out);
   // Applies one sampled token: text, stop checks. Returns true when the request finished.
   bool process_token(sched::Request* r, Tracked& t, const SampledToken& s, RequestOutput* out);
@@ -144,7 +153,8 @@ class EngineCore {
   std::vector<std::string> aborts_;
   bool stopping_ = false;
   bool dead_ = false;
-  Metrics metrics_;  // guarded by mu_
+  std::string fatal_error_;  // why the engine died (guarded by mu_)
+  Metrics metrics_;          // guarded by mu_
   std::thread thread_;
 };
 

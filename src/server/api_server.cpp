@@ -62,6 +62,7 @@ struct ApiServer::Session {
     bool finished = false;
     sched::FinishReason finish_reason = sched::FinishReason::kNone;
     json stop_reason = nullptr;
+    std::string error;  // the engine failed (e.g. a pipeline stage died) before finishing
     std::unique_ptr<tokenizer::ReasoningParser> reasoning;
     std::string reasoning_text;
     bool role_sent = false;
@@ -396,6 +397,7 @@ void ApiServer::handle_generate(const httplib::Request& req, httplib::Response& 
       c.finished = true;
       c.finish_reason = o.finish_reason;
       c.stop_reason = stop_reason_json(o.stop_reason);
+      c.error = o.error;
     }
     (void)this;
     return d;
@@ -446,6 +448,9 @@ void ApiServer::handle_generate(const httplib::Request& req, httplib::Response& 
         apply(session->choices[i], o);
         if (o.finished) --session->unfinished;
       }
+    }
+    for (const auto& c : session->choices) {
+      if (!c.error.empty()) return send_error(res, {500, c.error, "EngineDeadError"});
     }
     json choices = json::array();
     int64_t prompt_total = 0, completion_total = 0;
@@ -563,6 +568,18 @@ void ApiServer::handle_generate(const httplib::Request& req, httplib::Response& 
           const size_t lp_before = c.logprobs.size();
           auto d = apply(c, o);
           if (o.finished) --session->unfinished;
+          if (!c.error.empty()) {  // vLLM streams the error as a data event, then [DONE]
+            write({{"error",
+                    {{"message", c.error},
+                     {"type", "EngineDeadError"},
+                     {"param", nullptr},
+                     {"code", 500}}}});
+            const std::string done = "data: [DONE]\n\n";
+            sink.write(done.data(), done.size());
+            sink.done();
+            abort_all();
+            return true;
+          }
           std::vector<engine::TokenLogprob> new_lps(c.logprobs.begin() + lp_before,
                                                     c.logprobs.end());
           const char* fr = o.finished ? sched::finish_reason_name(c.finish_reason) : nullptr;

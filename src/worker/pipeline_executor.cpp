@@ -1,11 +1,16 @@
-// Stage threads and the hand-over of hidden states between them.
+// Stage processes: start-up handshake, step submission, output collection, failure watch.
 #include "worker/pipeline_executor.h"
 
+#include <sys/wait.h>
 #include <algorithm>
+
+#include <csignal>
 #include <cstdio>
 
 #include "common/check.h"
+#include "common/logging.h"
 #include "common/timer.h"
+#include "dist/process.h"
 
 namespace worker {
 
@@ -47,128 +52,240 @@ common::Result<std::vector<std::pair<int, int>>> partition_layers(int num_layers
   return ranges;
 }
 
-common::Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(
-    const std::string& model_dir, int num_stages, const std::vector<int>& layer_counts,
-    int threads_per_stage, int64_t num_blocks, int block_size, bool pin_stages,
-    bool expanded_kv_cache) {
-  CP_ASSIGN_OR_RETURN(model::ModelConfig config, model::load_model_config(model_dir));
-  std::unique_ptr<PipelineExecutor> ex(new PipelineExecutor());
-  CP_ASSIGN_OR_RETURN(ex->ranges_,
-                      partition_layers(config.num_hidden_layers, num_stages, layer_counts));
-  for (int s = 0; s < num_stages; ++s) {
-    auto stage = std::make_unique<Stage>();
-    stage->index = s;
-    model::LoadOptions opts;
-    opts.layer_begin = ex->ranges_[s].first;
-    opts.layer_end = ex->ranges_[s].second;
-    opts.load_embedding = s == 0;
-    opts.load_head = s == num_stages - 1;
-    opts.load_mtp = false;
-    CP_ASSIGN_OR_RETURN(stage->model, model::DeepseekV3Model::load(model_dir, opts));
-    stage->cache = std::make_unique<model::LatentKvCache>(
-        config.num_total_layers(), opts.layer_begin, opts.layer_end, num_blocks, block_size,
-        config.kv_cache_row_dim(), expanded_kv_cache ? config.expanded_kv_row_dim() : 0);
-    stage->pool = std::make_unique<common::ThreadPool>(threads_per_stage);
-    if (pin_stages) {  // stage s on cores [s·t, (s+1)·t) (wrapping when stages outnumber cores)
-      const int ncpu = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-      for (int t = 0; t < threads_per_stage; ++t)
-        stage->cpus.push_back((s * threads_per_stage + t) % ncpu);
+common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
+                                                   const model::ModelConfig& config) {
+  CP_ASSIGN_OR_RETURN(auto ranges,
+                      partition_layers(config.num_hidden_layers, o.num_stages, o.layer_counts));
+  PipelineTopology topo = o.topology;
+  topo.num_stages = o.num_stages;
+  CP_RETURN_IF_ERROR(validate_topology(topo));
+  const int ncpu = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int per_node = o.num_stages / topo.nnodes;
+  std::vector<StageSpec> specs;
+  for (int s = 0; s < o.num_stages; ++s) {
+    StageSpec spec;
+    spec.model_dir = o.model_dir;
+    spec.stage = s;
+    spec.num_stages = o.num_stages;
+    spec.layer_begin = ranges[s].first;
+    spec.layer_end = ranges[s].second;
+    spec.threads = o.threads_per_stage;
+    spec.num_blocks = o.num_blocks;
+    spec.block_size = o.block_size;
+    spec.expanded_kv_cache = o.expanded_kv_cache;
+    if (o.pin_stages) {  // the node's k-th stage on cores [k·t, (k+1)·t), wrapping
+      const int k = s % per_node;
+      for (int t = 0; t < o.threads_per_stage; ++t)
+        spec.cpus.push_back((k * o.threads_per_stage + t) % ncpu);
     }
-    ex->stages_.push_back(std::move(stage));
+    specs.push_back(std::move(spec));
   }
-  for (auto& stage : ex->stages_) {
-    Stage* st = stage.get();
-    st->thread = std::thread([raw = ex.get(), st] { raw->stage_loop(*st); });
+  return specs;
+}
+
+common::Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(
+    const PipelineOptions& options) {
+  CP_ASSIGN_OR_RETURN(model::ModelConfig config, model::load_model_config(options.model_dir));
+  CP_ASSIGN_OR_RETURN(std::vector<StageSpec> specs, stage_specs(options, config));
+  PipelineTopology topo = options.topology;
+  topo.num_stages = options.num_stages;
+  if (topo.node_rank != 0)
+    return common::invalid_argument("the engine runs on node 0; use --headless elsewhere");
+  std::unique_ptr<PipelineExecutor> ex(new PipelineExecutor());
+  ex->config_ = config;
+  for (const StageSpec& s : specs) ex->ranges_.emplace_back(s.layer_begin, s.layer_end);
+  ex->busy_seconds_.assign(options.num_stages, 0.0);
+  const std::string binary =
+      options.worker_binary.empty() ? dist::self_binary() : options.worker_binary;
+  CP_ASSIGN_OR_RETURN(ex->local_, launch_local_stages(specs, topo, binary));
+  ex->reaped_.assign(ex->local_.pids.size(), false);
+  ex->receiver_ = std::thread([raw = ex.get()] { raw->receive_loop(); });
+  ex->monitor_ = std::thread([raw = ex.get()] { raw->monitor_loop(); });
+
+  // Start-up handshake: the hello comes back once every stage has loaded its slice.
+  CP_RETURN_IF_ERROR(ex->local_.driver_send->send(encode_hello({})));
+  const double deadline = common::now_seconds() + options.startup_timeout_s;
+  {
+    std::unique_lock<std::mutex> lock(ex->mu_);
+    while (ex->inbox_.empty() && ex->failure_.empty()) {
+      if (common::now_seconds() > deadline) {
+        lock.unlock();
+        ex->fail("the pipeline stages did not start within " +
+                 std::to_string(static_cast<int>(options.startup_timeout_s)) + " s");
+        lock.lock();
+        break;
+      }
+      ex->cv_.wait_for(lock, std::chrono::milliseconds(100));
+    }
   }
+  CP_ASSIGN_OR_RETURN(dist::Message m, ex->next_message());
+  Hello hello;
+  CP_RETURN_IF_ERROR(decode_hello(m, &hello));
+  if (static_cast<int>(hello.stages.size()) != options.num_stages)
+    return common::data_loss("the start-up handshake passed " +
+                             std::to_string(hello.stages.size()) + " of " +
+                             std::to_string(options.num_stages) + " stages");
   return ex;
 }
 
 PipelineExecutor::~PipelineExecutor() {
-  for (auto& s : stages_) {
-    std::lock_guard<std::mutex> lock(s->mu);
-    stopping_ = true;
-    s->cv.notify_all();
-  }
-  for (auto& s : stages_) {
-    if (s->thread.joinable()) s->thread.join();
-  }
-}
-
-void PipelineExecutor::submit(StepInput input) {
-  Job job;
-  job.input = std::make_shared<StepInput>(std::move(input));
-  ++in_flight_;
-  Stage& first = *stages_.front();
-  std::lock_guard<std::mutex> lock(first.mu);
-  first.queue.push_back(std::move(job));
-  first.cv.notify_one();
-}
-
-PipelineExecutor::StepOutput PipelineExecutor::wait_oldest() {
-  CHECK(in_flight_ > 0) << "wait_oldest with nothing in flight";
-  std::unique_lock<std::mutex> lock(out_mu_);
-  out_cv_.wait(lock, [&] { return !outputs_.empty(); });
-  Job job = std::move(outputs_.front());
-  outputs_.pop_front();
-  --in_flight_;
-  return {std::move(job.logits), job.last_stage_ms, job.max_stage_ms};
-}
-
-void PipelineExecutor::stage_loop(Stage& s) {
-  s.pool->pin_threads(s.cpus);  // from the stage thread, which is the pool's thread 0
-  while (true) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lock(s.mu);
-      s.cv.wait(lock, [&] { return stopping_ || !s.queue.empty(); });
-      if (stopping_) return;
-      job = std::move(s.queue.front());
-      s.queue.pop_front();
-    }
-    const double t0 = common::now_seconds();
-    run_stage(s, job);
-    const double dt = common::now_seconds() - t0;
-    job.last_stage_ms = dt * 1000.0;
-    job.max_stage_ms = std::max(job.max_stage_ms, dt * 1000.0);
-    s.busy_seconds.store(s.busy_seconds.load() + dt);
-    if (tracing_) {
-      int64_t tokens = 0, history = 0;
-      for (const auto& seq : job.input->sequences) {
-        tokens += static_cast<int64_t>(seq.token_ids.size());
-        history += seq.num_computed_tokens;
+  if (failure().empty() && local_.driver_send) {
+    // Orderly stop: the shutdown message travels the ring and each stage exits after passing it.
+    (void)local_.driver_send->send(encode_shutdown());
+    const double deadline = common::now_seconds() + 10.0;
+    while (common::now_seconds() < deadline) {
+      bool all = true;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (bool r : reaped_) all = all && r;
       }
-      std::lock_guard<std::mutex> lock(trace_mu_);
-      trace_.push_back({s.index, job.input->step_id, t0, dt, job.input->predicted_ms, tokens,
-                        history, static_cast<int64_t>(job.input->sequences.size())});
+      if (all) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    if (s.index + 1 < num_stages()) {
-      Stage& next = *stages_[s.index + 1];
-      std::lock_guard<std::mutex> lock(next.mu);
-      next.queue.push_back(std::move(job));
-      next.cv.notify_one();
-    } else {
-      std::lock_guard<std::mutex> lock(out_mu_);
-      outputs_.push_back(std::move(job));
-      out_cv_.notify_one();
+  }
+  stopping_ = true;
+  if (monitor_.joinable()) monitor_.join();
+  for (size_t i = 0; i < local_.pids.size(); ++i) {
+    if (reaped_[i]) continue;
+    kill(local_.pids[i], SIGKILL);
+    waitpid(local_.pids[i], nullptr, 0);
+  }
+  local_.close_all();
+  if (receiver_.joinable()) receiver_.join();
+}
+
+void PipelineExecutor::fail(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.empty()) return;
+    failure_ = why;
+    cv_.notify_all();
+  }
+  if (!stopping_) LOG(ERROR) << "Pipeline failed: " << why;
+  local_.close_all();
+}
+
+std::string PipelineExecutor::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void PipelineExecutor::receive_loop() {
+  while (true) {
+    dist::Message m;
+    if (auto st = local_.driver_recv->recv(&m); !st.ok()) {
+      if (!stopping_) fail("the link from the last pipeline stage broke: " + st.message());
+      return;
     }
+    auto kind = message_kind(m);
+    if (!kind.ok()) {
+      fail(kind.status().message());
+      return;
+    }
+    if (*kind == StageMessageKind::kShutdown) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back(std::move(m));
+    cv_.notify_all();
   }
 }
 
-void PipelineExecutor::run_stage(Stage& s, Job& job) {
-  const StepInput& in = *job.input;
-  const model::ForwardBatch batch = to_forward_batch(in);
-  if (s.index == 0) {
-    job.hidden.assign(batch.num_tokens() * s.model->config().hidden_size, 0.0f);
-    s.model->embed(batch, job.hidden.data());
+void PipelineExecutor::monitor_loop() {
+  while (!stopping_) {
+    for (size_t i = 0; i < local_.pids.size(); ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (reaped_[i]) continue;
+      }
+      auto how = dist::reap_if_exited(local_.pids[i]);
+      if (!how) continue;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reaped_[i] = true;
+      }
+      if (!stopping_ && !how->starts_with("exited with status 0")) {
+        fail("pipeline stage " + std::to_string(local_.stages[i]) + " (pid " +
+             std::to_string(local_.pids[i]) + ") " + *how);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  s.model->run_layers(batch, ranges_[s.index].first, ranges_[s.index].second, job.hidden.data(),
-                      *s.cache, *s.pool);
-  if (s.index + 1 == num_stages())
-    job.logits = logits_for_samples(*s.model, in, job.hidden.data(), *s.pool);
+}
+
+common::Result<dist::Message> PipelineExecutor::next_message() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !inbox_.empty() || !failure_.empty(); });
+  if (!failure_.empty()) return common::Status(common::StatusCode::kInternal, failure_);
+  dist::Message m = std::move(inbox_.front());
+  inbox_.pop_front();
+  return m;
+}
+
+common::Status PipelineExecutor::submit(StepInput input) {
+  if (auto why = failure(); !why.empty()) return common::Status(common::StatusCode::kInternal, why);
+  StepEnvelope step;
+  step.input = std::move(input);
+  ++in_flight_;
+  auto st = local_.driver_send->send(encode_step(step, {}));
+  if (!st.ok()) {
+    fail("cannot send a step to pipeline stage 0: " + st.message());
+    return common::Status(common::StatusCode::kInternal, failure());
+  }
+  return {};
+}
+
+common::Result<PipelineExecutor::StepOutput> PipelineExecutor::wait_oldest() {
+  CHECK(in_flight_ > 0) << "wait_oldest with nothing in flight";
+  CP_ASSIGN_OR_RETURN(dist::Message m, next_message());
+  --in_flight_;
+  StepEnvelope step;
+  CP_RETURN_IF_ERROR(decode_step(m, &step));
+  StepOutput out;
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  size_t at = 0;
+  out.logits.resize(step.input.sequences.size());
+  for (size_t i = 0; i < step.input.sequences.size(); ++i) {
+    if (!step.input.sequences[i].samples) continue;
+    if (at + vocab > m.data.size()) return common::data_loss("the last stage sent too few logits");
+    out.logits[i].assign(m.data.begin() + at, m.data.begin() + at + vocab);
+    at += vocab;
+  }
+  int64_t tokens = 0, history = 0;
+  for (const auto& seq : step.input.sequences) {
+    tokens += static_cast<int64_t>(seq.token_ids.size());
+    history += seq.num_computed_tokens;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const StageTiming& t : step.timings) {
+    const double ms = t.duration_s * 1000.0;
+    if (t.stage == num_stages() - 1) out.last_stage_ms = ms;
+    out.max_stage_ms = std::max(out.max_stage_ms, ms);
+    if (t.stage >= 0 && t.stage < num_stages()) busy_seconds_[t.stage] += t.duration_s;
+    if (tracing_) {
+      trace_.push_back({t.stage, step.input.step_id, t.start_s, t.duration_s,
+                        step.input.predicted_ms, tokens, history,
+                        static_cast<int64_t>(step.input.sequences.size())});
+    }
+  }
+  return out;
+}
+
+common::Result<double> PipelineExecutor::profile_stage_ms(int stage, int64_t num_tokens) {
+  CHECK(in_flight_ == 0) << "profiling while steps are in flight";
+  ProfileProbe probe;
+  probe.stage = stage;
+  probe.num_tokens = num_tokens;
+  if (auto st = local_.driver_send->send(encode_profile(probe)); !st.ok()) {
+    fail("cannot send a profiling probe: " + st.message());
+    return common::Status(common::StatusCode::kInternal, failure());
+  }
+  CP_ASSIGN_OR_RETURN(dist::Message m, next_message());
+  CP_RETURN_IF_ERROR(decode_profile(m, &probe));
+  if (probe.ms < 0) return common::data_loss("stage " + std::to_string(stage) + " did not profile");
+  return probe.ms;
 }
 
 common::Status PipelineExecutor::write_trace(const std::string& path) const {
-  std::lock_guard<std::mutex> lock(trace_mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return common::invalid_argument("--trace-file " + path + ": cannot write");
   double origin = trace_.empty() ? 0 : trace_.front().start_s;
@@ -200,22 +317,8 @@ common::Status PipelineExecutor::write_trace(const std::string& path) const {
 }
 
 std::vector<double> PipelineExecutor::stage_busy_seconds() const {
-  std::vector<double> out;
-  for (const auto& s : stages_) out.push_back(s->busy_seconds.load());
-  return out;
-}
-
-double PipelineExecutor::profile_stage_ms(int stage, int64_t num_tokens) {
-  Stage& s = *stages_[stage];
-  const int64_t n =
-      std::clamp<int64_t>(num_tokens, 1, s.cache->num_blocks() * s.cache->block_size());
-  Job job;
-  job.input = std::make_shared<StepInput>(
-      dummy_prefill(n, s.model->config().vocab_size, s.cache->block_size()));
-  job.hidden.assign(n * s.model->config().hidden_size, 0.0f);  // non-first stages: zero input
-  const double t0 = common::now_seconds();
-  run_stage(s, job);
-  return (common::now_seconds() - t0) * 1000.0;
+  std::lock_guard<std::mutex> lock(mu_);
+  return busy_seconds_;
 }
 
 }  // namespace worker

@@ -1,12 +1,14 @@
-// PipelineExecutor: pipeline-parallel execution of scheduler steps over N stages, each owning a
-// slice of the decoder layers, its own KV cache for those layers, and its own thread pool.
-// Steps enter stage 0 in submission order and every stage processes them FIFO (lockstep), so a
-// later chunk of a prompt can run on stage 0 while an earlier one is on stage 1. The last
-// stage computes logits for sampling rows. Stages are threads of this process; the stage loop
-// only sees StepInput and hidden-state buffers, so a process or host boundary can replace the
-// queues without touching the engine.
-// submit / wait_oldest are called by one engine thread.
+// PipelineExecutor: the engine's side of pipeline parallelism. Stages are processes of this
+// binary (worker/stage_worker.h), each owning a slice of the decoder layers, its KV cache and
+// a pinned thread pool; they are joined in a ring of links (shared memory on one host, TCP
+// between hosts; worker/stage_launcher.h). Steps enter stage 0 in submission order and every
+// stage processes them FIFO, so a later chunk of a prompt runs on stage 0 while an earlier one
+// is on stage 1. The last stage returns logits for sampling rows. A stage that dies or a link
+// that breaks fails the executor: every later call returns the error.
+// submit / wait_oldest / profile_stage_ms are called by one engine thread.
 #pragma once
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -18,10 +20,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "common/thread_pool.h"
-#include "kv/kv_cache_manager.h"
-#include "model/deepseek_v3.h"
-#include "sched/scheduler.h"
+#include "model/config.h"
+#include "worker/stage_launcher.h"
+#include "worker/stage_protocol.h"
 #include "worker/step_input.h"
 
 namespace worker {
@@ -31,26 +32,41 @@ namespace worker {
 common::Result<std::vector<std::pair<int, int>>> partition_layers(int num_layers, int num_stages,
                                                                   const std::vector<int>& counts);
 
+struct PipelineOptions {
+  std::string model_dir;
+  int num_stages = 2;
+  std::vector<int> layer_counts;  // empty: even split
+  int threads_per_stage = 1;
+  int64_t num_blocks = 0;
+  int block_size = 16;
+  bool pin_stages = false;  // stage s on cores [s·t, (s+1)·t) of its host
+  bool expanded_kv_cache = false;
+  PipelineTopology topology;       // num_stages is copied from above
+  std::string worker_binary;       // empty: this binary
+  double startup_timeout_s = 900;  // all stages (also remote ones) must be up by then
+};
+
+// Stage s's StageSpec under `options` (shared by the engine node and --headless nodes).
+common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& options,
+                                                   const model::ModelConfig& config);
+
 class PipelineExecutor {
  public:
-  static common::Result<std::unique_ptr<PipelineExecutor>> create(
-      const std::string& model_dir, int num_stages, const std::vector<int>& layer_counts,
-      int threads_per_stage, int64_t num_blocks, int block_size, bool pin_stages = false,
-      bool expanded_kv_cache = false);
+  static common::Result<std::unique_ptr<PipelineExecutor>> create(const PipelineOptions& options);
   ~PipelineExecutor();
 
-  const model::ModelConfig& config() const { return stages_.front()->model->config(); }
+  const model::ModelConfig& config() const { return config_; }
   const std::vector<std::pair<int, int>>& layer_ranges() const { return ranges_; }
-  int num_stages() const { return static_cast<int>(stages_.size()); }
+  int num_stages() const { return static_cast<int>(ranges_.size()); }
 
-  void submit(StepInput input);
+  common::Status submit(StepInput input);
   struct StepOutput {
     std::vector<std::vector<float>> logits;  // entry i for the i-th sequence if it samples
     double last_stage_ms = 0;                // the last stage's own time for this step
     double max_stage_ms = 0;                 // the slowest stage's time for this step
   };
   // Output of the oldest submitted step.
-  StepOutput wait_oldest();
+  common::Result<StepOutput> wait_oldest();
   size_t in_flight() const { return in_flight_; }
   // Records one Chrome trace event per (step, stage) from now on; see write_trace.
   void enable_trace() { tracing_ = true; }
@@ -64,31 +80,18 @@ class PipelineExecutor {
   // CPP profiling: milliseconds of `stage`'s own layers on a from-scratch prefill of
   // num_tokens dummy tokens (zero input for non-first stages, as upstream times each stage
   // independently). Call only while nothing is in flight.
-  double profile_stage_ms(int stage, int64_t num_tokens);
+  common::Result<double> profile_stage_ms(int stage, int64_t num_tokens);
+
+  // Empty while healthy; otherwise why the pipeline failed.
+  std::string failure() const;
 
  private:
-  struct Job {
-    std::shared_ptr<StepInput> input;
-    std::vector<float> hidden;
-    std::vector<std::vector<float>> logits;
-    double last_stage_ms = 0;
-    double max_stage_ms = 0;
-  };
-  struct Stage {
-    int index = 0;
-    std::unique_ptr<model::DeepseekV3Model> model;
-    std::unique_ptr<model::LatentKvCache> cache;
-    std::unique_ptr<common::ThreadPool> pool;
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<Job> queue;
-    std::thread thread;
-    std::vector<int> cpus;  // pinning of this stage's threads (empty: not pinned)
-    std::atomic<double> busy_seconds{0.0};
-  };
   PipelineExecutor() = default;
-  void stage_loop(Stage& s);
-  void run_stage(Stage& s, Job& job);
+  // Next message from the last stage, or the failure.
+  common::Result<dist::Message> next_message();
+  void fail(const std::string& why);
+  void receive_loop();
+  void monitor_loop();
 
   struct TraceEvent {
     int stage;
@@ -96,17 +99,21 @@ class PipelineExecutor {
     double start_s, duration_s, predicted_ms;
     int64_t tokens, history, sequences;
   };
-  std::vector<std::unique_ptr<Stage>> stages_;
-  std::atomic<bool> tracing_{false};
-  mutable std::mutex trace_mu_;
-  std::vector<TraceEvent> trace_;
-  double trace_origin_s_ = 0;
+  model::ModelConfig config_;
   std::vector<std::pair<int, int>> ranges_;
-  std::mutex out_mu_;
-  std::condition_variable out_cv_;
-  std::deque<Job> outputs_;
-  size_t in_flight_ = 0;
+  LocalStages local_;
+  std::thread receiver_, monitor_;
   std::atomic<bool> stopping_{false};
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  std::deque<dist::Message> inbox_;  // from the last stage, oldest first
+  std::string failure_;
+  std::vector<bool> reaped_;  // per local pid
+  std::vector<double> busy_seconds_;
+  std::vector<TraceEvent> trace_;
+  std::atomic<bool> tracing_{false};
+  size_t in_flight_ = 0;
 };
 
 }  // namespace worker

@@ -124,8 +124,14 @@ TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChun
         pc.timing_stage = mode == 2 ? "max" : "last";
         c.profiling_chunk = pc;
       }
-      auto pipeline =
-          worker::PipelineExecutor::create(dir, 2, partition, 1, c.num_kv_blocks, c.block_size);
+      worker::PipelineOptions po;  // stages are processes of the chunkpipe binary
+      po.model_dir = dir;
+      po.num_stages = 2;
+      po.layer_counts = partition;
+      po.num_blocks = c.num_kv_blocks;
+      po.block_size = c.block_size;
+      po.worker_binary = CHUNKPIPE_BINARY;
+      auto pipeline = worker::PipelineExecutor::create(po);
       ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
       engine::EngineCore core(std::move(pipeline).value(), **tok, c);
       for (size_t i = 0; i < prompts.size(); ++i) {

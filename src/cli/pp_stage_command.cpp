@@ -1,0 +1,41 @@
+// `chunkpipe pp-stage ...`: one pipeline-stage process, started by `serve` (or a --headless
+// node) with its layer slice, cache size and the two links of the ring. Not for direct use.
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "common/logging.h"
+#include "worker/stage_launcher.h"
+#include "worker/stage_worker.h"
+
+namespace cli {
+
+int run_pp_stage_command(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  auto parsed = worker::parse_stage_worker_args(args);
+  if (!parsed.ok()) {
+    LOG(ERROR) << parsed.status().message();
+    return 2;
+  }
+  // The server that started this stage decides when it ends (shutdown message, or SIGKILL
+  // through the parent-death signal); a Ctrl-C sent to the whole process group must not kill
+  // a stage before the server has drained it.
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
+  const worker::StageSpec& spec = parsed->spec;
+  const std::string name = "pipeline stage " + std::to_string(spec.stage);
+  auto in = worker::open_link(parsed->recv_link, /*sending=*/false, name + " input");
+  auto out = worker::open_link(parsed->send_link, /*sending=*/true, name + " output");
+  if (!in.ok() || !out.ok()) {
+    LOG(ERROR) << (in.ok() ? out.status() : in.status()).message();
+    return 1;
+  }
+  dist::Communicator comm;
+  comm.set_recv_link(worker::upstream_peer(spec), std::move(in).value());
+  comm.set_send_link(worker::downstream_peer(spec), std::move(out).value());
+  return worker::run_stage_worker(spec, comm);
+}
+
+}  // namespace cli

@@ -1,0 +1,81 @@
+// WireWriter / WireReader: little helpers that serialize plain values and vectors of them into
+// a byte buffer (host byte order: every rank runs the same binary on x86-64). The reader
+// bounds-checks every read, because bytes may arrive from another host. Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace dist {
+
+class WireWriter {
+ public:
+  explicit WireWriter(std::vector<uint8_t>* out) : out_(out) {}
+  template <typename T>
+  void put(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    append(&v, sizeof(T));
+  }
+  template <typename T>
+  void put_vector(const std::vector<T>& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    put<uint64_t>(v.size());
+    append(v.data(), v.size() * sizeof(T));
+  }
+  void put_string(const std::string& s) {
+    put<uint64_t>(s.size());
+    append(s.data(), s.size());
+  }
+
+ private:
+  // resize + memcpy rather than insert: g++ 12 misreports insert into a small vector.
+  void append(const void* p, size_t n) {
+    if (n == 0) return;
+    const size_t at = out_->size();
+    out_->resize(at + n);
+    std::memcpy(out_->data() + at, p, n);
+  }
+  std::vector<uint8_t>* out_;
+};
+
+// Every getter returns false (and leaves the reader failed) on truncated input.
+class WireReader {
+ public:
+  explicit WireReader(const std::vector<uint8_t>& in) : in_(in) {}
+  template <typename T>
+  bool get(T* v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (!ok_ || in_.size() - pos_ < sizeof(T)) return ok_ = false;
+    std::memcpy(v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  template <typename T>
+  bool get_vector(std::vector<T>* v) {
+    uint64_t n = 0;
+    if (!get(&n) || n > (in_.size() - pos_) / sizeof(T)) return ok_ = false;
+    v->resize(n);
+    std::memcpy(v->data(), in_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
+    return true;
+  }
+  bool get_string(std::string* s) {
+    uint64_t n = 0;
+    if (!get(&n) || n > in_.size() - pos_) return ok_ = false;
+    s->assign(reinterpret_cast<const char*>(in_.data() + pos_), n);
+    pos_ += n;
+    return true;
+  }
+  bool ok() const { return ok_; }
+  bool at_end() const { return ok_ && pos_ == in_.size(); }
+
+ private:
+  const std::vector<uint8_t>& in_;
+  size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+}  // namespace dist

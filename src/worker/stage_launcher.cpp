@@ -1,0 +1,240 @@
+// Ring wiring, stage process start, and the pp-stage command line.
+#include "worker/stage_launcher.h"
+
+#include <thread>
+
+#include "dist/process.h"
+
+namespace worker {
+namespace {
+
+constexpr size_t kPipeBytes = 16 << 20;  // the receiver drains it into memory, so it can be small
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+}  // namespace
+
+common::Status validate_topology(const PipelineTopology& t) {
+  if (t.nnodes < 1) return common::invalid_argument("--nnodes must be at least 1");
+  if (t.node_rank < 0 || t.node_rank >= t.nnodes) {
+    return common::invalid_argument("--node-rank " + std::to_string(t.node_rank) +
+                                    " is outside [0, --nnodes " + std::to_string(t.nnodes) + ")");
+  }
+  if (t.nnodes > 2) {
+    return common::unimplemented(
+        "pipeline parallel over more than 2 nodes is not built yet in chunkpipe (every TCP link "
+        "is bound on node 0)");
+  }
+  if (t.num_stages % t.nnodes != 0) {
+    return common::invalid_argument("--pipeline-parallel-size " + std::to_string(t.num_stages) +
+                                    " is not a multiple of --nnodes " + std::to_string(t.nnodes));
+  }
+  if (t.nnodes > 1 && (t.master_port <= 0 || t.master_port + t.num_stages > 65535))
+    return common::invalid_argument("--master-port " + std::to_string(t.master_port) +
+                                    " is invalid");
+  return {};
+}
+
+int node_of_stage(const PipelineTopology& t, int stage) {
+  return stage / (t.num_stages / t.nnodes);
+}
+
+void LocalStages::close_all() {
+  for (auto& p : pipes) p.close();
+  if (driver_send) driver_send->close();
+  if (driver_recv) driver_recv->close();
+}
+
+common::Result<LocalStages> launch_local_stages(const std::vector<StageSpec>& specs,
+                                                const PipelineTopology& topo,
+                                                const std::string& worker_binary) {
+  CP_RETURN_IF_ERROR(validate_topology(topo));
+  const int n = topo.num_stages;
+  // Link i carries messages into stage i (i < n) or, for i == n, from the last stage back to
+  // the engine. The engine lives on node 0.
+  auto node_of_end = [&](int stage_or_driver) {
+    return stage_or_driver == kDriverPeer ? 0 : node_of_stage(topo, stage_or_driver);
+  };
+  LocalStages out;
+  std::vector<std::string> recv_spec(n), send_spec(n);
+  std::vector<std::vector<int>> child_fds(n);
+  for (int i = 0; i <= n; ++i) {
+    const int sender = i == 0 ? kDriverPeer : i - 1, receiver = i == n ? kDriverPeer : i;
+    const int sender_node = node_of_end(sender), receiver_node = node_of_end(receiver);
+    const bool sender_here = sender_node == topo.node_rank,
+               receiver_here = receiver_node == topo.node_rank;
+    if (!sender_here && !receiver_here) continue;
+    const std::string what = "pipeline link " + std::to_string(i);
+    if (sender_node == receiver_node) {
+      CP_ASSIGN_OR_RETURN(dist::ShmPipe pipe, dist::ShmPipe::create(kPipeBytes));
+      const std::string spec = "shm:" + std::to_string(pipe.fd());
+      if (sender != kDriverPeer) {
+        send_spec[sender] = spec;
+        child_fds[sender].push_back(pipe.fd());
+      }
+      if (receiver != kDriverPeer) {
+        recv_spec[receiver] = spec;
+        child_fds[receiver].push_back(pipe.fd());
+      }
+      if (sender == kDriverPeer) {
+        CP_ASSIGN_OR_RETURN(dist::ShmPipe mine, dist::ShmPipe::attach(dup(pipe.fd())));
+        out.driver_send = dist::make_shm_link(std::move(mine));
+      } else if (receiver == kDriverPeer) {
+        CP_ASSIGN_OR_RETURN(dist::ShmPipe mine, dist::ShmPipe::attach(dup(pipe.fd())));
+        out.driver_recv = dist::make_shm_link(std::move(mine));
+      }
+      out.pipes.push_back(std::move(pipe));
+      continue;
+    }
+    const std::string endpoint =
+        "tcp://" + topo.master_addr + ":" + std::to_string(topo.master_port + i);
+    const bool bind_here = topo.node_rank == 0;
+    const std::string spec = (bind_here ? "tcp-bind:" : "tcp-connect:") + endpoint;
+    if (sender_here) {
+      if (sender == kDriverPeer) {
+        CP_ASSIGN_OR_RETURN(out.driver_send, open_link(spec, /*sending=*/true, what));
+      } else {
+        send_spec[sender] = spec;
+      }
+    } else {
+      if (receiver == kDriverPeer) {
+        CP_ASSIGN_OR_RETURN(out.driver_recv, open_link(spec, /*sending=*/false, what));
+      } else {
+        recv_spec[receiver] = spec;
+      }
+    }
+  }
+  for (int s = 0; s < n; ++s) {
+    if (node_of_stage(topo, s) != topo.node_rank) continue;
+    auto pid = dist::spawn_process(
+        worker_binary, stage_worker_args(specs[s], recv_spec[s], send_spec[s]), child_fds[s]);
+    if (!pid.ok()) {
+      out.close_all();
+      return pid.status();
+    }
+    out.pids.push_back(*pid);
+    out.stages.push_back(s);
+  }
+  return out;
+}
+
+std::vector<std::string> stage_worker_args(const StageSpec& spec, const std::string& recv_link,
+                                           const std::string& send_link) {
+  std::vector<std::string> a = {
+      "pp-stage",
+      "--model",
+      spec.model_dir,
+      "--stage",
+      std::to_string(spec.stage),
+      "--num-stages",
+      std::to_string(spec.num_stages),
+      "--layers",
+      std::to_string(spec.layer_begin) + ":" + std::to_string(spec.layer_end),
+      "--threads",
+      std::to_string(spec.threads),
+      "--num-blocks",
+      std::to_string(spec.num_blocks),
+      "--block-size",
+      std::to_string(spec.block_size),
+      "--recv",
+      recv_link,
+      "--send",
+      send_link};
+  if (!spec.cpus.empty()) {
+    a.push_back("--cpus");
+    a.push_back(join_ints(spec.cpus));
+  }
+  if (spec.expanded_kv_cache) a.push_back("--expanded-kv-cache");
+  return a;
+}
+
+common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::string>& args) {
+  StageWorkerArgs out;
+  auto number = [](const std::string& flag, const std::string& v) -> common::Result<int64_t> {
+    try {
+      size_t used = 0;
+      const long long x = std::stoll(v, &used);
+      if (used == v.size()) return static_cast<int64_t>(x);
+    } catch (...) {
+    }
+    return common::invalid_argument("pp-stage: " + flag + " expects an integer, got '" + v + "'");
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& f = args[i];
+    if (f == "--expanded-kv-cache") {
+      out.spec.expanded_kv_cache = true;
+      continue;
+    }
+    if (i + 1 >= args.size()) return common::invalid_argument("pp-stage: " + f + " needs a value");
+    const std::string& v = args[++i];
+    if (f == "--model") {
+      out.spec.model_dir = v;
+    } else if (f == "--recv") {
+      out.recv_link = v;
+    } else if (f == "--send") {
+      out.send_link = v;
+    } else if (f == "--layers") {
+      const size_t colon = v.find(':');
+      if (colon == std::string::npos)
+        return common::invalid_argument("pp-stage: --layers expects BEGIN:END");
+      CP_ASSIGN_OR_RETURN(int64_t b, number(f, v.substr(0, colon)));
+      CP_ASSIGN_OR_RETURN(int64_t e, number(f, v.substr(colon + 1)));
+      out.spec.layer_begin = static_cast<int>(b);
+      out.spec.layer_end = static_cast<int>(e);
+    } else if (f == "--cpus") {
+      size_t start = 0;
+      while (start <= v.size()) {
+        const size_t comma = std::min(v.find(',', start), v.size());
+        CP_ASSIGN_OR_RETURN(int64_t c, number(f, v.substr(start, comma - start)));
+        out.spec.cpus.push_back(static_cast<int>(c));
+        start = comma + 1;
+      }
+    } else {
+      CP_ASSIGN_OR_RETURN(int64_t x, number(f, v));
+      if (f == "--stage") {
+        out.spec.stage = static_cast<int>(x);
+      } else if (f == "--num-stages") {
+        out.spec.num_stages = static_cast<int>(x);
+      } else if (f == "--threads") {
+        out.spec.threads = static_cast<int>(x);
+      } else if (f == "--num-blocks") {
+        out.spec.num_blocks = x;
+      } else if (f == "--block-size") {
+        out.spec.block_size = static_cast<int>(x);
+      } else {
+        return common::invalid_argument("pp-stage: unknown flag " + f);
+      }
+    }
+  }
+  if (out.spec.model_dir.empty() || out.recv_link.empty() || out.send_link.empty())
+    return common::invalid_argument("pp-stage needs --model, --recv and --send");
+  if (out.spec.num_stages < 1 || out.spec.stage < 0 || out.spec.stage >= out.spec.num_stages ||
+      out.spec.threads < 1 || out.spec.num_blocks < 1 || out.spec.block_size < 1)
+    return common::invalid_argument("pp-stage: stage, threads or cache sizes out of range");
+  return out;
+}
+
+common::Result<std::unique_ptr<dist::Link>> open_link(const std::string& link, bool sending,
+                                                      const std::string& what) {
+  if (link.rfind("shm:", 0) == 0) {
+    int fd = -1;
+    try {
+      fd = std::stoi(link.substr(4));
+    } catch (...) {
+      return common::invalid_argument(what + ": bad link " + link);
+    }
+    CP_ASSIGN_OR_RETURN(dist::ShmPipe pipe, dist::ShmPipe::attach(fd));
+    return dist::make_shm_link(std::move(pipe));
+  }
+  if (link.rfind("tcp-bind:", 0) == 0)
+    return dist::make_tcp_link(link.substr(9), /*bind=*/true, sending, what);
+  if (link.rfind("tcp-connect:", 0) == 0)
+    return dist::make_tcp_link(link.substr(12), /*bind=*/false, sending, what);
+  return common::invalid_argument(what + ": unknown link " + link);
+}
+
+}  // namespace worker

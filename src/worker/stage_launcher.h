@@ -1,0 +1,59 @@
+// Where pipeline stages run and how they are wired: stages are split over --nnodes hosts in
+// contiguous blocks; the ring's links (engine -> stage 0 -> ... -> last -> engine) are shared-
+// memory pipes between ranks on one host and TCP links (ZeroMQ) between hosts, on
+// master_port + link index, bound on node 0 (whose address, --master-addr, everyone knows).
+// launch_local_stages starts this node's stages as processes of this binary.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "dist/communicator.h"
+#include "dist/shm_pipe.h"
+#include "worker/stage_worker.h"
+
+namespace worker {
+
+struct PipelineTopology {
+  int num_stages = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+
+common::Status validate_topology(const PipelineTopology& t);
+int node_of_stage(const PipelineTopology& t, int stage);
+
+// This node's stage processes, and (on node 0) the engine's ends of the ring.
+struct LocalStages {
+  std::vector<pid_t> pids;
+  std::vector<int> stages;           // stages[i] runs in pids[i]
+  std::vector<dist::ShmPipe> pipes;  // links between two local stages (kept to close them)
+  std::unique_ptr<dist::Link> driver_send, driver_recv;  // node 0: to stage 0, from the last
+  // Closes every link this node holds, so that blocked ranks wake up and fail.
+  void close_all();
+};
+
+// specs[s] describes stage s (all stages; only this node's are started).
+common::Result<LocalStages> launch_local_stages(const std::vector<StageSpec>& specs,
+                                                const PipelineTopology& topology,
+                                                const std::string& worker_binary);
+
+// The stage process's command line: `pp-stage` arguments, and their parser. A link is
+// "shm:FD", "tcp-bind:ENDPOINT" or "tcp-connect:ENDPOINT".
+std::vector<std::string> stage_worker_args(const StageSpec& spec, const std::string& recv_link,
+                                           const std::string& send_link);
+struct StageWorkerArgs {
+  StageSpec spec;
+  std::string recv_link, send_link;
+};
+common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::string>& args);
+common::Result<std::unique_ptr<dist::Link>> open_link(const std::string& link, bool sending,
+                                                      const std::string& what);
+
+}  // namespace worker

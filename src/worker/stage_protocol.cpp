@@ -1,0 +1,106 @@
+// Binary layout of the pipeline messages: one kind byte, then the kind's fields.
+#include "worker/stage_protocol.h"
+
+#include "dist/wire.h"
+
+namespace worker {
+namespace {
+
+common::Status truncated(const char* what) {
+  return common::data_loss(std::string("a malformed ") + what + " message reached this stage");
+}
+
+dist::Message start(StageMessageKind kind) {
+  dist::Message m;
+  m.meta.push_back(static_cast<uint8_t>(kind));
+  return m;
+}
+
+}  // namespace
+
+common::Result<StageMessageKind> message_kind(const dist::Message& m) {
+  if (m.meta.empty() || m.meta[0] < 1 || m.meta[0] > 4)
+    return common::data_loss("a pipeline message of unknown kind");
+  return static_cast<StageMessageKind>(m.meta[0]);
+}
+
+dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload) {
+  dist::Message m = start(StageMessageKind::kStep);
+  dist::WireWriter w(&m.meta);
+  w.put<int64_t>(step.input.step_id);
+  w.put<double>(step.input.predicted_ms);
+  w.put<uint64_t>(step.input.sequences.size());
+  for (const auto& s : step.input.sequences) {
+    w.put_vector(s.token_ids);
+    w.put<int64_t>(s.num_computed_tokens);
+    w.put_vector(s.block_table);
+    w.put<uint8_t>(s.samples ? 1 : 0);
+  }
+  w.put_vector(step.timings);
+  m.data = std::move(payload);
+  return m;
+}
+
+common::Status decode_step(const dist::Message& m, StepEnvelope* step) {
+  dist::WireReader r(m.meta);
+  uint8_t kind = 0;
+  uint64_t n = 0;
+  r.get(&kind);
+  r.get(&step->input.step_id);
+  r.get(&step->input.predicted_ms);
+  if (!r.get(&n) || n > m.meta.size()) return truncated("step");
+  step->input.sequences.resize(n);
+  for (auto& s : step->input.sequences) {
+    uint8_t samples = 0;
+    r.get_vector(&s.token_ids);
+    r.get(&s.num_computed_tokens);
+    r.get_vector(&s.block_table);
+    r.get(&samples);
+    s.samples = samples != 0;
+  }
+  r.get_vector(&step->timings);
+  return r.at_end() ? common::Status{} : truncated("step");
+}
+
+dist::Message encode_profile(const ProfileProbe& probe) {
+  dist::Message m = start(StageMessageKind::kProfile);
+  dist::WireWriter w(&m.meta);
+  w.put(probe.stage);
+  w.put(probe.num_tokens);
+  w.put(probe.ms);
+  return m;
+}
+
+common::Status decode_profile(const dist::Message& m, ProfileProbe* probe) {
+  dist::WireReader r(m.meta);
+  uint8_t kind = 0;
+  r.get(&kind);
+  r.get(&probe->stage);
+  r.get(&probe->num_tokens);
+  r.get(&probe->ms);
+  return r.at_end() ? common::Status{} : truncated("profile");
+}
+
+dist::Message encode_hello(const Hello& hello) {
+  dist::Message m = start(StageMessageKind::kHello);
+  dist::WireWriter w(&m.meta);
+  w.put_vector(hello.stages);
+  w.put_vector(hello.pids);
+  return m;
+}
+
+common::Status decode_hello(const dist::Message& m, Hello* hello) {
+  dist::WireReader r(m.meta);
+  uint8_t kind = 0;
+  r.get(&kind);
+  r.get_vector(&hello->stages);
+  r.get_vector(&hello->pids);
+  return r.at_end() && hello->stages.size() == hello->pids.size() ? common::Status{}
+                                                                  : truncated("hello");
+}
+
+dist::Message encode_shutdown() {
+  return start(StageMessageKind::kShutdown);
+}
+
+}  // namespace worker

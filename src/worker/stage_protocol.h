@@ -1,0 +1,52 @@
+// The messages that flow around the pipeline ring (engine -> stage 0 -> ... -> last -> engine),
+// FIFO on every link: a step (StepInput plus the timings each stage adds; payload = hidden
+// states, or logits rows of sampling sequences after the last stage), a profiling probe, the
+// start-up hello, and shutdown. Pure encode/decode functions; decoding validates sizes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "dist/communicator.h"
+#include "worker/step_input.h"
+
+namespace worker {
+
+enum class StageMessageKind : uint8_t { kHello = 1, kStep = 2, kProfile = 3, kShutdown = 4 };
+
+struct StageTiming {
+  int32_t stage = 0;
+  double start_s = 0;  // CLOCK_MONOTONIC seconds of the stage's host
+  double duration_s = 0;
+};
+
+struct StepEnvelope {
+  StepInput input;
+  std::vector<StageTiming> timings;  // one per stage passed so far
+};
+
+// A CPP profiling probe: stage `stage` times a from-scratch prefill of num_tokens dummy tokens.
+struct ProfileProbe {
+  int32_t stage = 0;
+  int64_t num_tokens = 0;
+  double ms = -1;  // filled in by that stage
+};
+
+// Start-up handshake: every stage appends itself once its model slice is loaded.
+struct Hello {
+  std::vector<int32_t> stages;
+  std::vector<int32_t> pids;
+};
+
+common::Result<StageMessageKind> message_kind(const dist::Message& m);
+
+dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload);
+common::Status decode_step(const dist::Message& m, StepEnvelope* step);
+dist::Message encode_profile(const ProfileProbe& probe);
+common::Status decode_profile(const dist::Message& m, ProfileProbe* probe);
+dist::Message encode_hello(const Hello& hello);
+common::Status decode_hello(const dist::Message& m, Hello* hello);
+dist::Message encode_shutdown();
+
+}  // namespace worker
