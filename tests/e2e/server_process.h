@@ -81,6 +81,20 @@ class ServerProcess {
     c.set_write_timeout(timeout_s, 0);
     return c;
   }
+  pid_t pid() const { return pid_; }
+  // Waits up to timeout_s for the server to exit on its own; its exit code, or -2 if it runs.
+  int wait_exit(double timeout_s) {
+    for (int i = 0; i < timeout_s * 10 && pid_ > 0; ++i) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        pid_ = -1;
+        return exit_code_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return pid_ > 0 ? -2 : exit_code_;
+  }
   // SIGTERM, then the exit code (-1 if it did not exit within 20 s).
   int stop() {
     if (pid_ <= 0) return exit_code_;
