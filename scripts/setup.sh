@@ -7,7 +7,7 @@ packages=(
   g++ cmake make ccache pkg-config git
   nlohmann-json3-dev libopenblas-dev libpcre2-dev nodejs
   libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcpp-httplib-dev libcurl4-openssl-dev
-  libzmq3-dev iproute2
+  libzmq3-dev iproute2 curl
   clang-format
 )
 missing=()

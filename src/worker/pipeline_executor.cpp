@@ -125,6 +125,14 @@ common::Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(
     return common::data_loss("the start-up handshake passed " +
                              std::to_string(hello.stages.size()) + " of " +
                              std::to_string(options.num_stages) + " stages");
+  for (size_t i = 0; i < hello.stages.size(); ++i) {
+    if (hello.num_blocks[i] < options.num_blocks) {  // e.g. a --headless host sized differently
+      return common::invalid_argument(
+          "pipeline stage " + std::to_string(hello.stages[i]) + " has a KV cache of " +
+          std::to_string(hello.num_blocks[i]) + " blocks, fewer than the engine's " +
+          std::to_string(options.num_blocks) + ": give every node the same KV cache flags");
+    }
+  }
   return ex;
 }
 

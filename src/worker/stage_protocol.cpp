@@ -86,6 +86,7 @@ dist::Message encode_hello(const Hello& hello) {
   dist::WireWriter w(&m.meta);
   w.put_vector(hello.stages);
   w.put_vector(hello.pids);
+  w.put_vector(hello.num_blocks);
   return m;
 }
 
@@ -95,8 +96,11 @@ common::Status decode_hello(const dist::Message& m, Hello* hello) {
   r.get(&kind);
   r.get_vector(&hello->stages);
   r.get_vector(&hello->pids);
-  return r.at_end() && hello->stages.size() == hello->pids.size() ? common::Status{}
-                                                                  : truncated("hello");
+  r.get_vector(&hello->num_blocks);
+  const size_t n = hello->stages.size();
+  return r.at_end() && hello->pids.size() == n && hello->num_blocks.size() == n
+             ? common::Status{}
+             : truncated("hello");
 }
 
 dist::Message encode_shutdown() {

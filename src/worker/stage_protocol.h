@@ -37,6 +37,7 @@ struct ProfileProbe {
 struct Hello {
   std::vector<int32_t> stages;
   std::vector<int32_t> pids;
+  std::vector<int64_t> num_blocks;  // each stage's KV cache size in blocks
 };
 
 common::Result<StageMessageKind> message_kind(const dist::Message& m);

@@ -70,6 +70,14 @@ class StageRunner {
 
   // Runs the stage's layers on a step; returns the payload for the next rank.
   common::Result<std::vector<float>> run_step(const StepInput& in, std::vector<float> hidden) {
+    for (const auto& seq : in.sequences) {  // a bad block id would write outside the cache
+      for (int32_t b : seq.block_table) {
+        if (b < 0 || b >= cache_.num_blocks())
+          return common::data_loss("block " + std::to_string(b) + " is outside stage " +
+                                   std::to_string(spec_.stage) + "'s KV cache of " +
+                                   std::to_string(cache_.num_blocks()) + " blocks");
+      }
+    }
     const model::ForwardBatch batch = to_forward_batch(in);
     const int64_t H = model_->config().hidden_size;
     const int64_t rows = batch.num_tokens();
@@ -157,6 +165,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm) {
       st = decode_hello(m, &hello);
       hello.stages.push_back(spec.stage);
       hello.pids.push_back(static_cast<int32_t>(getpid()));
+      hello.num_blocks.push_back(spec.num_blocks);
       if (st.ok()) st = comm.send(downstream_peer(spec), encode_hello(hello));
     } else if (st.ok() && *kind == StageMessageKind::kProfile) {
       ProfileProbe probe;
