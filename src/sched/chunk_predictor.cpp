@@ -159,6 +159,17 @@ std::optional<int64_t> ChunkSizePredictor::predict(int64_t history, double targe
   return std::max(n, g);
 }
 
+double ChunkSizePredictor::request_target_ms(int64_t prompt_tokens) const {
+  if (!ready_ || overhead_stages_ < 2) return target_ms_;
+  const double n = static_cast<double>(prompt_tokens);
+  const double a = with_history_ready_ ? ah_ : a_, b = with_history_ready_ ? bh_ : b_,
+               c = with_history_ready_ ? ch_ : c_;
+  const double work = a * n * n + b * n;  // the prompt's chunk work without per-forward costs
+  if (!(c > 0) || !(work > 0)) return target_ms_;
+  const double t = std::sqrt(work * c / (overhead_stages_ - 1)) + (with_history_ready_ ? c : 0);
+  return std::min(target_ms_, t);
+}
+
 double ChunkSizePredictor::predict_time(int64_t chunk, int64_t history) const {
   if (!ready_) return 0.0;
   const double n = static_cast<double>(chunk), L = static_cast<double>(history);

@@ -48,6 +48,16 @@ class ChunkSizePredictor {
   int64_t merge_tail() const { return merge_tail_; }
   void set_merge_tail(int64_t tokens) { merge_tail_ = tokens; }
 
+  // chunkpipe extension (profiling_chunk_config.overhead_aware): with S pipeline stages and
+  // equal-time chunks of t ms, one prompt's TTFT is about W + K·c + (S-1)·t, where W is its
+  // chunk work, K = W / (t - c) its chunk count and c the per-forward overhead the upstream
+  // model cancels. The best chunk time solves d/dK = 0: t - c = sqrt(W·c / (S-1)).
+  // request_target_ms returns that time (in the active model's terms: without c for the
+  // profiled model, with c for the history model), capped at T; T itself when the option is
+  // off (num_stages < 2) or the fit has no positive c.
+  void set_overhead_aware(int num_stages) { overhead_stages_ = num_stages; }
+  double request_target_ms(int64_t prompt_tokens) const;
+
   // Raw positive root of cost(history, x) = target (basic or history model); nullopt when
   // there is none (a == 0, negative discriminant, x <= 0).
   std::optional<double> solve(int64_t history, double target_ms) const;
@@ -67,6 +77,7 @@ class ChunkSizePredictor {
   double smooth_factor_;
   int64_t min_chunk_;
   int64_t merge_tail_ = 0;
+  int overhead_stages_ = 0;
   int max_fit_chunk_;
   bool ready_ = false;
   double a_ = 0, b_ = 0, c_ = 0, target_ms_ = 0;

@@ -72,6 +72,11 @@ common::Result<ProfilingChunkConfig> parse_profiling_chunk_config(
       return bad("profiling_chunk_config.merge_tail must be a non-negative integer");
     c.merge_tail = cfg["merge_tail"].get<int64_t>();
   }
+  if (cfg.contains("overhead_aware")) {
+    if (!cfg["overhead_aware"].is_boolean())
+      return bad("profiling_chunk_config.overhead_aware must be a boolean");
+    c.overhead_aware = cfg["overhead_aware"].get<bool>();
+  }
   if (cfg.contains("need_timing")) {
     if (!cfg["need_timing"].is_boolean())
       return bad("profiling_chunk_config.need_timing must be a boolean");

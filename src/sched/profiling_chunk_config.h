@@ -28,6 +28,10 @@ struct ProfilingChunkConfig {
   // pipeline round; the fitted model sees no per-forward cost in it (c cancels). 0, the
   // default, is vllm-ascend's behaviour.
   int64_t merge_tail = 0;
+  // chunkpipe extension: size a prompt's chunks for the least TTFT counting the fitted
+  // per-forward cost c (see ChunkSizePredictor::request_target_ms) rather than at the time of
+  // a base chunk. false, the default, is vllm-ascend's behaviour.
+  bool overhead_aware = false;
 };
 
 // Reads and validates the config from the whole --additional-config object. `warnings`

@@ -51,6 +51,10 @@ std::optional<int64_t> Scheduler::dynamic_chunk(const Request& r, int64_t histor
       (r.num_computed_tokens == 0 && predictor_->need_timing())) {
     return n;
   }
+  // The step's first prefill may have its own, smaller target (overhead_aware extension).
+  const bool first_prefill = time_budget == target;
+  if (first_prefill)
+    time_budget = std::min(time_budget, predictor_->request_target_ms(r.num_prompt_tokens()));
   if (auto p = predictor_->predict(history, time_budget)) {
     // Fold a small final remainder into this chunk when n already reaches the prompt's end.
     const bool whole_rest = n == r.num_tokens() - history;
@@ -58,7 +62,7 @@ std::optional<int64_t> Scheduler::dynamic_chunk(const Request& r, int64_t histor
     return std::min(n, *p);
   }
   if (predictor_->need_timing()) return n;  // calibration stage: long requests are better
-  if (time_budget == target) return n;      // first prefill this step: degrade to fixed chunks
+  if (first_prefill) return n;              // first prefill this step: degrade to fixed chunks
   return std::nullopt;                      // no time left for another prefill chunk
 }
 

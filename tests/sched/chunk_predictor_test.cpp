@@ -224,4 +224,15 @@ TEST(ProfilingChunkConfigTest, MergeTailExtension) {
   }
 }
 
+TEST(ProfilingChunkConfigTest, OverheadAwareExtension) {
+  auto c = parse(R"({"enabled": true})", 2, 32768);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->overhead_aware);  // upstream by default
+  auto m = parse(R"({"enabled": true, "overhead_aware": true})", 2, 32768);
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(m->overhead_aware);
+  EXPECT_EQ(parse(R"({"enabled": true, "overhead_aware": 1})", 2, 32768).status().message(),
+            "profiling_chunk_config.overhead_aware must be a boolean");
+}
+
 }  // namespace

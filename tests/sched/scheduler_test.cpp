@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <numeric>
 
 namespace {
@@ -140,6 +143,56 @@ TEST(CppSchedulerTest, MergeTailFoldsASmallRemainderIntoThePreviousChunk) {
   s2.add_request(make_request("long2", 131072));
   EXPECT_EQ(chunks_of(s2, "long2"),
             (std::vector<int64_t>{32768, 27136, 23680, 21248, 19456, 6784}));
+}
+
+// overhead_aware (chunkpipe extension): example (b)'s prompt gets the chunk time that minimises
+// the modelled two-stage TTFT W + K·c + max chunk time, instead of T = f(B) - f(0).
+TEST(CppSchedulerTest, OverheadAwareTargetLowersTheModelledTtft) {
+  const int64_t N = 131072;
+  auto run = [&](bool aware) {
+    auto predictor = example_b_predictor();
+    predictor.set_need_timing(false);
+    if (aware) predictor.set_overhead_aware(2);
+    kv::KvCacheManager kv(2000, 128, false);
+    sched::Scheduler s({32768, 8, 200000}, &kv);
+    s.set_chunk_predictor(&predictor);
+    s.add_request(make_request("long", N));
+    const auto chunks = chunks_of(s, "long", 100);
+    // The same chunks straight from the predictor, with the request's own target.
+    std::vector<int64_t> expected;
+    for (int64_t L = 0; L < N;) {
+      const int64_t n =
+          std::min({*predictor.predict(L, predictor.request_target_ms(N)), N - L, int64_t{32768}});
+      expected.push_back(n);
+      L += n;
+    }
+    EXPECT_EQ(chunks, expected) << "aware " << aware;
+    double sum = 0, slowest = 0;  // with c = 15 ms paid by every forward
+    int64_t L = 0;
+    for (int64_t n : chunks) {
+      const double t = predictor.predict_time(n, L) + 15.0;
+      sum += t;
+      slowest = std::max(slowest, t);
+      L += n;
+    }
+    return std::make_pair(chunks.size(), sum + slowest);
+  };
+  auto probe = example_b_predictor();
+  EXPECT_DOUBLE_EQ(probe.request_target_ms(N), probe.target_ms());  // off: upstream's T
+  probe.set_overhead_aware(2);
+  const double work = 2e-7 * double(N) * double(N) + 0.05 * double(N);   // 9990 ms
+  EXPECT_NEAR(probe.request_target_ms(N), std::sqrt(work * 15.0), 0.5);  // about 387 ms
+  const auto [upstream_chunks, upstream_ttft] = run(false);
+  const auto [aware_chunks, aware_ttft] = run(true);
+  EXPECT_EQ(upstream_chunks, 6u);
+  EXPECT_GT(aware_chunks, upstream_chunks);
+  EXPECT_LT(aware_ttft, 0.95 * upstream_ttft);
+  // ... and within 1% of the analytic optimum W + 2·sqrt(W·c) + c (block alignment aside).
+  EXPECT_LT(aware_ttft, 1.01 * (work + 2 * std::sqrt(work * 15.0) + 15.0));
+  std::printf(
+      "modelled TTFT, example (b), PP=2: upstream %zu chunks %.0f ms; overhead_aware "
+      "%zu chunks %.0f ms\n",
+      upstream_chunks, upstream_ttft, aware_chunks, aware_ttft);
 }
 
 TEST(CppSchedulerTest, CalibrationKeepsTheFirstChunkFullAndResizesLaterOnes) {
