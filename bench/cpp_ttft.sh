@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # TTFT of one long prompt (perf-targets.md, "The CPP benchmark"): PP=1 with all cores in one
 # stage, PP=2 with fixed chunks, PP=2 with CPP after calibration. Prints each TTFT, the ratios,
-# and the pipeline bubble fraction 1 - Σ stage busy time / (stages × TTFT) from /metrics.
+# and two pipeline bubble fractions per run: from the trace (1 - Σ stage busy / (stages × span
+# of the prompt's chunks), bench/trace_bubble.mjs) and from /metrics over the whole TTFT
+# (1 - Σ stage busy / (stages × TTFT), which also counts HTTP and tokenization time).
 #   [MIN_CHUNK=128] [EXPANDED_KV=1] bench/cpp_ttft.sh [PROMPT_TOKENS=8192] [CHUNK=1024] [RUNS=3]
 # EXPANDED_KV=1 turns on the expanded k/v cache (additional_config.expanded_kv_cache) in all
-# three runs; MERGE_TAIL=N sets profiling_chunk_config.merge_tail in the CPP run.
+# three runs; MERGE_TAIL=N sets profiling_chunk_config.merge_tail and OVERHEAD_AWARE=1
+# profiling_chunk_config.overhead_aware in the CPP run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prompt=${1:-8192}
@@ -25,7 +28,9 @@ metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 ~ "^"m {
 
 run_config() {  # name, then serve flags
   local name=$1; shift
-  "$bin" serve "$model" --host 127.0.0.1 --port "$port" --max-model-len $((prompt + 64)) --block-size 128 \
+  local trace=/tmp/cpp_ttft_$name.trace.json
+  rm -f "$trace"
+  "$bin" serve "$model" --trace-file "$trace" --host 127.0.0.1 --port "$port" --max-model-len $((prompt + 64)) --block-size 128 \
     --max-num-batched-tokens "$chunk" --max-num-seqs 4 --no-enable-prefix-caching \
     --kv-cache-memory 400000000 --served-model-name m "$@" > "/tmp/cpp_ttft_$name.log" 2>&1 &
   local pid=$!
@@ -47,9 +52,11 @@ run_config() {  # name, then serve flags
       'BEGIN { if (s < 2) print "n/a"; else printf "%.3f", 1 - (b1 - b0) / (s * t / 1000) }')")
   done
   kill -TERM "$pid"; wait "$pid" || true
+  local trace_bubbles="n/a"
+  [ -f "$trace" ] && trace_bubbles=$(node bench/trace_bubble.mjs "$trace" "$runs")
   local median
   median=$(printf '%s\n' "${ttfts[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-  echo "$name: TTFT runs (ms) ${ttfts[*]} -> median $median; bubble fraction ${bubbles[*]}"
+  echo "$name: TTFT runs (ms) ${ttfts[*]} -> median $median; bubble (trace) $trace_bubbles; bubble (TTFT) ${bubbles[*]}"
   eval "ttft_$name=$median"
 }
 
@@ -63,7 +70,7 @@ STAGES=1 run_config pp1 --threads "$ncpu" "${plain[@]}"
 STAGES=2 run_config pp2_fixed --pipeline-parallel-size 2 --threads $((ncpu / 2 > 0 ? ncpu / 2 : 1)) \
   "${plain[@]}"
 STAGES=2 run_config pp2_cpp --pipeline-parallel-size 2 --threads $((ncpu / 2 > 0 ? ncpu / 2 : 1)) \
-  --additional-config "{$ex\"scheduler_config\": {\"profiling_chunk_config\": {\"enabled\": true, \"min_chunk\": ${MIN_CHUNK:-128}, \"merge_tail\": ${MERGE_TAIL:-0}}}}"
+  --additional-config "{$ex\"scheduler_config\": {\"profiling_chunk_config\": {\"enabled\": true, \"min_chunk\": ${MIN_CHUNK:-128}, \"merge_tail\": ${MERGE_TAIL:-0}, \"overhead_aware\": $([ "${OVERHEAD_AWARE:-0}" = 1 ] && echo true || echo false)}}}"
 awk -v a="$ttft_pp1" -v b="$ttft_pp2_fixed" -v c="$ttft_pp2_cpp" 'BEGIN {
   printf "TTFT(PP2 CPP) / TTFT(PP2 fixed) = %.3f\n", c / b
   printf "TTFT(PP2 CPP) / TTFT(PP1)       = %.3f\n", c / a

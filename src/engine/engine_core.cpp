@@ -378,7 +378,19 @@ void EngineCore::step() {
   }
   const double exec_start = common::now_seconds();
   auto logits = runner_->execute(so, kv_);
-  complete_step(so, logits, (common::now_seconds() - exec_start) * 1000.0);
+  std::vector<std::optional<SampledToken>> tokens(so.scheduled.size());
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    if (so.scheduled[i].samples)
+      tokens[i] = worker::sample_with_spec(logits[i], sample_spec(*so.scheduled[i].request));
+  }
+  complete_step(so, tokens, (common::now_seconds() - exec_start) * 1000.0);
+}
+
+worker::SampleSpec EngineCore::sample_spec(const sched::Request& r) {
+  std::vector<int32_t> stop_ids = r.sampling.stop_token_ids;
+  if (!r.sampling.ignore_eos) stop_ids.insert(stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
+  // One draw from the request's generator per sampled token, wherever the sampling runs.
+  return worker::make_sample_spec(r, std::move(stop_ids), tracked_.at(r.request_id).rng());
 }
 
 void EngineCore::step_pipelined() {
@@ -389,6 +401,9 @@ void EngineCore::step_pipelined() {
     if (so.empty()) break;
     worker::StepInput in = worker::make_step_input(so, kv_);
     in.step_id = next_step_id_++;
+    for (size_t i = 0; i < so.scheduled.size(); ++i) {  // the last stage samples
+      if (so.scheduled[i].samples) in.sequences[i].sample = sample_spec(*so.scheduled[i].request);
+    }
     if (predictor_ && predictor_->ready()) {
       for (const auto& s : so.scheduled) {
         if (s.num_computed_tokens < s.request->num_prompt_tokens()) {
@@ -419,12 +434,13 @@ void EngineCore::step_pipelined() {
     metrics_.cpp_measured_ms_sum += timing_ms(out);
     ++metrics_.cpp_steps;
   }
-  complete_step(so, out.logits, timing_ms(out));
+  complete_step(so, out.tokens, timing_ms(out));
   if (in_flight_.empty()) retired_.clear();
 }
 
 void EngineCore::complete_step(const sched::SchedulerOutput& so,
-                               std::vector<std::vector<float>>& logits, double exec_ms) {
+                               const std::vector<std::optional<SampledToken>>& sampled_tokens,
+                               double exec_ms) {
   const bool timing = predictor_ && predictor_->ready() && predictor_->need_timing();
   if (timing) {  // CPP online calibration: (chunk, history) of every scheduled request
     std::vector<std::pair<int64_t, int64_t>> chunks;
@@ -437,17 +453,12 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
       LOG(INFO) << "[ProfilingChunk] Online calibration finished; step timing is off";
   }
   std::vector<int32_t> sampled(so.scheduled.size(), -1);
-  std::vector<SampledToken> tokens(so.scheduled.size());
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
-    if (!so.scheduled[i].samples) continue;
+    if (!so.scheduled[i].samples || !sampled_tokens[i]) continue;
     sched::Request* r = so.scheduled[i].request;
     // A request may have finished, been aborted or been preempted while this step was in flight.
     if (r->status != sched::RequestStatus::kRunning || !tracked_.count(r->request_id)) continue;
-    Tracked& t = tracked_.at(r->request_id);
-    std::vector<int32_t> stop_ids = r->sampling.stop_token_ids;
-    if (!r->sampling.ignore_eos) stop_ids.insert(stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
-    tokens[i] = sample_token(logits[i], *r, stop_ids, t.rng);
-    sampled[i] = tokens[i].token;
+    sampled[i] = sampled_tokens[i]->token;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -474,7 +485,7 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     out.request_id = id;
     out.num_prompt_tokens = t.num_prompt_tokens;
     out.num_cached_tokens = t.num_cached_tokens;
-    if (process_token(r, t, tokens[i], &out)) {
+    if (process_token(r, t, *sampled_tokens[i], &out)) {
       finish(id, out.finish_reason, &out);
     } else {
       out.num_output_tokens = static_cast<int64_t>(r->output_token_ids.size());

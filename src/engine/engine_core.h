@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "engine/metrics.h"
-#include "engine/sampler.h"
 #include "kv/kv_cache_manager.h"
 #include "model/deepseek_v3.h"
 #include "sched/chunk_predictor.h"
@@ -29,8 +28,11 @@
 #include "tokenizer/tokenizer.h"
 #include "worker/model_runner.h"
 #include "worker/pipeline_executor.h"
+#include "worker/sampler.h"
 
 namespace engine {
+
+using worker::SampledToken;
 
 struct EngineConfig {
   sched::SchedulerConfig scheduler;
@@ -119,8 +121,11 @@ class EngineCore {
   // Schedules one step and books its metrics; empty when nothing fits.
   sched::SchedulerOutput schedule_step();
   // Samples, updates the scheduler and delivers outputs for an executed step.
-  void complete_step(const sched::SchedulerOutput& so, std::vector<std::vector<float>>& logits,
+  void complete_step(const sched::SchedulerOutput& so,
+                     const std::vector<std::optional<SampledToken>>& sampled_tokens,
                      double exec_ms);
+  // How request r samples its next token (draws this step's seed from its generator).
+  worker::SampleSpec sample_spec(const sched::Request& r);
   void step_pipelined();
   double profile_ms(int64_t num_tokens);
   double timing_ms(const worker::PipelineExecutor::StepOutput& out) const;

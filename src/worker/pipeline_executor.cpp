@@ -248,14 +248,11 @@ common::Result<PipelineExecutor::StepOutput> PipelineExecutor::wait_oldest() {
   StepEnvelope step;
   CP_RETURN_IF_ERROR(decode_step(m, &step));
   StepOutput out;
-  const size_t vocab = static_cast<size_t>(config_.vocab_size);
-  size_t at = 0;
-  out.logits.resize(step.input.sequences.size());
-  for (size_t i = 0; i < step.input.sequences.size(); ++i) {
-    if (!step.input.sequences[i].samples) continue;
-    if (at + vocab > m.data.size()) return common::data_loss("the last stage sent too few logits");
-    out.logits[i].assign(m.data.begin() + at, m.data.begin() + at + vocab);
-    at += vocab;
+  out.tokens = std::move(step.sampled);
+  out.tokens.resize(step.input.sequences.size());
+  for (size_t i = 0; i < out.tokens.size(); ++i) {
+    if (step.input.sequences[i].samples && !out.tokens[i])
+      return common::data_loss("the last stage sent no token for a sampling sequence");
   }
   int64_t tokens = 0, history = 0;
   for (const auto& seq : step.input.sequences) {

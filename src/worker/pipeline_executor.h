@@ -3,9 +3,9 @@
 // a pinned thread pool; they are joined in a ring of links (shared memory on one host, TCP
 // between hosts; worker/stage_launcher.h). Steps enter stage 0 in submission order and every
 // stage processes them FIFO, so a later chunk of a prompt runs on stage 0 while an earlier one
-// is on stage 1. The last stage returns logits for sampling rows. A stage that dies or a link
-// that breaks fails the executor: every later call returns the error.
-// submit / wait_oldest / profile_stage_ms are called by one engine thread.
+// is on stage 1. The last stage samples (worker/sampler.h) and returns the tokens. A stage that
+// dies or a link that breaks fails the executor: every later call returns the error. submit /
+// wait_oldest / profile_stage_ms are called by one engine thread.
 #pragma once
 
 #include <sys/types.h>
@@ -15,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,9 +62,9 @@ class PipelineExecutor {
 
   common::Status submit(StepInput input);
   struct StepOutput {
-    std::vector<std::vector<float>> logits;  // entry i for the i-th sequence if it samples
-    double last_stage_ms = 0;                // the last stage's own time for this step
-    double max_stage_ms = 0;                 // the slowest stage's time for this step
+    std::vector<std::optional<SampledToken>> tokens;  // entry i: the i-th sequence's token
+    double last_stage_ms = 0;                         // the last stage's own time for this step
+    double max_stage_ms = 0;                          // the slowest stage's time for this step
   };
   // Output of the oldest submitted step.
   common::Result<StepOutput> wait_oldest();

@@ -10,6 +10,44 @@ common::Status truncated(const char* what) {
   return common::data_loss(std::string("a malformed ") + what + " message reached this stage");
 }
 
+// The SamplingParams fields the sampler reads, then the spec's history and seed.
+void put_sample_spec(dist::WireWriter& w, const SampleSpec& spec) {
+  const sched::SamplingParams& p = spec.params;
+  w.put(p.temperature);
+  w.put(p.top_p);
+  w.put(p.top_k);
+  w.put(p.min_p);
+  w.put(p.repetition_penalty);
+  w.put(p.presence_penalty);
+  w.put(p.frequency_penalty);
+  w.put(p.min_tokens);
+  w.put<int32_t>(p.logprobs ? *p.logprobs : -1);
+  w.put_vector(spec.prompt_token_ids);
+  w.put_vector(spec.output_token_ids);
+  w.put_vector(spec.stop_ids);
+  w.put(spec.seed);
+}
+
+bool get_sample_spec(dist::WireReader& r, SampleSpec* spec) {
+  sched::SamplingParams& p = spec->params;
+  int32_t logprobs = -1;
+  r.get(&p.temperature);
+  r.get(&p.top_p);
+  r.get(&p.top_k);
+  r.get(&p.min_p);
+  r.get(&p.repetition_penalty);
+  r.get(&p.presence_penalty);
+  r.get(&p.frequency_penalty);
+  r.get(&p.min_tokens);
+  r.get(&logprobs);
+  if (logprobs >= 0) p.logprobs = logprobs;
+  r.get_vector(&spec->prompt_token_ids);
+  r.get_vector(&spec->output_token_ids);
+  r.get_vector(&spec->stop_ids);
+  r.get(&spec->seed);
+  return r.ok();
+}
+
 dist::Message start(StageMessageKind kind) {
   dist::Message m;
   m.meta.push_back(static_cast<uint8_t>(kind));
@@ -35,8 +73,24 @@ dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload) 
     w.put<int64_t>(s.num_computed_tokens);
     w.put_vector(s.block_table);
     w.put<uint8_t>(s.samples ? 1 : 0);
+    if (s.samples) put_sample_spec(w, s.sample);
   }
   w.put_vector(step.timings);
+  w.put<uint64_t>(step.sampled.size());
+  for (const auto& t : step.sampled) {
+    w.put<uint8_t>(t ? 1 : 0);
+    if (!t) continue;
+    w.put(t->token);
+    w.put(t->logprob);
+    std::vector<int32_t> ids;
+    std::vector<float> lps;
+    for (const auto& [id, lp] : t->top_logprobs) {
+      ids.push_back(id);
+      lps.push_back(lp);
+    }
+    w.put_vector(ids);
+    w.put_vector(lps);
+  }
   m.data = std::move(payload);
   return m;
 }
@@ -57,8 +111,27 @@ common::Status decode_step(const dist::Message& m, StepEnvelope* step) {
     r.get_vector(&s.block_table);
     r.get(&samples);
     s.samples = samples != 0;
+    if (s.samples && !get_sample_spec(r, &s.sample)) return truncated("step");
   }
   r.get_vector(&step->timings);
+  uint64_t num_sampled = 0;
+  if (!r.get(&num_sampled) || num_sampled > step->input.sequences.size()) return truncated("step");
+  step->sampled.resize(num_sampled);
+  for (auto& t : step->sampled) {
+    uint8_t has = 0;
+    if (!r.get(&has)) return truncated("step");
+    if (!has) continue;
+    SampledToken tok;
+    std::vector<int32_t> ids;
+    std::vector<float> lps;
+    r.get(&tok.token);
+    r.get(&tok.logprob);
+    r.get_vector(&ids);
+    r.get_vector(&lps);
+    if (!r.ok() || ids.size() != lps.size()) return truncated("step");
+    for (size_t k = 0; k < ids.size(); ++k) tok.top_logprobs.emplace_back(ids[k], lps[k]);
+    t = std::move(tok);
+  }
   return r.at_end() ? common::Status{} : truncated("step");
 }
 

@@ -1,10 +1,12 @@
 // The messages that flow around the pipeline ring (engine -> stage 0 -> ... -> last -> engine),
-// FIFO on every link: a step (StepInput plus the timings each stage adds; payload = hidden
-// states, or logits rows of sampling sequences after the last stage), a profiling probe, the
-// start-up hello, and shutdown. Pure encode/decode functions; decoding validates sizes.
+// FIFO on every link: a step (StepInput with each sampling sequence's SampleSpec, plus the
+// timings each stage adds; payload = hidden states; after the last stage, the sampled tokens),
+// a profiling probe, the start-up hello, and shutdown. Pure encode/decode functions; decoding
+// validates sizes.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "common/status.h"
@@ -24,6 +26,8 @@ struct StageTiming {
 struct StepEnvelope {
   StepInput input;
   std::vector<StageTiming> timings;  // one per stage passed so far
+  // Set by the last stage: entry i is the token sampled for sequence i (if it samples).
+  std::vector<std::optional<SampledToken>> sampled;
 };
 
 // A CPP profiling probe: stage `stage` times a from-scratch prefill of num_tokens dummy tokens.

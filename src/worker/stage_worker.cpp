@@ -68,16 +68,11 @@ class StageRunner {
   bool last() const { return spec_.stage + 1 == spec_.num_stages; }
   void pin() { pool_.pin_threads(spec_.cpus); }
 
-  // Runs the stage's layers on a step; returns the payload for the next rank.
-  common::Result<std::vector<float>> run_step(const StepInput& in, std::vector<float> hidden) {
-    for (const auto& seq : in.sequences) {  // a bad block id would write outside the cache
-      for (int32_t b : seq.block_table) {
-        if (b < 0 || b >= cache_.num_blocks())
-          return common::data_loss("block " + std::to_string(b) + " is outside stage " +
-                                   std::to_string(spec_.stage) + "'s KV cache of " +
-                                   std::to_string(cache_.num_blocks()) + " blocks");
-      }
-    }
+  // Runs the stage's layers on a step; returns the payload for the next rank (the last stage
+  // samples into `sampled` instead).
+  common::Result<std::vector<float>> run_step(const StepInput& in, std::vector<float> hidden,
+                                              std::vector<std::optional<SampledToken>>* sampled) {
+    CP_RETURN_IF_ERROR(check_ids(in));
     const model::ForwardBatch batch = to_forward_batch(in);
     const int64_t H = model_->config().hidden_size;
     const int64_t rows = batch.num_tokens();
@@ -91,18 +86,43 @@ class StageRunner {
     }
     model_->run_layers(batch, spec_.layer_begin, spec_.layer_end, hidden.data(), cache_, pool_);
     if (!last()) return hidden;
-    std::vector<float> payload;
-    for (auto& row : logits_for_samples(*model_, in, hidden.data(), pool_))
-      payload.insert(payload.end(), row.begin(), row.end());
-    return payload;
+    *sampled = sample_step(*model_, in, hidden.data(), pool_);
+    return std::vector<float>{};
+  }
+
+  // Ids from another process index the cache, the embedding and the sampler's tables: a bad one
+  // is refused rather than read or written out of bounds.
+  common::Status check_ids(const StepInput& in) const {
+    const int64_t vocab = model_->config().vocab_size;
+    auto bad = [&](const std::string& what, int64_t v, int64_t limit) {
+      return common::data_loss(what + " " + std::to_string(v) + " is outside [0, " +
+                               std::to_string(limit) + ") on stage " + std::to_string(spec_.stage));
+    };
+    for (const auto& seq : in.sequences) {
+      for (int32_t b : seq.block_table)
+        if (b < 0 || b >= cache_.num_blocks()) return bad("KV block", b, cache_.num_blocks());
+      if (first()) {
+        for (int32_t t : seq.token_ids)
+          if (t < 0 || t >= vocab) return bad("token id", t, vocab);
+      }
+      if (last() && seq.samples) {
+        for (const auto* ids :
+             {&seq.sample.prompt_token_ids, &seq.sample.output_token_ids, &seq.sample.stop_ids}) {
+          for (int32_t t : *ids)
+            if (t < 0 || t >= vocab) return bad("token id", t, vocab);
+        }
+      }
+    }
+    return {};
   }
 
   double profile_ms(int64_t num_tokens) {
     const int64_t n = std::clamp<int64_t>(num_tokens, 1, cache_.num_blocks() * cache_.block_size());
     const StepInput in = dummy_prefill(n, model_->config().vocab_size, cache_.block_size());
     std::vector<float> hidden(first() ? 0 : n * model_->config().hidden_size, 0.0f);
+    std::vector<std::optional<SampledToken>> sampled;
     const double t0 = common::now_seconds();
-    auto out = run_step(in, std::move(hidden));
+    auto out = run_step(in, std::move(hidden), &sampled);
     return (common::now_seconds() - t0) * 1000.0;
   }
 
@@ -177,7 +197,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm) {
       st = decode_step(m, &step);
       if (st.ok()) {
         const double t0 = common::now_seconds();
-        auto payload = runner.run_step(step.input, std::move(m.data));
+        auto payload = runner.run_step(step.input, std::move(m.data), &step.sampled);
         step.timings.push_back({spec.stage, t0, common::now_seconds() - t0});
         st = payload.ok()
                  ? comm.send(downstream_peer(spec), encode_step(step, std::move(payload).value()))

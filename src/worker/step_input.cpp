@@ -64,4 +64,15 @@ std::vector<std::vector<float>> logits_for_samples(const model::DeepseekV3Model&
   return logits;
 }
 
+std::vector<std::optional<SampledToken>> sample_step(const model::DeepseekV3Model& model,
+                                                     const StepInput& input, const float* hidden,
+                                                     common::ThreadPool& pool) {
+  auto logits = logits_for_samples(model, input, hidden, pool);
+  std::vector<std::optional<SampledToken>> out(input.sequences.size());
+  for (size_t i = 0; i < input.sequences.size(); ++i) {
+    if (input.sequences[i].samples) out[i] = sample_with_spec(logits[i], input.sequences[i].sample);
+  }
+  return out;
+}
+
 }  // namespace worker

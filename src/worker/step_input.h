@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "common/thread_pool.h"
 #include "kv/kv_cache_manager.h"
 #include "model/deepseek_v3.h"
 #include "sched/scheduler.h"
+#include "worker/sampler.h"
 
 namespace worker {
 
@@ -19,6 +21,7 @@ struct StepInput {
     int64_t num_computed_tokens = 0;
     std::vector<int32_t> block_table;
     bool samples = false;
+    SampleSpec sample;  // when `samples`: how the last stage picks the token
   };
   std::vector<Sequence> sequences;
   int64_t step_id = 0;
@@ -38,5 +41,10 @@ model::ForwardBatch to_forward_batch(const StepInput& input);
 std::vector<std::vector<float>> logits_for_samples(const model::DeepseekV3Model& model,
                                                    const StepInput& input, const float* hidden,
                                                    common::ThreadPool& pool);
+
+// The last stage's sampling: entry i holds the token of the i-th sequence if it samples.
+std::vector<std::optional<SampledToken>> sample_step(const model::DeepseekV3Model& model,
+                                                     const StepInput& input, const float* hidden,
+                                                     common::ThreadPool& pool);
 
 }  // namespace worker

@@ -149,6 +149,14 @@ TEST(StageProtocolTest, StepRoundTripsAndTruncationIsRejected) {
   step.input.sequences.push_back({{1, 2, 3}, 7, {4, 5}, true});
   step.input.sequences.push_back({{9}, 0, {6}, false});
   step.timings.push_back({0, 1.5, 0.25});
+  auto& spec = step.input.sequences[0].sample;
+  spec.params.temperature = 0.7;
+  spec.params.top_k = 40;
+  spec.params.logprobs = 3;
+  spec.output_token_ids = {11, 12};
+  spec.stop_ids = {2};
+  spec.seed = 0xfeedbeefcafeULL;
+  step.sampled = {worker::SampledToken{5, -0.5f, {{5, -0.5f}, {7, -1.5f}}}, std::nullopt};
   dist::Message m = worker::encode_step(step, {1.0f, 2.0f});
   ASSERT_EQ(worker::message_kind(m).value(), worker::StageMessageKind::kStep);
   worker::StepEnvelope back;
@@ -161,6 +169,18 @@ TEST(StageProtocolTest, StepRoundTripsAndTruncationIsRejected) {
   EXPECT_EQ(back.input.sequences[0].block_table, (std::vector<int32_t>{4, 5}));
   EXPECT_TRUE(back.input.sequences[0].samples);
   EXPECT_FALSE(back.input.sequences[1].samples);
+  const auto& got = back.input.sequences[0].sample;
+  EXPECT_EQ(got.params.temperature, 0.7);
+  EXPECT_EQ(got.params.top_k, 40);
+  EXPECT_EQ(got.params.logprobs, std::optional<int32_t>(3));
+  EXPECT_EQ(got.output_token_ids, (std::vector<int32_t>{11, 12}));
+  EXPECT_EQ(got.stop_ids, (std::vector<int32_t>{2}));
+  EXPECT_EQ(got.seed, 0xfeedbeefcafeULL);
+  ASSERT_EQ(back.sampled.size(), 2u);
+  ASSERT_TRUE(back.sampled[0].has_value());
+  EXPECT_EQ(back.sampled[0]->token, 5);
+  EXPECT_EQ(back.sampled[0]->top_logprobs.size(), 2u);
+  EXPECT_FALSE(back.sampled[1].has_value());
   ASSERT_EQ(back.timings.size(), 1u);
   EXPECT_EQ(back.timings[0].duration_s, 0.25);
   for (size_t cut : {size_t{1}, m.meta.size() / 2, m.meta.size() - 1}) {

