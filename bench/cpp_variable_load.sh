@@ -3,7 +3,8 @@
 # 512-8192 tokens: the same 16x range, uniform), for PP=1 with all cores in one stage, PP=2 with
 # fixed chunks and PP=2 with CPP after calibration, on the same cores and the CPP bench model.
 #   bench/cpp_variable_load.sh [NUM_PROMPTS=16] [CHUNK=1024]
-# Extra CPP options go in CPP_EXTRA, e.g. CPP_EXTRA='"overhead_aware": true, '.
+# Extra CPP options go in CPP_EXTRA, e.g. CPP_EXTRA='"overhead_aware": true, '. EXPANDED_KV=1
+# turns on the expanded k/v cache (additional_config.expanded_kv_cache) in all three runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 num=${1:-16}
@@ -40,11 +41,16 @@ run_config() {  # name, then serve flags
 }
 
 echo "$num prompts, 512-8192 input tokens (uniform), concurrency 4, base chunk $chunk, $ncpu cores"
-run_config pp1 --threads "$ncpu"
+ex="" plain=()
+if [ "${EXPANDED_KV:-0}" = 1 ]; then
+  ex='"expanded_kv_cache": true, '
+  plain=(--additional-config '{"expanded_kv_cache": true}')
+fi
+run_config pp1 --threads "$ncpu" "${plain[@]}"
 half=$((ncpu / 2 > 0 ? ncpu / 2 : 1))
-run_config pp2_fixed --pipeline-parallel-size 2 --threads "$half"
+run_config pp2_fixed --pipeline-parallel-size 2 --threads "$half" "${plain[@]}"
 run_config pp2_cpp --pipeline-parallel-size 2 --threads "$half" --additional-config \
-  "{\"scheduler_config\": {\"profiling_chunk_config\": {${CPP_EXTRA:-}\"enabled\": true, \"min_chunk\": 128}}}"
+  "{$ex\"scheduler_config\": {\"profiling_chunk_config\": {${CPP_EXTRA:-}\"enabled\": true, \"min_chunk\": 128}}}"
 awk -v a="$tps_pp1" -v b="$tps_pp2_fixed" -v c="$tps_pp2_cpp" 'BEGIN {
   printf "input tokens/s: PP2 CPP / PP1 = %.3f, PP2 CPP / PP2 fixed = %.3f\n", c / a, c / b
 }'

@@ -1,5 +1,7 @@
 // `chunkpipe pp-stage ...`: one pipeline-stage process, started by `serve` (or a --headless
 // node) with its layer slice, cache size and the two links of the ring. Not for direct use.
+#include <unistd.h>
+
 #include <csignal>
 #include <string>
 #include <vector>
@@ -25,6 +27,8 @@ int run_pp_stage_command(int argc, char** argv) {
   std::signal(SIGTERM, SIG_IGN);
   std::signal(SIGPIPE, SIG_IGN);
   const worker::StageSpec& spec = parsed->spec;
+  common::set_log_prefix("(PipelineStage" + std::to_string(spec.stage) +
+                         " pid=" + std::to_string(getpid()) + ")");
   const std::string name = "pipeline stage " + std::to_string(spec.stage);
   auto in = worker::open_link(parsed->recv_link, /*sending=*/false, name + " input");
   auto out = worker::open_link(parsed->send_link, /*sending=*/true, name + " output");

@@ -40,7 +40,16 @@ const char* level_name(LogLevel level) {
   return "INFO";
 }
 
+std::string& prefix_storage() {
+  static std::string prefix;  // set once at process start, before other threads log
+  return prefix;
+}
+
 }  // namespace
+
+void set_log_prefix(const std::string& prefix) {
+  prefix_storage() = prefix;
+}
 
 LogLevel min_log_level() {
   return level_storage().load(std::memory_order_relaxed);
@@ -56,6 +65,7 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%m-%d %H:%M:%S", &tm);
   const char* base = std::strrchr(file, '/');
+  if (!prefix_storage().empty()) stream_ << prefix_storage() << " ";
   stream_ << level_name(level_) << " " << stamp << " [" << (base ? base + 1 : file) << ":" << line
           << "] ";
 }

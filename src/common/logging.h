@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sstream>
+#include <string>
 
 namespace common {
 
@@ -12,6 +13,9 @@ enum class LogLevel { kDebug, kInfo, kWarning, kError };
 // CHUNKPIPE_LOG_LEVEL=DEBUG|INFO|WARNING|ERROR.
 LogLevel min_log_level();
 void set_min_log_level(LogLevel level);
+// Text put before every line of this process, e.g. "(PP1 pid=1234)" as vLLM marks its worker
+// processes. Call once at start-up, before other threads log.
+void set_log_prefix(const std::string& prefix);
 
 class LogMessage {
  public:
