@@ -22,21 +22,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if ! command -v ip >/dev/null || ! ip netns add "$ns_a" 2>/dev/null; then
-  echo "SKIP: cannot create network namespaces here (needs root and iproute2)"
+make_hosts() {
+  ip netns add "$ns_a" && ip netns add "$ns_b" &&
+    ip link add "${tag}va" type veth peer name "${tag}vb" &&
+    ip link set "${tag}va" netns "$ns_a" && ip link set "${tag}vb" netns "$ns_b" &&
+    ip -n "$ns_a" addr add "$addr_a/24" dev "${tag}va" &&
+    ip -n "$ns_b" addr add "$addr_b/24" dev "${tag}vb" &&
+    ip -n "$ns_a" link set lo up && ip -n "$ns_b" link set lo up &&
+    ip -n "$ns_a" link set "${tag}va" up && ip -n "$ns_b" link set "${tag}vb" up &&
+    ip netns exec "$ns_a" true
+}
+if ! command -v ip >/dev/null || ! make_hosts 2>/dev/null; then
+  echo "SKIP: cannot create network namespaces joined by veth here (needs root and iproute2)"
   exit 77
 fi
-ip netns add "$ns_b"
-ip link add "${tag}va" type veth peer name "${tag}vb"
-ip link set "${tag}va" netns "$ns_a"
-ip link set "${tag}vb" netns "$ns_b"
-ip -n "$ns_a" addr add "$addr_a/24" dev "${tag}va"
-ip -n "$ns_b" addr add "$addr_b/24" dev "${tag}vb"
-for ns in "$ns_a" "$ns_b"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$ns_a" link set "${tag}va" up
-ip -n "$ns_b" link set "${tag}vb" up
 
 common=(--tokenizer "$tok" --served-model-name m --max-model-len 2048 --block-size 16
         --kv-cache-memory 40000000 --max-num-batched-tokens 64 --max-num-seqs 8 --threads 1)
