@@ -14,7 +14,8 @@
 namespace dist {
 
 // fork + exec of `binary` with `args` (argv[1..]); `inherit_fds` stay open in the child.
-// The child gets SIGKILL when the calling thread's process dies.
+// The child gets SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG follows the
+// thread, not the process), so spawn from a thread that lives as long as the child should.
 common::Result<pid_t> spawn_process(const std::string& binary, const std::vector<std::string>& args,
                                     const std::vector<int>& inherit_fds);
 
