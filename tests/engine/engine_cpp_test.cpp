@@ -104,16 +104,34 @@ TEST(EngineCppTest, DynamicChunksGiveTheSameGreedyTokens) {
   EXPECT_EQ(expected[0][0], nlohmann::json::parse(in)["last_argmax"].get<int32_t>());
 }
 
-TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChunks) {
-  const std::string dir = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16";
-  auto model = model::DeepseekV3Model::load(dir);
-  auto tok = tokenizer::Tokenizer::load(CHUNKPIPE_TOKENIZER_DIR);
-  ASSERT_TRUE(model.ok() && tok.ok());
+engine::EngineConfig small_engine_config() {
   engine::EngineConfig config;
   config.scheduler = {64, 8, 1024};
   config.block_size = 16;
   config.num_kv_blocks = 128;
   config.num_threads = 1;
+  return config;
+}
+
+// Two pipeline stages as processes of the chunkpipe binary, sized like `config`'s cache.
+common::Result<std::unique_ptr<worker::PipelineExecutor>> two_stages(
+    const std::string& dir, const std::vector<int>& partition, const engine::EngineConfig& config) {
+  worker::PipelineOptions po;
+  po.model_dir = dir;
+  po.num_stages = 2;
+  po.layer_counts = partition;
+  po.num_blocks = config.num_kv_blocks;
+  po.block_size = config.block_size;
+  po.worker_binary = CHUNKPIPE_BINARY;
+  return worker::PipelineExecutor::create(po);
+}
+
+TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChunks) {
+  const std::string dir = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16";
+  auto model = model::DeepseekV3Model::load(dir);
+  auto tok = tokenizer::Tokenizer::load(CHUNKPIPE_TOKENIZER_DIR);
+  ASSERT_TRUE(model.ok() && tok.ok());
+  const engine::EngineConfig config = small_engine_config();
   const std::vector<std::vector<int32_t>> prompts = {golden_ids("s200"), golden_ids("s64"),
                                                      golden_ids("short"), golden_ids("s200")};
   std::vector<std::vector<int32_t>> expected;
@@ -136,14 +154,7 @@ TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChun
         pc.timing_stage = mode == 2 ? "max" : "last";
         c.profiling_chunk = pc;
       }
-      worker::PipelineOptions po;  // stages are processes of the chunkpipe binary
-      po.model_dir = dir;
-      po.num_stages = 2;
-      po.layer_counts = partition;
-      po.num_blocks = c.num_kv_blocks;
-      po.block_size = c.block_size;
-      po.worker_binary = CHUNKPIPE_BINARY;
-      auto pipeline = worker::PipelineExecutor::create(po);
+      auto pipeline = two_stages(dir, partition, c);
       ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
       engine::EngineCore core(std::move(pipeline).value(), **tok, c);
       for (size_t i = 0; i < prompts.size(); ++i) {
@@ -162,11 +173,7 @@ TEST(EnginePipelineTest, SeededSamplingOnTheLastStageMatchesOneStage) {
   auto model = model::DeepseekV3Model::load(dir);
   auto tok = tokenizer::Tokenizer::load(CHUNKPIPE_TOKENIZER_DIR);
   ASSERT_TRUE(model.ok() && tok.ok());
-  engine::EngineConfig config;
-  config.scheduler = {64, 8, 1024};
-  config.block_size = 16;
-  config.num_kv_blocks = 128;
-  config.num_threads = 1;
+  const engine::EngineConfig config = small_engine_config();
   const std::vector<std::vector<int32_t>> prompts = {golden_ids("s64"), golden_ids("short"),
                                                      golden_ids("s200")};
   std::vector<std::vector<int32_t>> expected;
@@ -174,13 +181,7 @@ TEST(EnginePipelineTest, SeededSamplingOnTheLastStageMatchesOneStage) {
     engine::EngineCore core(**model, **tok, config);
     expected = generate(core, prompts, /*sampled=*/true);
   }
-  worker::PipelineOptions po;
-  po.model_dir = dir;
-  po.num_stages = 2;
-  po.num_blocks = config.num_kv_blocks;
-  po.block_size = config.block_size;
-  po.worker_binary = CHUNKPIPE_BINARY;
-  auto pipeline = worker::PipelineExecutor::create(po);
+  auto pipeline = two_stages(dir, {}, config);
   ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
   engine::EngineCore core(std::move(pipeline).value(), **tok, config);
   EXPECT_EQ(generate(core, prompts, true), expected);
