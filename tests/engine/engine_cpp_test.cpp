@@ -2,8 +2,13 @@
 // same greedy tokens as fixed chunks, alone and with concurrent requests.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
@@ -126,43 +131,91 @@ common::Result<std::unique_ptr<worker::PipelineExecutor>> two_stages(
   return worker::PipelineExecutor::create(po);
 }
 
+// A prompt long enough for at least 8 chunks of 256 tokens.
+std::vector<int32_t> long_prompt(size_t n) {
+  std::vector<int32_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % 500 + 3);
+  return ids;
+}
+
+// Chunk sizes of the first prompt of `prompt_tokens` that ran alone, from a pipeline trace:
+// the chain of single-sequence steps from history 0 to the prompt's end.
+std::vector<int64_t> traced_chunks(const std::string& trace_path, int64_t prompt_tokens) {
+  std::ifstream in(trace_path);
+  auto trace = nlohmann::json::parse(in, nullptr, false);
+  std::vector<int64_t> chunks;
+  if (trace.is_discarded()) return chunks;
+  int64_t next_history = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X" || e["tid"] != 0 || e["args"]["sequences"] != 1) continue;
+    const int64_t tokens = e["args"]["tokens"], history = e["args"]["history"];
+    if (history == 0 && next_history != 0 && next_history < prompt_tokens) chunks.clear();
+    if (history != next_history && history != 0) continue;
+    if (history == 0) chunks.clear();
+    chunks.push_back(tokens);
+    next_history = history + tokens;
+    if (next_history == prompt_tokens) return chunks;
+  }
+  return {};
+}
+
+// PP=2 with fixed and with CPP chunks gives PP=1's greedy tokens: three layer partitions, prompts
+// alone (the repeated one hits the prefix cache) and five at once, one of them 2100 tokens long.
 TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChunks) {
   const std::string dir = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16";
   auto model = model::DeepseekV3Model::load(dir);
   auto tok = tokenizer::Tokenizer::load(CHUNKPIPE_TOKENIZER_DIR);
   ASSERT_TRUE(model.ok() && tok.ok());
-  const engine::EngineConfig config = small_engine_config();
+  engine::EngineConfig config = small_engine_config();
+  config.scheduler = {256, 8, 4096};
+  config.num_kv_blocks = 512;
+  const size_t kLong = 2100;
   const std::vector<std::vector<int32_t>> prompts = {golden_ids("s200"), golden_ids("s64"),
-                                                     golden_ids("short"), golden_ids("s200")};
+                                                     golden_ids("short"), golden_ids("s200"),
+                                                     long_prompt(kLong)};
   std::vector<std::vector<int32_t>> expected;
   {
     engine::EngineCore core(**model, **tok, config);
     expected = generate(core, prompts);
   }
-  for (const std::vector<int>& partition :
-       {std::vector<int>{}, std::vector<int>{1, 3}, std::vector<int>{3, 1}}) {
-    for (int mode = 0; mode < 3;
-         ++mode) {  // fixed; CPP timing the last stage; CPP timing the slowest
-      const bool dynamic = mode > 0;
-      engine::EngineConfig c = config;
-      if (dynamic) {
-        sched::ProfilingChunkConfig pc;
-        pc.enabled = true;
-        pc.need_timing = true;
-        pc.min_chunk = 16;
-        pc.max_fit_chunk = 8;
-        pc.timing_stage = mode == 2 ? "max" : "last";
-        c.profiling_chunk = pc;
-      }
-      auto pipeline = two_stages(dir, partition, c);
+  struct Case {
+    std::vector<int> partition;
+    int mode;  // 0 fixed; 1 CPP timing the last stage; 2 CPP timing the slowest
+  };
+  const std::vector<Case> cases = {{{}, 0}, {{1, 3}, 0}, {{3, 1}, 0},
+                                   {{}, 1}, {{}, 2},     {{1, 3}, 1}};
+  for (const Case& k : cases) {
+    const std::string what =
+        "partition " + std::to_string(k.partition.size()) + " mode " + std::to_string(k.mode);
+    engine::EngineConfig c = config;
+    c.trace_file = "/tmp/chunkpipe_engine_pp_trace_" + std::to_string(getpid()) + ".json";
+    if (k.mode > 0) {
+      sched::ProfilingChunkConfig pc;
+      pc.enabled = true;
+      pc.need_timing = true;
+      pc.min_chunk = 64;
+      pc.max_fit_chunk = 8;
+      pc.timing_stage = k.mode == 2 ? "max" : "last";
+      c.profiling_chunk = pc;
+    }
+    {
+      auto pipeline = two_stages(dir, k.partition, c);
       ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
       engine::EngineCore core(std::move(pipeline).value(), **tok, c);
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        EXPECT_EQ(generate(core, {prompts[i]})[0], expected[i])
-            << "alone, prompt " << i << " mode " << mode;
-      }
-      EXPECT_EQ(generate(core, prompts), expected) << "4 concurrent, mode " << mode;
+      for (size_t i = 0; i < prompts.size(); ++i)
+        EXPECT_EQ(generate(core, {prompts[i]})[0], expected[i]) << "alone, prompt " << i << what;
+      EXPECT_GT(core.metrics().totals.prefix_cache_hits, 0) << what;
+      EXPECT_EQ(generate(core, prompts), expected) << "5 concurrent, " << what;
     }
+    // The long prompt ran alone in >= 8 chunks; with CPP their sizes vary before the last.
+    const auto chunks = traced_chunks(c.trace_file, kLong);
+    std::filesystem::remove(c.trace_file);
+    ASSERT_GE(chunks.size(), 8u) << what;
+    std::string sizes;
+    for (int64_t n : chunks) sizes += std::to_string(n) + " ";
+    const bool varied = std::adjacent_find(chunks.begin(), chunks.end() - 1,
+                                           std::not_equal_to<>()) != chunks.end() - 1;
+    EXPECT_EQ(varied, k.mode > 0) << what << ": chunks " << sizes;
   }
 }
 
