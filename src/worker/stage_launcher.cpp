@@ -1,6 +1,9 @@
 // Ring wiring, stage process start, and the pp-stage command line.
 #include "worker/stage_launcher.h"
 
+#include <sys/wait.h>
+
+#include <csignal>
 #include <thread>
 
 #include "dist/process.h"
@@ -112,8 +115,12 @@ common::Result<LocalStages> launch_local_stages(const std::vector<StageSpec>& sp
     if (node_of_stage(topo, s) != topo.node_rank) continue;
     auto pid = dist::spawn_process(
         worker_binary, stage_worker_args(specs[s], recv_spec[s], send_spec[s]), child_fds[s]);
-    if (!pid.ok()) {
+    if (!pid.ok()) {  // stop the stages already started: nobody will drain them
       out.close_all();
+      for (pid_t started : out.pids) {
+        kill(started, SIGKILL);
+        waitpid(started, nullptr, 0);
+      }
       return pid.status();
     }
     out.pids.push_back(*pid);
