@@ -6,8 +6,9 @@
 # (1 - Σ stage busy / (stages × TTFT), which also counts HTTP and tokenization time).
 #   [MIN_CHUNK=128] [EXPANDED_KV=1] bench/cpp_ttft.sh [PROMPT_TOKENS=8192] [CHUNK=1024] [RUNS=3]
 # EXPANDED_KV=1 turns on the expanded k/v cache (additional_config.expanded_kv_cache) in all
-# three runs; MERGE_TAIL=N sets profiling_chunk_config.merge_tail and OVERHEAD_AWARE=1
-# profiling_chunk_config.overhead_aware in the CPP run.
+# three runs; MERGE_TAIL=N sets profiling_chunk_config.merge_tail, OVERHEAD_AWARE=1
+# profiling_chunk_config.overhead_aware and CHUNK_ALIGN=N profiling_chunk_config.chunk_align in
+# the CPP run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prompt=${1:-8192}
@@ -70,7 +71,7 @@ STAGES=1 run_config pp1 --threads "$ncpu" "${plain[@]}"
 STAGES=2 run_config pp2_fixed --pipeline-parallel-size 2 --threads $((ncpu / 2 > 0 ? ncpu / 2 : 1)) \
   "${plain[@]}"
 STAGES=2 run_config pp2_cpp --pipeline-parallel-size 2 --threads $((ncpu / 2 > 0 ? ncpu / 2 : 1)) \
-  --additional-config "{$ex\"scheduler_config\": {\"profiling_chunk_config\": {\"enabled\": true, \"min_chunk\": ${MIN_CHUNK:-128}, \"merge_tail\": ${MERGE_TAIL:-0}, \"overhead_aware\": $([ "${OVERHEAD_AWARE:-0}" = 1 ] && echo true || echo false)}}}"
+  --additional-config "{$ex\"scheduler_config\": {\"profiling_chunk_config\": {\"enabled\": true, \"min_chunk\": ${MIN_CHUNK:-128}, \"merge_tail\": ${MERGE_TAIL:-0}, \"overhead_aware\": $([ "${OVERHEAD_AWARE:-0}" = 1 ] && echo true || echo false), \"chunk_align\": ${CHUNK_ALIGN:-0}}}}"
 awk -v a="$ttft_pp1" -v b="$ttft_pp2_fixed" -v c="$ttft_pp2_cpp" 'BEGIN {
   printf "TTFT(PP2 CPP) / TTFT(PP2 fixed) = %.3f\n", c / b
   printf "TTFT(PP2 CPP) / TTFT(PP1)       = %.3f\n", c / a

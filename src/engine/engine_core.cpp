@@ -90,6 +90,7 @@ void EngineCore::run_profiling_chunk_init() {
       base, config_.block_size, pc.smooth_factor, pc.min_chunk, pc.max_fit_chunk);
   predictor_->set_need_timing(pc.need_timing);
   predictor_->set_merge_tail(pc.merge_tail);
+  predictor_->set_chunk_align(pc.chunk_align);
   if (pc.overhead_aware && pipeline_) predictor_->set_overhead_aware(pipeline_->num_stages());
   LOG(INFO) << "[ProfilingChunk] Scheduler initialized. base_chunk=" << base
             << ", page_size=" << config_.block_size << ", smooth_factor=" << pc.smooth_factor

@@ -154,7 +154,7 @@ std::optional<int64_t> ChunkSizePredictor::predict(int64_t history, double targe
   const double B = static_cast<double>(base_chunk_);
   const double smoothed = B + smooth_factor_ * (*raw - B);
   int64_t n = std::max<int64_t>(static_cast<int64_t>(smoothed), min_chunk_);
-  const int64_t g = std::max(page_size_, 64);
+  const int64_t g = chunk_align_ > 0 ? chunk_align_ : std::max(page_size_, 64);
   n = (n + g - 1) / g * g;
   return std::max(n, g);
 }

@@ -47,6 +47,8 @@ class ChunkSizePredictor {
   // Remainders of at most this many tokens merge into the chunk before them (0: never).
   int64_t merge_tail() const { return merge_tail_; }
   void set_merge_tail(int64_t tokens) { merge_tail_ = tokens; }
+  // Predicted chunks round up to a multiple of this (0: upstream's max(page_size, 64)).
+  void set_chunk_align(int64_t tokens) { chunk_align_ = tokens; }
 
   // chunkpipe extension (profiling_chunk_config.overhead_aware): with S pipeline stages and
   // equal-time chunks of t ms, one prompt's TTFT is about W + K·c + (S-1)·t, where W is its
@@ -77,6 +79,7 @@ class ChunkSizePredictor {
   double smooth_factor_;
   int64_t min_chunk_;
   int64_t merge_tail_ = 0;
+  int64_t chunk_align_ = 0;
   int overhead_stages_ = 0;
   int max_fit_chunk_;
   bool ready_ = false;

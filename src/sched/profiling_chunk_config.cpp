@@ -72,6 +72,11 @@ common::Result<ProfilingChunkConfig> parse_profiling_chunk_config(
       return bad("profiling_chunk_config.merge_tail must be a non-negative integer");
     c.merge_tail = cfg["merge_tail"].get<int64_t>();
   }
+  if (cfg.contains("chunk_align")) {
+    if (!cfg["chunk_align"].is_number_integer() || cfg["chunk_align"].get<int64_t>() < 0)
+      return bad("profiling_chunk_config.chunk_align must be a non-negative integer");
+    c.chunk_align = cfg["chunk_align"].get<int64_t>();
+  }
   if (cfg.contains("overhead_aware")) {
     if (!cfg["overhead_aware"].is_boolean())
       return bad("profiling_chunk_config.overhead_aware must be a boolean");

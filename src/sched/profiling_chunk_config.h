@@ -32,6 +32,10 @@ struct ProfilingChunkConfig {
   // per-forward cost c (see ChunkSizePredictor::request_target_ms) rather than at the time of
   // a base chunk. false, the default, is vllm-ascend's behaviour.
   bool overhead_aware = false;
+  // chunkpipe extension: predicted chunk sizes round up to a multiple of this many tokens
+  // instead of max(block_size, 64) (vllm-ascend's NPU-friendly alignment). Finer steps let
+  // late, history-heavy chunks match T more closely. 0, the default, is upstream's.
+  int64_t chunk_align = 0;
 };
 
 // Reads and validates the config from the whole --additional-config object. `warnings`

@@ -235,4 +235,28 @@ TEST(ProfilingChunkConfigTest, OverheadAwareExtension) {
             "profiling_chunk_config.overhead_aware must be a boolean");
 }
 
+TEST(ProfilingChunkConfigTest, ChunkAlignExtension) {
+  auto c = parse(R"({"enabled": true})", 2, 32768);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->chunk_align, 0);  // upstream: max(block_size, 64)
+  auto m = parse(R"({"enabled": true, "chunk_align": 16})", 2, 32768);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->chunk_align, 16);
+  EXPECT_EQ(parse(R"({"enabled": true, "chunk_align": -16})", 2, 32768).status().message(),
+            "profiling_chunk_config.chunk_align must be a non-negative integer");
+}
+
+// Example (a) at L = 16384 with min_chunk 256: the raw root 3239.2 rounds up to 3328 with
+// upstream's 128-token alignment and to 3248 with 16.
+TEST(ChunkSizePredictorTest, ChunkAlignRoundsUpToTheGivenStep) {
+  sched::ChunkSizePredictor p(8192, 128, 1.0, 256, 30);
+  std::vector<std::pair<int64_t, double>> samples;
+  for (int64_t l : sched::ChunkSizePredictor::profile_chunk_sizes(8192))
+    samples.emplace_back(l, 1e-6 * double(l) * double(l) + 0.01 * double(l) + 1.0);
+  ASSERT_TRUE(p.fit_profile(samples, nullptr));
+  EXPECT_EQ(p.predict(16384), 3328);
+  p.set_chunk_align(16);
+  EXPECT_EQ(p.predict(16384), 3248);
+}
+
 }  // namespace
