@@ -36,10 +36,15 @@ int run_pp_stage_command(int argc, char** argv) {
     LOG(ERROR) << (in.ok() ? out.status() : in.status()).message();
     return 1;
   }
-  dist::Communicator comm;
-  comm.set_recv_link(worker::upstream_peer(spec), std::move(in).value());
-  comm.set_send_link(worker::downstream_peer(spec), std::move(out).value());
-  return worker::run_stage_worker(spec, comm);
+  int exit_code = 1;
+  {
+    dist::Communicator comm;
+    comm.set_recv_link(worker::upstream_peer(spec), std::move(in).value());
+    comm.set_send_link(worker::downstream_peer(spec), std::move(out).value());
+    exit_code = worker::run_stage_worker(spec, comm);
+  }
+  dist::flush_tcp_links();  // the forwarded shutdown must reach the next host before we exit
+  return exit_code;
 }
 
 }  // namespace cli

@@ -38,6 +38,10 @@ std::unique_ptr<Link> make_shm_link(ShmPipe pipe);
 common::Result<std::unique_ptr<Link>> make_tcp_link(const std::string& endpoint, bool bind,
                                                     bool sending, const std::string& what);
 
+// Before a process exits: waits (up to 2 s per link) until messages queued on closed TCP links
+// have left. Every TCP link must be destroyed first; no TCP link can be made afterwards.
+void flush_tcp_links();
+
 class Communicator {
  public:
   void set_send_link(int peer, std::unique_ptr<Link> link);

@@ -91,7 +91,7 @@ kill -TERM "$node0"
 rc0=0; wait "$node0" || rc0=$?
 rc1=0; wait "$node1" || rc1=$?
 if [[ $rc0 -ne 0 || $rc1 -ne 0 ]]; then
-  echo "FAIL: exit codes node0=$rc0 node1=$rc1"; tail -5 "$work/node0.log" "$work/node1.log"; exit 1
+  echo "FAIL: exit codes node0=$rc0 node1=$rc1"; tail -n 8 "$work/node0.log" "$work/node1.log"; exit 1
 fi
 echo "both nodes exited 0 after SIGTERM on node 0"
 
@@ -119,7 +119,7 @@ wait "$curl_pid" || true
 grep -q "EngineDeadError" "$work/stream.txt" || { echo "FAIL: no error event"; tail -c 500 "$work/stream.txt"; exit 1; }
 if [[ $rc0 -ne 1 || $rc1 -ne 1 ]]; then
   echo "FAIL: after the remote stage died: node0=$rc0 node1=$rc1 (want 1 and 1)"
-  tail -5 "$work/node0b.log" "$work/node1b.log"; exit 1
+  tail -n 8 "$work/node0b.log" "$work/node1b.log"; exit 1
 fi
 echo "remote stage 1 killed mid-stream: error event streamed, node 0 exited $rc0, node 1 exited $rc1"
 grep -h "ERROR" "$work/node0b.log" "$work/node1b.log" | head -4
