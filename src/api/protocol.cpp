@@ -1,48 +1,21 @@
 // Request field parsing. Unknown fields are ignored, as vLLM does (extra="allow").
 #include "api/protocol.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "api/json_fields.h"
+
 namespace api {
 namespace {
 
 using nlohmann::json;
 
-std::string type_name(const json& v) {
-  if (v.is_string()) return "string";
-  if (v.is_boolean()) return "boolean";
-  if (v.is_number_integer()) return "integer";
-  if (v.is_number()) return "number";
-  if (v.is_array()) return "list";
-  if (v.is_object()) return "object";
-  return "null";
-}
-
-// Reads an optional field of the given kind; nullopt error on success.
 template <typename T>
 std::optional<ApiError> read(const json& body, const char* key, T* out, bool* present = nullptr) {
-  if (present) *present = false;
-  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
-  const json& v = body[key];
-  bool ok;
-  if constexpr (std::is_same_v<T, bool>) {
-    ok = v.is_boolean();
-  } else if constexpr (std::is_integral_v<T>) {
-    ok = v.is_number_integer();
-  } else if constexpr (std::is_floating_point_v<T>) {
-    ok = v.is_number();
-  } else {
-    ok = v.is_string();
-  }
-  if (!ok) {
-    std::string want = std::is_same_v<T, bool>       ? "a boolean"
-                       : std::is_integral_v<T>       ? "an integer"
-                       : std::is_floating_point_v<T> ? "a number"
-                                                     : "a string";
-    return bad_request("'" + std::string(key) + "' must be " + want + ", got " + type_name(v) +
-                       ": " + v.dump());
-  }
-  *out = v.get<T>();
-  if (present) *present = true;
-  return std::nullopt;
+  return read_field(body, key, out, present);
 }
 
 std::string fmt_float(double v) {
@@ -50,6 +23,35 @@ std::string fmt_float(double v) {
   std::string s = j.dump();
   if (s.find('.') == std::string::npos && s.find('e') == std::string::npos) s += ".0";
   return s;
+}
+
+// OpenAI's logit_bias: {"token id": bias}, each bias clamped to [-100, 100] as vLLM does.
+std::optional<ApiError> parse_logit_bias(const json& body, int64_t vocab_size,
+                                         sched::SamplingParams* s) {
+  if (!body.contains("logit_bias") || body["logit_bias"].is_null()) return std::nullopt;
+  const json& lb = body["logit_bias"];
+  if (!lb.is_object())
+    return bad_request("'logit_bias' must be an object mapping token ids to numbers");
+  for (const auto& [key, value] : lb.items()) {
+    char* end = nullptr;
+    errno = 0;
+    const long long id = std::strtoll(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || errno != 0) {
+      return bad_request("'logit_bias' keys must be token ids, got '" + key + "'");
+    }
+    if (id < 0 || id >= vocab_size) {
+      return bad_request("token_id(s) [" + key +
+                         "] in logit_bias contain out-of-vocab token ids. Vocabulary size: " +
+                         std::to_string(vocab_size));
+    }
+    if (!value.is_number() || !std::isfinite(value.get<double>())) {
+      return bad_request("'logit_bias' values must be numbers, got " + json_preview(value) +
+                         " for token " + key);
+    }
+    const double bias = std::clamp(value.get<double>(), -100.0, 100.0);
+    s->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -66,7 +68,7 @@ ApiError not_found_error(const std::string& message) {
 }
 
 std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint, int max_logprobs,
-                                            CommonRequestFields* out) {
+                                            int64_t vocab_size, CommonRequestFields* out) {
   if (!body.is_object()) return bad_request("the request body must be a JSON object");
   if (auto e = read(body, "model", &out->model)) return e;
   if (auto e = read(body, "stream", &out->stream)) return e;
@@ -132,8 +134,11 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
   if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
     const json& st = body["stop_token_ids"];
     if (!st.is_array() ||
-        !std::all_of(st.begin(), st.end(), [](const json& x) { return x.is_number_integer(); })) {
-      return bad_request("'stop_token_ids' must be a list of integers");
+        !std::all_of(st.begin(), st.end(), [](const json& x) {
+          return x.is_number_integer() && x.get<int64_t>() >= 0 &&
+                 x.get<int64_t>() <= std::numeric_limits<int32_t>::max();
+        })) {
+      return bad_request("'stop_token_ids' must be a list of non-negative 32-bit integers");
     }
     s.stop_token_ids = st.get<std::vector<int32_t>>();
   }
@@ -143,14 +148,32 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
     if (!present) {
       if (auto e = read(body, "max_tokens", &max_tokens, &present)) return e;
     }
-  } else {
+  } else {  // max_completion_tokens is an alias here; max_tokens wins when both are given
     if (auto e = read(body, "max_tokens", &max_tokens, &present)) return e;
+    if (!present) {
+      if (auto e = read(body, "max_completion_tokens", &max_tokens, &present)) return e;
+    }
     if (!present) max_tokens = 16, present = true;
   }
   if (present) {
     if (max_tokens < 1)
       return bad_request("max_tokens must be at least 1, got " + std::to_string(max_tokens) + ".");
     out->max_tokens = max_tokens;
+    if (s.min_tokens > max_tokens) {
+      return bad_request("min_tokens must be less than or equal to max_tokens=" +
+                         std::to_string(max_tokens) + ", got " + std::to_string(s.min_tokens) +
+                         ".");
+    }
+  }
+  if (auto e = parse_logit_bias(body, vocab_size, &s)) return e;
+  if (body.contains("response_format") && !body["response_format"].is_null()) {
+    const json& rf = body["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+      return bad_request("'response_format' must be an object with a string 'type'");
+    if (rf["type"] != "text") {
+      return bad_request("response_format type '" + rf["type"].get<std::string>() +
+                         "' is not supported: chunkpipe has no constrained decoding yet");
+    }
   }
   if (endpoint == Endpoint::kCompletions) {
     if (auto e = read(body, "echo", &out->echo)) return e;

@@ -40,8 +40,10 @@ struct CommonRequestFields {
 enum class Endpoint { kCompletions, kChat };
 
 // Parses and validates the fields both endpoints share. Errors carry vLLM's wording.
+// vocab_size bounds the token ids of logit_bias.
 std::optional<ApiError> parse_common_fields(const nlohmann::json& body, Endpoint endpoint,
-                                            int max_logprobs, CommonRequestFields* out);
+                                            int max_logprobs, int64_t vocab_size,
+                                            CommonRequestFields* out);
 
 // The context-length checks of vLLM 0.10/0.11 (prompt alone, then prompt + max_tokens);
 // sets out->sampling.max_tokens. chat: a missing max_tokens fills the context.

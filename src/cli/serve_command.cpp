@@ -3,6 +3,7 @@
 // are accepted with one log line saying what they map to. SIGTERM/SIGINT stop the server,
 // abort what is in flight, and exit 0.
 #include <poll.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -95,16 +96,24 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("swap-space", "CPU swap space in GiB (no meaning on CPU)");
   p.add_option("dtype", "activation dtype (CPU computes in float32)", "auto");
   p.add_option("generation-config", "auto or vllm", "auto");
-  p.add_option("tool-call-parser", "tool call parser");
-  p.add_flag("enable-auto-tool-choice", "auto tool choice");
+  p.add_option("tool-call-parser", "tool call parser: deepseek_v3 or deepseek_v31");
+  p.add_flag("enable-auto-tool-choice", "let the model call tools (tool_choice \"auto\")");
   p.add_flag("enable-force-include-usage", "usage in every stream");
   p.add_flag("enable-prompt-tokens-details", "prompt_tokens_details in usage");
   p.add_flag("disable-log-requests", "no per-request logs");
   p.add_flag("enable-log-requests", "per-request logs");
   p.add_flag("disable-log-stats", "no periodic stats logs");
   p.add_option("uvicorn-log-level", "HTTP log level", "info");
-  p.add_option("http-threads", "HTTP worker threads (one per open connection)", "256");
+  p.add_option("http-threads", "HTTP I/O threads (event loop; connections cost no thread)", "2");
+  p.add_option("http-worker-threads", "threads that parse, tokenize and format responses", "2");
   p.add_option("max-request-body-bytes", "largest accepted request body", std::to_string(32 << 20));
+  p.add_option("max-stream-buffer-bytes",
+               "unsent bytes a response may queue before its (too slow) client is dropped",
+               std::to_string(4 << 20));
+  p.add_option("http-keep-alive-timeout",
+               "seconds an idle keep-alive connection stays open (env VLLM_HTTP_TIMEOUT_KEEP_ALIVE)");
+  p.add_option("shutdown-drain-timeout",
+               "seconds SIGTERM lets running requests finish before ending them", "3");
   p.add_alias("-tp", "tensor-parallel-size");
   p.add_option("trace-file",
                "pipeline parallel: write a Chrome trace (Perfetto) of every stage at shutdown");
@@ -332,8 +341,38 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   s.max_logprobs = static_cast<int>(max_logprobs);
   CP_ASSIGN_OR_RETURN(int64_t http_threads, p.int_option("http-threads", 1));
   s.http_threads = static_cast<int>(http_threads);
+  CP_ASSIGN_OR_RETURN(int64_t worker_threads, p.int_option("http-worker-threads", 1));
+  s.worker_threads = static_cast<int>(worker_threads);
   CP_ASSIGN_OR_RETURN(int64_t body_bytes, p.int_option("max-request-body-bytes", 1));
   s.max_body_bytes = static_cast<size_t>(body_bytes);
+  CP_ASSIGN_OR_RETURN(int64_t stream_bytes, p.int_option("max-stream-buffer-bytes", 1));
+  s.max_stream_buffer_bytes = static_cast<size_t>(stream_bytes);
+  std::optional<std::string> keep_alive = p.option("http-keep-alive-timeout");
+  if (!keep_alive) {
+    if (const char* env = std::getenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE")) keep_alive = env;
+  }
+  if (keep_alive) {
+    char* end = nullptr;
+    const double secs = std::strtod(keep_alive->c_str(), &end);
+    if (keep_alive->empty() || *end != '\0' || !(secs > 0) || secs > 86400)
+      return common::invalid_argument("--http-keep-alive-timeout: expected seconds in (0, 86400], got '" +
+                                      *keep_alive + "'");
+    s.keep_alive_timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
+  }
+  CP_ASSIGN_OR_RETURN(int64_t drain_s, p.int_option("shutdown-drain-timeout", 0));
+  s.drain_timeout = std::chrono::seconds(drain_s);
+  s.enable_auto_tool_choice = p.flag("enable-auto-tool-choice");
+  if (auto tp = p.option("tool-call-parser")) {
+    if (*tp != "deepseek_v3" && *tp != "deepseek_v31") {
+      return common::invalid_argument("argument --tool-call-parser: invalid choice: '" + *tp +
+                                      "' (chunkpipe has 'deepseek_v3', 'deepseek_v31')");
+    }
+    s.tool_call_parser = *tp;
+  }
+  if (s.enable_auto_tool_choice && s.tool_call_parser.empty()) {
+    return common::invalid_argument(
+        "--enable-auto-tool-choice requires --tool-call-parser to be set");
+  }
 
   auto& e = plan->engine;
   CP_ASSIGN_OR_RETURN(int64_t seed, p.int_option("seed", 0));
@@ -668,6 +707,11 @@ int run_serve_command(int argc, char** argv) {
   engine::EngineCore& engine = *engine_ptr;
   LOG(INFO) << "init engine (load model, create kv cache) took " << common::now_seconds() - t0
             << " seconds";
+  // Thousands of idle or slow connections each hold a descriptor: lift the soft limit.
+  if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   server::ApiServer api(plan.server, engine, **tok, **chat_template);
 
   std::thread signal_thread([&] {

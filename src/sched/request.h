@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sched {
@@ -27,6 +28,7 @@ struct SamplingParams {
   bool ignore_eos = false;
   std::optional<int32_t> logprobs;  // top-N logprobs per generated token
   bool skip_special_tokens = true;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
 
   bool greedy() const { return temperature < 1e-5; }
 };

@@ -1,26 +1,29 @@
-// ApiServer: the OpenAI-compatible HTTP front end (cpp-httplib, thread per connection) over an
-// EngineCore: /v1/completions, /v1/chat/completions (SSE streaming), /v1/models, /health,
-// /version, /tokenize, /detokenize, /metrics. Validation errors come back in vLLM's nested
-// error JSON; the engine never sees an invalid request. listen() blocks; stop() is
-// thread-safe.
+// ApiServer: the OpenAI-compatible routes over an EngineCore, served by HttpServer:
+// /v1/completions, /v1/chat/completions (SSE streaming), /v1/models, /health, /version,
+// /tokenize, /detokenize, /metrics. Liveness routes answer on the I/O threads; parsing and
+// tokenizing run on a small worker pool; engine outputs are formatted per request on that pool,
+// so the engine thread never waits on a client. listen() blocks; stop() drains (bounded),
+// then ends every open stream with an error event and [DONE]. stop() is thread-safe.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/engine_core.h"
+#include "server/http_server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
-namespace httplib {
-class Server;
-class Request;
-class Response;
-}  // namespace httplib
-
 namespace server {
+
+class GenerateSession;
+class WorkerPool;
 
 struct ServerConfig {
   std::string host = "0.0.0.0";
@@ -32,8 +35,15 @@ struct ServerConfig {
   int64_t model_vocab_size = 0;  // prompt ids must be below it
   int max_logprobs = 20;
   std::string reasoning_parser;  // "", "deepseek_v3" or "deepseek_r1"
-  int http_threads = 256;
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;  // "", "deepseek_v3" or "deepseek_v31"
+  int http_threads = 2;          // I/O threads of the event loop
+  int worker_threads = 2;        // parse, tokenize, format
   size_t max_body_bytes = 32 << 20;
+  size_t max_stream_buffer_bytes = 4 << 20;  // a stream this far behind its client is dropped
+  int64_t max_completions_per_request = 1024;  // prompts x n
+  std::chrono::milliseconds keep_alive_timeout{5000};
+  std::chrono::milliseconds drain_timeout{3000};  // SIGTERM: time to let requests finish
 };
 
 class ApiServer {
@@ -44,22 +54,35 @@ class ApiServer {
 
   // Binds and serves until stop(); false when the address cannot be bound.
   bool listen();
+  // Graceful: stop accepting, let requests run for drain_timeout, then cut the rest (streams
+  // get an error event and [DONE]; others a 503) and return once they are written.
   void stop();
 
+  const ServerConfig& config() const { return config_; }
+
  private:
-  struct Session;
-  void register_routes();
-  bool check_api_key(const httplib::Request& req, httplib::Response& res) const;
-  void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
-  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
-  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
+  friend class GenerateSession;
+  void handle(std::shared_ptr<HttpExchange> exchange);
+  void handle_generate(const std::shared_ptr<HttpExchange>& exchange, bool chat);
+  HttpResponse handle_tokenize(const HttpRequest& request) const;
+  HttpResponse handle_detokenize(const HttpRequest& request) const;
+  HttpResponse models_response() const;
+  bool authorized(const HttpRequest& request) const;
+  void track(const std::shared_ptr<GenerateSession>& session);
+  void untrack(const GenerateSession* session);
+  size_t live_sessions() const;
 
   ServerConfig config_;
   engine::EngineCore& engine_;
   const tokenizer::Tokenizer& tokenizer_;
   const tokenizer::ChatTemplate& chat_template_;
-  std::unique_ptr<httplib::Server> http_;
-  int64_t created_;
+  const int64_t created_;
+  std::unique_ptr<WorkerPool> workers_;
+  std::unique_ptr<HttpServer> http_;
+  std::atomic<uint64_t> next_engine_id_{0};
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex sessions_mu_;
+  std::unordered_map<const GenerateSession*, std::weak_ptr<GenerateSession>> sessions_;
 };
 
 }  // namespace server

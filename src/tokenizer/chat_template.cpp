@@ -37,7 +37,8 @@ Result<json> normalize_messages(const json& messages) {
       std::string text;
       for (size_t p = 0; p < c.size(); ++p) {
         const json& part = c[p];
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        const auto type = part.is_object() ? part.find("type") : part.end();
+        if (!part.is_object() || type == part.end() || *type != "text" || !part.contains("text") ||
             !part["text"].is_string()) {
           return common::invalid_argument(where + ".content[" + std::to_string(p) +
                                           "] must be a {\"type\": \"text\", \"text\": ...} part");
@@ -160,6 +161,7 @@ Result<std::string> ChatTemplate::render(const json& messages,
   context["add_generation_prompt"] = options.add_generation_prompt;
   context["bos_token"] = options.bos_token;
   context["eos_token"] = options.eos_token;
+  if (!options.tools.is_null()) context["tools"] = options.tools;
   return jinja_->render(context);
 }
 

@@ -18,6 +18,7 @@ struct ChatRenderOptions {
   nlohmann::json chat_template_kwargs = nlohmann::json::object();  // e.g. {"thinking": true}
   std::string bos_token = "<｜begin▁of▁sentence｜>";
   std::string eos_token = "<｜end▁of▁sentence｜>";
+  nlohmann::json tools = nullptr;  // the request's `tools`, for templates that render them
 };
 
 // Messages with `content` given as a list of text parts become plain strings (parts joined

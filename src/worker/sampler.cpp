@@ -41,6 +41,9 @@ SampledToken sample_token(std::span<float> logits, const sched::Request& r,
       logits[t] -= static_cast<float>(p.frequency_penalty * c + p.presence_penalty);
     }
   }
+  for (const auto& [t, bias] : p.logit_bias) {
+    if (t >= 0 && t < V) logits[t] += bias;
+  }
   if (static_cast<int32_t>(r.output_token_ids.size()) < p.min_tokens) {
     for (int32_t t : stop_ids) {
       if (t >= 0 && t < V) logits[t] = -std::numeric_limits<float>::infinity();

@@ -1,5 +1,5 @@
 // Sampler: turns one request's logits into the next token: penalties (repetition on prompt and
-// output; presence and frequency on output), min_tokens masking of stop tokens, greedy or
+// output; presence and frequency on output), logit_bias, min_tokens masking of stop tokens, greedy or
 // temperature / top-k / top-p / min-p sampling, and top-N logprobs. Pure function of its
 // inputs and the RNG; thread-compatible.
 #pragma once

@@ -22,6 +22,11 @@ void put_sample_spec(dist::WireWriter& w, const SampleSpec& spec) {
   w.put(p.frequency_penalty);
   w.put(p.min_tokens);
   w.put<int32_t>(p.logprobs ? *p.logprobs : -1);
+  std::vector<int32_t> bias_ids;
+  std::vector<float> bias_values;
+  for (const auto& [t, v] : p.logit_bias) bias_ids.push_back(t), bias_values.push_back(v);
+  w.put_vector(bias_ids);
+  w.put_vector(bias_values);
   w.put_vector(spec.prompt_token_ids);
   w.put_vector(spec.output_token_ids);
   w.put_vector(spec.stop_ids);
@@ -41,6 +46,13 @@ bool get_sample_spec(dist::WireReader& r, SampleSpec* spec) {
   r.get(&p.min_tokens);
   r.get(&logprobs);
   if (logprobs >= 0) p.logprobs = logprobs;
+  std::vector<int32_t> bias_ids;
+  std::vector<float> bias_values;
+  r.get_vector(&bias_ids);
+  r.get_vector(&bias_values);
+  if (bias_ids.size() != bias_values.size()) return false;
+  p.logit_bias.clear();
+  for (size_t i = 0; i < bias_ids.size(); ++i) p.logit_bias.emplace_back(bias_ids[i], bias_values[i]);
   r.get_vector(&spec->prompt_token_ids);
   r.get_vector(&spec->output_token_ids);
   r.get_vector(&spec->stop_ids);

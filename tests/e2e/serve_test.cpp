@@ -130,8 +130,20 @@ TEST_F(ServeTest, SeedRequestsNonStreamed) {
   EXPECT_TRUE(r.body["choices"][0]["text"].is_string());
   EXPECT_TRUE(r.body["choices"][0]["finish_reason"] == "length" ||
               r.body["choices"][0]["finish_reason"] == "stop");
-  EXPECT_LE(r.body["usage"]["completion_tokens"].get<int>(),
-            16);  // max_tokens defaults to 16 for completions
+  // max_completion_tokens is honoured as max_tokens' alias (without it the default is 16).
+  if (r.body["choices"][0]["finish_reason"] == "length")
+    EXPECT_EQ(r.body["usage"]["completion_tokens"].get<int>(), 24);
+  EXPECT_LE(r.body["usage"]["completion_tokens"].get<int>(), 24);
+
+  r = post(*server_, "/v1/completions",
+           R"({"prompt": "The future of AI is", "max_completion_tokens": 24, "max_tokens": 3,
+               "temperature": 0, "ignore_eos": true})");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 3) << "max_tokens wins over its alias";
+  r = post(*server_, "/v1/completions",
+           R"({"prompt": "The future of AI is", "temperature": 0, "ignore_eos": true})");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 16) << "the completions default";
 }
 
 TEST_F(ServeTest, SeedRequestsStreamedWithUsage) {

@@ -1,0 +1,74 @@
+// Request JSON as untrusted input: a depth-bounded parse (so nothing recursive, dump or copy,
+// can overflow the stack later) and typed readers of optional fields whose errors name the
+// field, its expected type and the value. Integers must fit the target type: no wrapping.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <limits>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include <nlohmann/json.hpp>
+
+#include "api/protocol.h"
+
+namespace api {
+
+// Nesting deeper than this is refused at parse time.
+constexpr int kMaxJsonDepth = 64;
+
+// Parses a request body. Errors: malformed JSON (with line and column), nesting too deep.
+std::optional<ApiError> parse_json_body(const std::string& text, nlohmann::json* out);
+
+// "string", "boolean", "integer", "number", "list", "object" or "null".
+std::string json_type_name(const nlohmann::json& v);
+
+// The value as an error message shows it: compact, cut after 100 bytes.
+std::string json_preview(const nlohmann::json& v);
+
+// Reads body[key] into *out when present and not null; *present says whether it was.
+template <typename T>
+std::optional<ApiError> read_field(const nlohmann::json& body, const char* key, T* out,
+                                   bool* present = nullptr) {
+  if (present) *present = false;
+  if (!body.is_object()) return std::nullopt;
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  const nlohmann::json& v = *it;
+  bool ok;
+  if constexpr (std::is_same_v<T, bool>) {
+    ok = v.is_boolean();
+  } else if constexpr (std::is_integral_v<T>) {
+    ok = v.is_number_integer();
+    if (ok && v.is_number_unsigned()) {
+      ok = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    } else if (ok) {
+      const int64_t x = v.get<int64_t>();
+      ok = x >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+           (std::is_unsigned_v<T> || x <= static_cast<int64_t>(std::numeric_limits<T>::max()));
+    }
+    if (!ok && v.is_number_integer()) {
+      return bad_request("'" + std::string(key) + "' must be an integer in [" +
+                         std::to_string(std::numeric_limits<T>::min()) + ", " +
+                         std::to_string(std::numeric_limits<T>::max()) + "], got " + v.dump());
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    ok = v.is_number();
+  } else {
+    ok = v.is_string();
+  }
+  if (!ok) {
+    const char* want = std::is_same_v<T, bool>       ? "a boolean"
+                       : std::is_integral_v<T>       ? "an integer"
+                       : std::is_floating_point_v<T> ? "a number"
+                                                     : "a string";
+    return bad_request("'" + std::string(key) + "' must be " + want + ", got " +
+                       json_type_name(v) + ": " + json_preview(v));
+  }
+  *out = v.get<T>();
+  if (present) *present = true;
+  return std::nullopt;
+}
+
+}  // namespace api

@@ -1,0 +1,371 @@
+// Session bookkeeping and the OpenAI response shapes (vLLM's field order and nulls): the
+// whole completion / chat.completion object, and the streamed chunks.
+#include "server/generate_session.h"
+
+#include "api/protocol.h"
+
+namespace server {
+namespace {
+
+using nlohmann::json;
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+json stop_reason_json(const std::variant<std::monostate, std::string, int32_t>& v) {
+  if (std::holds_alternative<std::string>(v)) return std::get<std::string>(v);
+  if (std::holds_alternative<int32_t>(v)) return std::get<int32_t>(v);
+  return nullptr;
+}
+
+json tool_call_json(const ToolCall& c) {
+  return {{"id", c.id},
+          {"type", "function"},
+          {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
+json tool_delta_json(const ToolCallDelta& d) {
+  json j = {{"index", d.index}};
+  if (d.first) {
+    j["id"] = d.id;
+    j["type"] = "function";
+    j["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+  } else {
+    j["function"] = {{"arguments", d.arguments}};
+  }
+  return j;
+}
+
+}  // namespace
+
+GenerateSession::GenerateSession(engine::EngineCore& engine, const tokenizer::Tokenizer& tokenizer,
+                                 std::shared_ptr<HttpExchange> exchange, GeneratePlan plan,
+                                 std::shared_ptr<WorkerPool::Serial> serial,
+                                 std::function<void(const GenerateSession*)> on_done)
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      exchange_(std::move(exchange)),
+      plan_(std::move(plan)),
+      serial_(std::move(serial)),
+      on_done_(std::move(on_done)) {}
+
+void GenerateSession::start() {
+  serial_->post([self = shared_from_this()] { self->begin(); });
+}
+
+void GenerateSession::cut(const std::string& why) {
+  serial_->post([self = shared_from_this(), why] {
+    if (self->done_) return;
+    self->abort_unfinished();
+    if (self->plan_.stream) {
+      self->send_stream_error(why, "ServiceUnavailableError", 503);
+    } else {
+      HttpResponse r;
+      r.status = 503;
+      r.body = dump(api::ApiError{503, why, "ServiceUnavailableError"}.body());
+      self->exchange_->respond(std::move(r));
+    }
+    self->finish_session();
+  });
+}
+
+void GenerateSession::begin() {
+  std::weak_ptr<GenerateSession> weak = weak_from_this();
+  exchange_->on_close([weak] {
+    if (auto self = weak.lock()) {
+      self->serial_->post([self] { self->on_client_gone(); });
+    }
+  });
+  if (plan_.stream) {
+    HttpHeaders headers = {{"Cache-Control", "no-cache"}};
+    const std::string rid = exchange_->request().header("X-Request-Id");
+    if (!rid.empty()) headers.emplace_back("X-Request-Id", rid);
+    exchange_->start_stream(200, "text/event-stream; charset=utf-8", std::move(headers));
+    if (plan_.chat) {
+      json choices = json::array();
+      for (size_t i = 0; i < plan_.choices.size(); ++i) {
+        choices.push_back({{"index", i},
+                           {"delta", {{"role", "assistant"}, {"content", ""}}},
+                           {"logprobs", nullptr},
+                           {"finish_reason", nullptr}});
+      }
+      for (json& c : choices) send_chunk(chunk_envelope(json::array({c})));
+    }
+  }
+  unfinished_ = plan_.choices.size();
+  auto requests = std::move(plan_.requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    // The callback keeps the session alive until the engine reports the request finished.
+    engine_.add_request(std::move(requests[i]),
+                        [self = shared_from_this(), i](const engine::RequestOutput& out) {
+                          self->serial_->post([self, i, out] { self->on_output(i, out); });
+                        });
+  }
+}
+
+void GenerateSession::abort_unfinished() {
+  for (const auto& c : plan_.choices) {
+    if (!c.finished) engine_.abort_request(c.engine_id);
+  }
+}
+
+void GenerateSession::finish_session() {
+  if (done_) return;
+  done_ = true;
+  if (on_done_) on_done_(this);
+}
+
+void GenerateSession::on_client_gone() {
+  if (done_) return;
+  abort_unfinished();
+  finish_session();
+}
+
+json GenerateSession::chunk_envelope(json choices) const {
+  json chunk = {{"id", plan_.response_id},
+                {"object", plan_.chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", plan_.created},
+                {"model", plan_.model_name},
+                {"choices", std::move(choices)}};
+  if (!plan_.chat) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+bool GenerateSession::send_chunk(const json& chunk) {
+  return exchange_->send("data: " + dump(chunk) + "\n\n");
+}
+
+void GenerateSession::send_stream_error(const std::string& message, const char* type, int code) {
+  exchange_->send("data: " + dump(api::ApiError{code, message, type}.body()) + "\n\n");
+  exchange_->send("data: [DONE]\n\n");
+  exchange_->end_stream();
+}
+
+json GenerateSession::logprobs_json(const std::vector<engine::TokenLogprob>& lps) const {
+  auto token_str = [this](int32_t id) {
+    return tokenizer::sanitize_utf8(tokenizer_.token_bytes(id));
+  };
+  if (lps.empty() && !plan_.want_logprobs) return nullptr;
+  if (plan_.chat) {
+    json content = json::array();
+    for (const auto& lp : lps) {
+      json top = json::array();
+      for (const auto& [id, v] : lp.top)
+        top.push_back({{"token", token_str(id)}, {"logprob", v}, {"bytes", nullptr}});
+      content.push_back({{"token", token_str(lp.token)},
+                         {"logprob", lp.logprob},
+                         {"bytes", nullptr},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  size_t offset = 0;  // bytes into the generated text
+  for (const auto& lp : lps) {
+    tokens.push_back(token_str(lp.token));
+    token_logprobs.push_back(lp.logprob);
+    json t = json::object();
+    for (const auto& [id, v] : lp.top) t[token_str(id)] = v;
+    top.push_back(t);
+    offsets.push_back(offset);
+    offset += tokens.back().get_ref<const std::string&>().size();
+  }
+  return {{"text_offset", offsets},
+          {"token_logprobs", token_logprobs},
+          {"tokens", tokens},
+          {"top_logprobs", top}};
+}
+
+void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
+  GenerateChoice& c = plan_.choices[index];
+  if (c.finished) return;
+  if (o.finished) {
+    c.finished = true;
+    --unfinished_;
+  }
+  if (done_) return;  // the client left or the session was cut: only bookkeeping
+  // Text: reasoning split first, then tool-call markup in the content.
+  tokenizer::ReasoningDelta d;
+  if (c.reasoning) {
+    d = c.reasoning->push(o.new_text);
+    if (o.finished) {
+      auto tail = c.reasoning->flush();
+      d.reasoning += tail.reasoning;
+      d.content += tail.content;
+    }
+  } else {
+    d.content = o.new_text;
+  }
+  ToolParseDelta tools;
+  if (c.tools) {
+    tools = c.tools->push(d.content);
+    if (o.finished) {
+      ToolParseDelta tail = c.tools->flush();
+      tools.content += tail.content;
+      for (auto& call : tail.calls) {
+        if (!tools.calls.empty() && tools.calls.back().index == call.index && !call.first) {
+          tools.calls.back().arguments += call.arguments;
+        } else {
+          tools.calls.push_back(std::move(call));
+        }
+      }
+    }
+    d.content = tools.content;
+  }
+  c.text += d.content;
+  c.reasoning_text += d.reasoning;
+  c.completion_tokens = o.finished
+                            ? o.num_output_tokens
+                            : c.completion_tokens + static_cast<int64_t>(o.new_token_ids.size());
+  const size_t lp_before = c.logprobs.size();
+  if (plan_.want_logprobs)
+    c.logprobs.insert(c.logprobs.end(), o.new_logprobs.begin(), o.new_logprobs.end());
+  if (o.finished) {
+    c.finish_reason = o.finish_reason;
+    c.stop_reason = stop_reason_json(o.stop_reason);
+    c.error = o.error;
+  }
+
+  if (plan_.stream) {
+    if (!c.error.empty()) {  // vLLM streams the error as a data event, then [DONE]
+      abort_unfinished();
+      send_stream_error(c.error, "EngineDeadError", 500);
+      return finish_session();
+    }
+    stream_delta(index, o, lp_before, d, tools);
+    if (unfinished_ == 0) send_stream_end();
+    if (exchange_->closed()) on_client_gone();
+    return;
+  }
+  if (unfinished_ == 0) respond_whole();
+}
+
+void GenerateSession::stream_delta(size_t index, const engine::RequestOutput& o,
+                                   size_t logprobs_before, const tokenizer::ReasoningDelta& d,
+                                   const ToolParseDelta& tools) {
+  GenerateChoice& c = plan_.choices[index];
+  std::vector<engine::TokenLogprob> new_lps(c.logprobs.begin() + logprobs_before, c.logprobs.end());
+  json lps = new_lps.empty() ? json(nullptr) : logprobs_json(new_lps);
+  json reason = nullptr;
+  if (o.finished) {
+    const char* fr = sched::finish_reason_name(c.finish_reason);
+    if (fr) reason = fr;
+    if (c.tools && !c.tools->calls().empty() && c.finish_reason == sched::FinishReason::kStop)
+      reason = "tool_calls";
+  }
+  json choice;
+  if (plan_.chat) {
+    json delta = json::object();
+    if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+    if (!d.content.empty()) delta["content"] = d.content;
+    if (!tools.calls.empty()) {
+      json calls = json::array();
+      for (const auto& t : tools.calls) calls.push_back(tool_delta_json(t));
+      delta["tool_calls"] = calls;
+    }
+    if (delta.empty() && new_lps.empty() && !o.finished) return;  // no empty deltas
+    if (delta.empty()) delta["content"] = "";
+    choice = {{"index", index}, {"delta", delta}, {"logprobs", lps}, {"finish_reason", reason}};
+    if (o.finished) choice["stop_reason"] = c.stop_reason;
+  } else {
+    std::string text = d.content;
+    if (!c.echo.empty()) {
+      text = c.echo + text;
+      c.echo.clear();
+    }
+    if (text.empty() && new_lps.empty() && !o.finished) return;
+    choice = {{"index", index},
+              {"text", text},
+              {"logprobs", lps},
+              {"finish_reason", reason},
+              {"stop_reason", o.finished ? c.stop_reason : json(nullptr)}};
+  }
+  send_chunk(chunk_envelope(json::array({choice})));
+}
+
+void GenerateSession::send_stream_end() {
+  if (plan_.include_usage) {
+    int64_t prompt_total = 0, completion_total = 0;
+    for (size_t i = 0; i < plan_.choices.size(); ++i) {
+      if (i % plan_.n == 0) prompt_total += plan_.choices[i].prompt_tokens;
+      completion_total += plan_.choices[i].completion_tokens;
+    }
+    json usage = api::usage_json(prompt_total, completion_total);
+    usage.erase("prompt_tokens_details");
+    json chunk = chunk_envelope(json::array());
+    chunk["usage"] = usage;
+    send_chunk(chunk);
+  }
+  exchange_->send("data: [DONE]\n\n");
+  exchange_->end_stream();
+  finish_session();
+}
+
+void GenerateSession::respond_whole() {
+  for (const auto& c : plan_.choices) {
+    if (!c.error.empty()) {
+      HttpResponse r;
+      r.status = 500;
+      r.body = dump(api::ApiError{500, c.error, "EngineDeadError"}.body());
+      exchange_->respond(std::move(r));
+      return finish_session();
+    }
+  }
+  json choices = json::array();
+  int64_t prompt_total = 0, completion_total = 0;
+  for (size_t i = 0; i < plan_.choices.size(); ++i) {
+    const auto& c = plan_.choices[i];
+    if (i % plan_.n == 0) prompt_total += c.prompt_tokens;
+    completion_total += c.completion_tokens;
+    const char* fr = sched::finish_reason_name(c.finish_reason);
+    if (plan_.chat) {
+      json tool_calls = json::array();
+      if (c.tools) {
+        for (const auto& call : c.tools->calls()) tool_calls.push_back(tool_call_json(call));
+      }
+      const bool called = !tool_calls.empty();
+      json message = {{"role", "assistant"},
+                      {"content", called && c.text.empty() ? json(nullptr) : json(c.text)},
+                      {"refusal", nullptr},
+                      {"annotations", nullptr},
+                      {"audio", nullptr},
+                      {"function_call", nullptr},
+                      {"tool_calls", tool_calls}};
+      message["reasoning_content"] = c.reasoning ? json(c.reasoning_text) : json(nullptr);
+      json reason = fr ? json(fr) : json("stop");
+      if (called && c.finish_reason == sched::FinishReason::kStop) reason = "tool_calls";
+      choices.push_back({{"index", i},
+                         {"message", message},
+                         {"logprobs", logprobs_json(c.logprobs)},
+                         {"finish_reason", reason},
+                         {"stop_reason", c.stop_reason}});
+    } else {
+      choices.push_back({{"index", i},
+                         {"text", c.echo + c.text},
+                         {"logprobs", logprobs_json(c.logprobs)},
+                         {"finish_reason", fr ? json(fr) : json(nullptr)},
+                         {"stop_reason", c.stop_reason},
+                         {"prompt_logprobs", nullptr}});
+    }
+  }
+  json out = {{"id", plan_.response_id},
+              {"object", plan_.chat ? "chat.completion" : "text_completion"},
+              {"created", plan_.created},
+              {"model", plan_.model_name},
+              {"choices", choices},
+              {"service_tier", nullptr},
+              {"system_fingerprint", nullptr},
+              {"usage", api::usage_json(prompt_total, completion_total)},
+              {"prompt_logprobs", nullptr},
+              {"kv_transfer_params", nullptr}};
+  HttpResponse r;
+  r.body = dump(out);
+  const std::string rid = exchange_->request().header("X-Request-Id");
+  if (!rid.empty()) r.headers.emplace_back("X-Request-Id", rid);
+  exchange_->respond(std::move(r));
+  finish_session();
+}
+
+}  // namespace server

@@ -1,0 +1,93 @@
+// GenerateSession: one /v1/completions or /v1/chat/completions request from admission to its
+// last byte. Its engine requests (prompts x n choices) report on the engine thread; every event
+// is handed to the session's serial queue on the worker pool, which formats SSE chunks or the
+// final JSON and queues them on the HttpExchange (never blocking). A client that leaves, or
+// falls too far behind, aborts the engine requests; cut() ends it early at shutdown.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine_core.h"
+#include "server/http_server.h"
+#include "server/tool_parser.h"
+#include "server/worker_pool.h"
+#include "tokenizer/reasoning_parser.h"
+#include "tokenizer/tokenizer.h"
+
+namespace server {
+
+struct GenerateChoice {
+  std::string engine_id;  // unique per engine request, whatever the client's X-Request-Id
+  int64_t prompt_tokens = 0;
+  std::string echo;
+  std::unique_ptr<tokenizer::ReasoningParser> reasoning;
+  std::unique_ptr<ToolCallParser> tools;  // chat with a tool parser and tool_choice != none
+  // Filled as outputs arrive.
+  std::string text;
+  std::string reasoning_text;
+  std::vector<engine::TokenLogprob> logprobs;
+  int64_t completion_tokens = 0;
+  bool finished = false;
+  sched::FinishReason finish_reason = sched::FinishReason::kNone;
+  nlohmann::json stop_reason = nullptr;
+  std::string error;  // the engine failed (e.g. a pipeline stage died) before finishing
+};
+
+struct GeneratePlan {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  bool want_logprobs = false;
+  int n = 1;
+  std::string response_id;
+  std::string model_name;
+  int64_t created = 0;
+  std::vector<GenerateChoice> choices;
+  std::vector<std::unique_ptr<sched::Request>> requests;  // one per choice, same order
+};
+
+class GenerateSession : public std::enable_shared_from_this<GenerateSession> {
+ public:
+  // `on_done` runs once, on the serial queue, when the session has nothing more to do.
+  GenerateSession(engine::EngineCore& engine, const tokenizer::Tokenizer& tokenizer,
+                  std::shared_ptr<HttpExchange> exchange, GeneratePlan plan,
+                  std::shared_ptr<WorkerPool::Serial> serial,
+                  std::function<void(const GenerateSession*)> on_done);
+
+  // Submits the engine requests (and the stream's opening chunks). Call once.
+  void start();
+  // Ends the session now: engine requests are aborted, a stream gets an error event and
+  // [DONE], a non-streamed request a 503 with `why`. Thread-safe.
+  void cut(const std::string& why);
+
+ private:
+  void begin();
+  void on_output(size_t index, const engine::RequestOutput& out);
+  void on_client_gone();
+  void abort_unfinished();
+  void finish_session();
+  bool send_chunk(const nlohmann::json& chunk);
+  void send_stream_error(const std::string& message, const char* type, int code);
+  void stream_delta(size_t index, const engine::RequestOutput& out, size_t logprobs_before,
+                    const tokenizer::ReasoningDelta& delta, const ToolParseDelta& tools);
+  void send_stream_end();
+  void respond_whole();
+  nlohmann::json logprobs_json(const std::vector<engine::TokenLogprob>& lps) const;
+  nlohmann::json chunk_envelope(nlohmann::json choices) const;
+
+  engine::EngineCore& engine_;
+  const tokenizer::Tokenizer& tokenizer_;
+  const std::shared_ptr<HttpExchange> exchange_;
+  GeneratePlan plan_;
+  const std::shared_ptr<WorkerPool::Serial> serial_;
+  const std::function<void(const GenerateSession*)> on_done_;
+  // Touched only on serial_.
+  size_t unfinished_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace server
