@@ -27,14 +27,17 @@ std::string json_type_name(const nlohmann::json& v);
 // The value as an error message shows it: compact, cut after 100 bytes.
 std::string json_preview(const nlohmann::json& v);
 
-// Reads body[key] into *out when present and not null; *present says whether it was.
+enum class Nullable { kYes, kNo };
+
+// Reads body[key] into *out when present; *present says whether it was. A null counts as
+// absent for Optional fields (vLLM's Optional[...]) and is an error for the others.
 template <typename T>
 std::optional<ApiError> read_field(const nlohmann::json& body, const char* key, T* out,
-                                   bool* present = nullptr) {
+                                   bool* present = nullptr, Nullable nullable = Nullable::kYes) {
   if (present) *present = false;
   if (!body.is_object()) return std::nullopt;
   const auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it == body.end() || (it->is_null() && nullable == Nullable::kYes)) return std::nullopt;
   const nlohmann::json& v = *it;
   bool ok;
   if constexpr (std::is_same_v<T, bool>) {

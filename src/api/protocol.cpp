@@ -17,6 +17,11 @@ template <typename T>
 std::optional<ApiError> read(const json& body, const char* key, T* out, bool* present = nullptr) {
   return read_field(body, key, out, present);
 }
+// Fields vLLM declares without Optional: null is a type error.
+template <typename T>
+std::optional<ApiError> read_strict(const json& body, const char* key, T* out) {
+  return read_field(body, key, out, nullptr, Nullable::kNo);
+}
 
 std::string fmt_float(double v) {
   json j = v;
@@ -113,13 +118,13 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
   int64_t seed = 0;
   if (auto e = read(body, "seed", &seed, &present)) return e;
   if (present) s.seed = static_cast<uint64_t>(seed);
-  if (auto e = read(body, "ignore_eos", &s.ignore_eos)) return e;
+  if (auto e = read_strict(body, "ignore_eos", &s.ignore_eos)) return e;
   if (auto e = read(body, "min_tokens", &s.min_tokens)) return e;
   if (s.min_tokens < 0)
     return bad_request("min_tokens must be greater than or equal to 0, got " +
                        std::to_string(s.min_tokens) + ".");
-  if (auto e = read(body, "skip_special_tokens", &s.skip_special_tokens)) return e;
-  if (auto e = read(body, "include_stop_str_in_output", &s.include_stop_str_in_output)) return e;
+  if (auto e = read_strict(body, "skip_special_tokens", &s.skip_special_tokens)) return e;
+  if (auto e = read_strict(body, "include_stop_str_in_output", &s.include_stop_str_in_output)) return e;
   if (body.contains("stop") && !body["stop"].is_null()) {
     const json& st = body["stop"];
     if (st.is_string()) {
@@ -176,8 +181,8 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
     }
   }
   if (endpoint == Endpoint::kCompletions) {
-    if (auto e = read(body, "echo", &out->echo)) return e;
-    if (auto e = read(body, "add_special_tokens", &out->add_special_tokens)) return e;
+    if (auto e = read_strict(body, "echo", &out->echo)) return e;
+    if (auto e = read_strict(body, "add_special_tokens", &out->add_special_tokens)) return e;
     int logprobs = 0;
     if (auto e = read(body, "logprobs", &logprobs, &present)) return e;
     if (present) {
@@ -190,7 +195,7 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
     }
   } else {
     out->add_special_tokens = false;
-    if (auto e = read(body, "add_special_tokens", &out->add_special_tokens)) return e;
+    if (auto e = read_strict(body, "add_special_tokens", &out->add_special_tokens)) return e;
     if (auto e = read(body, "logprobs", &out->want_logprobs)) return e;
     if (auto e = read(body, "top_logprobs", &out->top_logprobs)) return e;
     if (out->top_logprobs > 0 && !out->want_logprobs) {

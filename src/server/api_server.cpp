@@ -66,7 +66,7 @@ constexpr Route kRoutes[] = {
 std::optional<api::ApiError> read_bool(const json& body, const char* key, bool fallback,
                                        bool* out) {
   *out = fallback;
-  return api::read_field(body, key, out);
+  return api::read_field(body, key, out, nullptr, api::Nullable::kNo);
 }
 
 // chat_template_kwargs: absent, null or an object.

@@ -86,7 +86,8 @@ void BpeModel::merge_symbols(std::vector<int32_t>* symbols) const {
 }
 
 void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>* out) const {
-  {
+  const bool cacheable = bytes.size() <= kMaxCachedWordBytes;
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     auto it = cache_.find(std::string(bytes));
     if (it != cache_.end()) {
@@ -99,9 +100,15 @@ void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>* out) co
   for (unsigned char b : bytes) ids.push_back(byte_ids_[b]);
   merge_symbols(&ids);
   out->insert(out->end(), ids.begin(), ids.end());
+  if (!cacheable) return;
+  // Entry cost: key and id bytes plus the node and bucket overhead of the map.
+  const size_t cost = bytes.size() + ids.size() * sizeof(int32_t) + 96;
   std::lock_guard<std::mutex> lock(cache_mutex_);
-  if (cache_.size() > 200000) cache_.clear();
-  cache_.emplace(std::string(bytes), std::move(ids));
+  if (cache_bytes_ + cost > cache_limit_bytes_) {
+    cache_.clear();
+    cache_bytes_ = 0;
+  }
+  if (cache_.emplace(std::string(bytes), std::move(ids)).second) cache_bytes_ += cost;
 }
 
 void BpeModel::encode_word_reference(std::string_view bytes, std::vector<int32_t>* out) const {

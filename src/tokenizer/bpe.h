@@ -32,6 +32,19 @@ class BpeModel {
 
   const std::unordered_map<std::string, int32_t>& vocab() const { return vocab_; }
 
+  // The word cache is bounded by bytes (keys + ids), and words longer than this are not cached:
+  // distinct long words from clients could otherwise grow it without limit.
+  static constexpr size_t kMaxCachedWordBytes = 256;
+  static constexpr size_t kDefaultCacheLimitBytes = 16 << 20;
+  size_t cache_bytes() const {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    return cache_bytes_;
+  }
+  void set_cache_limit_bytes(size_t limit) const {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    cache_limit_bytes_ = limit;
+  }
+
  private:
   BpeModel() = default;
   struct Merge {
@@ -52,6 +65,8 @@ class BpeModel {
   int32_t byte_ids_[256] = {};
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  mutable size_t cache_bytes_ = 0;
+  mutable size_t cache_limit_bytes_ = kDefaultCacheLimitBytes;
 };
 
 }  // namespace tokenizer

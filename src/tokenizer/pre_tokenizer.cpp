@@ -35,7 +35,13 @@ RegexSplit::~RegexSplit() {
 
 void RegexSplit::split(std::string_view text, std::vector<std::string_view>* out) const {
   auto* code = static_cast<pcre2_code*>(code_);
-  thread_local pcre2_match_data* match = pcre2_match_data_create(1, nullptr);
+  // One match block per thread, freed when the thread exits.
+  struct MatchData {
+    pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
+    ~MatchData() { pcre2_match_data_free(data); }
+  };
+  thread_local MatchData per_thread;
+  pcre2_match_data* match = per_thread.data;
   size_t pos = 0, gap_begin = 0;
   while (pos <= text.size()) {
     int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos,

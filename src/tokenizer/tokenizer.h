@@ -43,6 +43,11 @@ class Tokenizer {
   bool is_special(int32_t id) const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
   int32_t vocab_size() const { return static_cast<int32_t>(token_bytes_.size()); }
+  // Bytes held by the BPE word cache (bounded; see BpeModel).
+  size_t word_cache_bytes() const { return bpe_ ? bpe_->cache_bytes() : 0; }
+  void set_word_cache_limit_bytes(size_t limit) const {
+    if (bpe_) bpe_->set_cache_limit_bytes(limit);
+  }
 
   std::optional<int32_t> bos_token_id() const { return bos_id_; }
   std::optional<int32_t> eos_token_id() const { return eos_id_; }

@@ -16,34 +16,15 @@
 #include <thread>
 
 #include "command.h"
+#include "test_model.h"
 #include "server_process.h"
 
 namespace {
 
 using nlohmann::json;
+using e2e::base_flags;
+using e2e::model_dir;
 const std::string kKey = "test-key";
-
-std::string model_dir() {
-  static const std::string dir = [] {
-    const std::string d = std::filesystem::temp_directory_path() /
-                          ("chunkpipe_e2e_model_" + std::to_string(getpid()));
-    const int rc = e2e::run_chunkpipe(
-        {"make-model",    d,    "--hidden",       "64",  "--layers",    "2",  "--heads",   "2",
-         "--q-lora-rank", "32", "--kv-lora-rank", "32",  "--qk-nope",   "16", "--qk-rope", "16",
-         "--v-head",      "16", "--experts",      "8",   "--top-k",     "2",  "--n-group", "2",
-         "--topk-group",  "1",  "--inter",        "128", "--moe-inter", "32", "--seed",    "7"});
-    EXPECT_EQ(rc, 0) << "make-model failed";
-    return d;
-  }();
-  return dir;
-}
-
-std::vector<std::string> base_flags() {
-  return {
-      "--served-model-name",      "deepseek_v3", "--max-model-len", "512", "--block-size",   "16",
-      "--kv-cache-memory",        "16000000",    "--threads",       "1",   "--max-num-seqs", "64",
-      "--max-num-batched-tokens", "512"};
-}
 
 struct Response {
   int status = 0;
@@ -131,8 +112,9 @@ TEST_F(ServeTest, SeedRequestsNonStreamed) {
   EXPECT_TRUE(r.body["choices"][0]["finish_reason"] == "length" ||
               r.body["choices"][0]["finish_reason"] == "stop");
   // max_completion_tokens is honoured as max_tokens' alias (without it the default is 16).
-  if (r.body["choices"][0]["finish_reason"] == "length")
+  if (r.body["choices"][0]["finish_reason"] == "length") {
     EXPECT_EQ(r.body["usage"]["completion_tokens"].get<int>(), 24);
+  }
   EXPECT_LE(r.body["usage"]["completion_tokens"].get<int>(), 24);
 
   r = post(*server_, "/v1/completions",

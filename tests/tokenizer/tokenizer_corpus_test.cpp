@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -93,3 +95,28 @@ TEST(TokenizerErrorsTest, MalformedFilesNameTheProblem) {
 }
 
 }  // namespace
+
+// Distinct long words (what a client can send to /tokenize without a key) must not grow the
+// word cache without bound: long words are not cached, and the cache is capped in bytes.
+TEST(TokenizerCacheTest, WordCacheIsBoundedInBytes) {
+  const auto& t = v31();
+  std::mt19937 rng(3);
+  auto word = [&](size_t len) {
+    std::string w(len, 'a');
+    for (char& c : w) c = static_cast<char>('a' + rng() % 26);
+    return w;
+  };
+  const size_t before = t.word_cache_bytes();
+  for (int i = 0; i < 100; ++i) t.encode(" " + word(4000));  // never cached
+  EXPECT_EQ(t.word_cache_bytes(), before);
+  constexpr size_t kLimit = 256 << 10;
+  t.set_word_cache_limit_bytes(kLimit);
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += " " + word(200);  // ~800 KB of distinct words
+  const auto ids = t.encode(text);
+  t.set_word_cache_limit_bytes(tokenizer::BpeModel::kDefaultCacheLimitBytes);
+  EXPECT_GT(ids.size(), 4000u);
+  EXPECT_GT(t.word_cache_bytes(), 0u);
+  EXPECT_LE(t.word_cache_bytes(), kLimit);
+  EXPECT_EQ(t.decode(ids), text) << "cached and uncached words encode alike";
+}

@@ -1,0 +1,440 @@
+// The server under abuse (issue 10): every test is a hostile or clumsy client, and every test
+// ends by checking the server still answers. Covers streaming with logprobs, duplicate request
+// ids, deep JSON, slow readers, vanished clients, connection floods, pipelining, bogus lengths,
+// chunked bodies over the limit, HTTP/1.0, SIGTERM mid-stream, wrong types, validation gaps and
+// vLLM's routing errors. Reads and waits are bounded; nothing here times performance.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "raw_http.h"
+#include "test_model.h"
+
+namespace {
+
+using nlohmann::json;
+const std::string kKey = "abuse-key";
+const std::string kAuth = "Authorization: Bearer " + kKey + "\r\n";
+constexpr int kBodyLimit = 200000;
+
+std::vector<std::string> abuse_flags() {
+  auto flags = e2e::base_flags();
+  flags.insert(flags.end(), {"--api-key", kKey, "--max-stream-buffer-bytes", "32768",
+                             "--max-request-body-bytes", std::to_string(kBodyLimit),
+                             "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v31",
+                             "--shutdown-drain-timeout", "1"});
+  return flags;
+}
+
+struct Reply {
+  int status = 0;
+  std::string headers;
+  std::string body;
+};
+
+// One request on a fresh connection; reads until the peer closes or the reply is complete.
+Reply request(int port, const std::string& raw, int timeout_ms = 60000) {
+  e2e::RawConnection c(port);
+  Reply r;
+  if (!c.connected() || !c.send(raw)) return r;
+  std::string data;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  bool open = true;
+  while (open && std::chrono::steady_clock::now() < deadline) {
+    open = c.read_for(50, &data);
+    const size_t head_end = data.find("\r\n\r\n");
+    if (head_end == std::string::npos) continue;
+    r.headers = data.substr(0, head_end);
+    std::smatch m;
+    if (std::regex_search(r.headers, m, std::regex("Content-Length: (\\d+)", std::regex::icase)) &&
+        data.size() >= head_end + 4 + std::stoul(m[1])) {
+      break;
+    }
+    if (r.headers.find("chunked") != std::string::npos &&
+        data.find("\r\n0\r\n\r\n", head_end) != std::string::npos)
+      break;
+  }
+  const size_t head_end = data.find("\r\n\r\n");
+  if (data.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos) return r;
+  r.status = std::stoi(data.substr(9, 3));
+  r.headers = data.substr(0, head_end);
+  r.body = data.substr(head_end + 4);
+  return r;
+}
+
+Reply post(int port, const std::string& path, const std::string& body, bool key = true,
+           const std::string& headers = "") {
+  return request(port, e2e::http_post(path, body, (key ? kAuth : "") + headers));
+}
+
+Reply get(int port, const std::string& path, bool key = true) {
+  return request(port, "GET " + path + " HTTP/1.1\r\nHost: x\r\n" + (key ? kAuth : "") +
+                           "Connection: close\r\n\r\n");
+}
+
+// The number after a metric line that starts with `prefix`.
+double metric(int port, const std::string& prefix) {
+  const Reply r = get(port, "/metrics", false);
+  size_t pos = r.body.find(prefix);
+  if (pos == std::string::npos) return -1;
+  pos = r.body.find("} ", pos);
+  return std::stod(r.body.substr(pos + 2));
+}
+double aborted(int port) {
+  return metric(port, "vllm:request_success_total{model_name=\"deepseek_v3\",engine=\"0\","
+                      "finished_reason=\"abort\"}");
+}
+double running(int port) {
+  return metric(port, "vllm:num_requests_running{");
+}
+
+// Waits (bounded) until pred() holds; returns whether it did.
+template <typename Pred>
+bool eventually(Pred pred, int timeout_ms = 30000) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+void expect_alive(int port) {
+  EXPECT_EQ(get(port, "/health", false).status, 200) << "the server must keep serving";
+  const Reply r = post(port, "/v1/completions", R"({"prompt": "still there?", "max_tokens": 2})");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+class AbuseTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new e2e::ServerProcess(e2e::model_dir(), abuse_flags(), "/tmp/chunkpipe_abuse.log");
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->stop(), 0) << "SIGTERM must exit 0";
+    delete server_;
+  }
+  int port() const { return server_->port(); }
+  static e2e::ServerProcess* server_;
+};
+e2e::ServerProcess* AbuseTest::server_ = nullptr;
+
+// 1. Streaming with logprobs crashed the server (a lambda read dead locals).
+TEST_F(AbuseTest, StreamingWithLogprobs) {
+  ASSERT_TRUE(server_->ready()) << "see /tmp/chunkpipe_abuse.log";
+  Reply r = post(port(), "/v1/completions",
+                 R"({"prompt":"Hello","max_tokens":3,"logprobs":0,"stream":true})");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("\"token_logprobs\""), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos);
+  r = post(port(), "/v1/chat/completions",
+           R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"logprobs":true,
+               "top_logprobs":2,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("\"top_logprobs\""), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("\"usage\":{"), std::string::npos);
+  EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos);
+  expect_alive(port());
+}
+
+// 2. Two live requests with one X-Request-Id hit a CHECK in the engine.
+TEST_F(AbuseTest, DuplicateRequestIdsBothComplete) {
+  ASSERT_TRUE(server_->ready());
+  std::vector<Reply> replies(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < replies.size(); ++i) {
+    threads.emplace_back([&, i] {
+      replies[i] = post(port(), "/v1/completions",
+                        std::string(R"({"prompt":"same id","max_tokens":12,"ignore_eos":true,)") +
+                            (i % 2 ? R"("stream":true})" : R"("stream":false})"),
+                        true, "X-Request-Id: dup-1\r\n");
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Reply& r : replies) {
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_NE(r.headers.find("dup-1"), std::string::npos) << "the client's id comes back";
+    EXPECT_NE(r.body.find("\"cmpl-dup-1\""), std::string::npos) << r.body;
+  }
+  expect_alive(port());
+}
+
+// 3. 60k levels of nesting overflowed the stack (recursive dump and copies).
+TEST_F(AbuseTest, DeepNestingIsRefusedAtParseTime) {
+  ASSERT_TRUE(server_->ready());
+  const std::string deep = std::string(60000, '[') + std::string(60000, ']');
+  for (const auto& [path, body, key] : std::vector<std::tuple<std::string, std::string, bool>>{
+           {"/v1/completions", R"({"prompt":"x","model":)" + deep + "}", true},
+           {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"model":)" +
+                                        deep + "}", true},
+           {"/v1/chat/completions",
+            R"({"messages":[{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":)" +
+                deep + "}}]}]}", true},
+           {"/tokenize", R"({"prompt":"x","model":)" + deep + "}", false}}) {
+    const Reply r = post(port(), path, body, key);
+    EXPECT_EQ(r.status, 400) << path << ": " << r.body.substr(0, 200);
+    EXPECT_NE(r.body.find("deeper than"), std::string::npos) << r.body.substr(0, 200);
+  }
+  expect_alive(port());
+}
+
+// 4. A client that stops reading its stream froze every request for the write timeout.
+TEST_F(AbuseTest, StalledStreamReaderIsDroppedWithoutStallingOthers) {
+  ASSERT_TRUE(server_->ready());
+  const double aborts_before = aborted(port());
+  e2e::RawConnection stalled(port(), /*rcvbuf=*/2048);
+  ASSERT_TRUE(stalled.send(e2e::http_post(
+      "/v1/completions",
+      // n=12 x 480 tokens x 20 logprobs is ~12 MB: more than the kernel buffers hold.
+      R"({"prompt":"flood","max_tokens":480,"ignore_eos":true,"logprobs":20,"n":12,"stream":true})",
+      kAuth)));
+  // While that client reads nothing, other requests are served.
+  for (int i = 0; i < 3; ++i) {
+    const Reply r = post(port(), "/v1/completions", R"({"prompt":"others","max_tokens":4})");
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  EXPECT_TRUE(eventually([&] { return aborted(port()) >= aborts_before + 1; }))
+      << "the stalled stream must be cut once its buffer passes the limit";
+  EXPECT_TRUE(eventually([&] { return running(port()) == 0; }));
+  expect_alive(port());
+}
+
+// 5. Clients that hang up on a non-streamed request left the engine busy; huge fan-outs.
+TEST_F(AbuseTest, VanishedNonStreamingClientsAreAbortedAndFanOutIsCapped) {
+  ASSERT_TRUE(server_->ready());
+  const double aborts_before = aborted(port());
+  {
+    std::vector<std::unique_ptr<e2e::RawConnection>> clients;
+    for (int i = 0; i < 4; ++i) {
+      clients.push_back(std::make_unique<e2e::RawConnection>(port()));
+      ASSERT_TRUE(clients.back()->send(e2e::http_post(
+          "/v1/completions", R"({"prompt":"long","max_tokens":480,"ignore_eos":true})", kAuth)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (size_t i = 0; i < clients.size(); ++i) {
+      if (i % 2) clients[i]->reset();  // RST
+      else clients[i]->close();        // FIN
+    }
+  }
+  EXPECT_TRUE(eventually([&] { return aborted(port()) >= aborts_before + 4; }))
+      << "each vanished client's request must be aborted";
+  EXPECT_TRUE(eventually([&] { return running(port()) == 0; }));
+
+  json prompts = json::array();
+  for (int i = 0; i < 2000; ++i) prompts.push_back("p");
+  const Reply r = post(port(), "/v1/completions",
+                       json({{"prompt", prompts}, {"n", 16}, {"max_tokens", 1}}).dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("32000 completions"), std::string::npos) << r.body;
+  expect_alive(port());
+}
+
+// 6. Thread-per-connection: slowloris sockets, many streams, bogus lengths, pipelining.
+TEST_F(AbuseTest, ConnectionFloodsDoNotStarveLiveness) {
+  ASSERT_TRUE(server_->ready());
+  std::vector<std::unique_ptr<e2e::RawConnection>> slowloris;
+  for (int i = 0; i < 300; ++i) {
+    slowloris.push_back(std::make_unique<e2e::RawConnection>(port()));
+    slowloris.back()->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n");  // never finished
+  }
+  e2e::RawConnection bogus(port());
+  bogus.send("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"prompt\"");
+  EXPECT_EQ(get(port(), "/health", false).status, 200);
+  EXPECT_EQ(get(port(), "/metrics", false).status, 200);
+
+  // 300 concurrent streams, all served.
+  std::vector<std::unique_ptr<e2e::RawConnection>> streams;
+  for (int i = 0; i < 300; ++i) {
+    streams.push_back(std::make_unique<e2e::RawConnection>(port()));
+    streams.back()->send(e2e::http_post(
+        "/v1/completions", R"({"prompt":"many","max_tokens":2,"stream":true})", kAuth));
+  }
+  EXPECT_EQ(get(port(), "/health", false).status, 200) << "while 300 streams are open";
+  int done = 0;
+  for (auto& s : streams) {
+    const std::string data = s->read_until("data: [DONE]", 60000);
+    done += data.find("data: [DONE]") != std::string::npos;
+  }
+  EXPECT_EQ(done, 300);
+
+  // Ten pipelined keep-alive requests on one connection: ten answers, in order.
+  e2e::RawConnection pipelined(port());
+  std::string burst;
+  for (int i = 0; i < 10; ++i) {
+    burst += e2e::http_post("/tokenize", R"({"prompt":"request )" + std::to_string(i) + "\"}");
+  }
+  ASSERT_TRUE(pipelined.send(burst));
+  std::string answers;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto count = [&] {
+    size_t n = 0;
+    for (size_t p = 0; (p = answers.find("HTTP/1.1 200", p)) != std::string::npos; ++p) ++n;
+    return n;
+  };
+  while (count() < 10 && std::chrono::steady_clock::now() < deadline) pipelined.read_for(50, &answers);
+  EXPECT_EQ(count(), 10u) << answers;
+  expect_alive(port());
+}
+
+// 8. A chunked body bypassed the body limit.
+TEST_F(AbuseTest, ChunkedBodyOverTheLimitGets413) {
+  ASSERT_TRUE(server_->ready());
+  e2e::RawConnection c(port());
+  c.send("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n");
+  const std::string piece(60000, ' ');
+  char size_line[32];
+  std::snprintf(size_line, sizeof(size_line), "%zx\r\n", piece.size());
+  for (int i = 0; i < 20 && c.send(size_line + piece + "\r\n"); ++i) {
+  }
+  bool closed = false;
+  const std::string reply = c.read_until("", 10000, &closed);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 413", 0), 0u) << reply.substr(0, 200);
+  EXPECT_TRUE(closed);
+  const Reply ok = post(port(), "/tokenize", R"({"prompt":"fits"})", false);
+  EXPECT_EQ(ok.status, 200);
+  expect_alive(port());
+}
+
+// 11. Wrong-typed fields gave a 500 with nlohmann's exception text.
+TEST_F(AbuseTest, WrongTypesGetA400NamingTheField) {
+  ASSERT_TRUE(server_->ready());
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":"yes"})",
+       "add_generation_prompt"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":null})",
+       "add_generation_prompt"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":[{"type":5}]}]})",
+       "content[0]"},
+      {"/tokenize", R"({"prompt":"x","add_special_tokens":"yes"})", "add_special_tokens"},
+      {"/tokenize", R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":1})",
+       "add_generation_prompt"},
+      {"/v1/completions", R"({"prompt":"x","echo":"true"})", "echo"},
+      {"/v1/completions", R"({"prompt":"x","stop":[1]})", "stop"},
+      {"/v1/completions", R"({"prompt":"x","logit_bias":[1]})", "logit_bias"},
+  };
+  for (const auto& [path, body, field] : cases) {
+    const Reply r = post(port(), path, body, path != "/tokenize");
+    EXPECT_EQ(r.status, 400) << body << " -> " << r.body;
+    EXPECT_NE(r.body.find(field), std::string::npos) << body << " -> " << r.body;
+    EXPECT_EQ(r.body.find("json.exception"), std::string::npos) << r.body;
+  }
+  expect_alive(port());
+}
+
+// 12. Validation gaps: min_tokens > max_tokens, 64-bit wrap, logit_bias, response_format.
+TEST_F(AbuseTest, ValidationGapsAreClosed) {
+  ASSERT_TRUE(server_->ready());
+  for (const auto& [body, needle] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt":"x","max_tokens":2,"min_tokens":5})", "min_tokens"},
+           {R"({"prompt":"x","n":4294967297})", "'n' must be an integer in"},
+           {R"({"prompt":"x","top_k":4294967295})", "'top_k' must be an integer in"},
+           {R"({"prompt":"x","max_tokens":18446744073709551615})", "max_tokens"},
+           {R"({"prompt":"x","logit_bias":{"99999999":5}})", "out-of-vocab"},
+           {R"({"prompt":"x","logit_bias":{"abc":5}})", "logit_bias"},
+           {R"({"prompt":"x","response_format":{"type":"json_object"}})", "not supported"}}) {
+    const Reply r = post(port(), "/v1/completions", body);
+    EXPECT_EQ(r.status, 400) << body << " -> " << r.body;
+    EXPECT_NE(r.body.find(needle), std::string::npos) << body << " -> " << r.body;
+  }
+  // logit_bias is applied: +100 on one token makes every greedy token that token.
+  const Reply r = post(port(), "/v1/completions",
+                       R"({"prompt":"x","max_tokens":6,"temperature":0,"ignore_eos":true,
+                           "logit_bias":{"1000":100},"logprobs":0})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  const Reply tok = post(port(), "/detokenize", R"({"tokens":[1000]})", false);
+  const std::string piece = json::parse(tok.body)["prompt"];
+  for (const auto& t : j["choices"][0]["logprobs"]["tokens"]) EXPECT_EQ(t, piece);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), 6u);
+  expect_alive(port());
+}
+
+// 13. Routes: 405, 401 before 404 on /v1, /tokenize's model, HTTP/1.0.
+TEST_F(AbuseTest, RoutingErrorsFollowVllm) {
+  ASSERT_TRUE(server_->ready());
+  EXPECT_EQ(get(port(), "/v1/completions").status, 405);
+  EXPECT_EQ(post(port(), "/health", "{}", false).status, 405);
+  EXPECT_EQ(get(port(), "/v1/nothing-here", false).status, 401);
+  EXPECT_EQ(get(port(), "/v1/nothing-here", true).status, 404);
+  EXPECT_EQ(get(port(), "/nothing-here", false).status, 404);
+  EXPECT_EQ(post(port(), "/tokenize", R"({"prompt":"x","model":"nope"})", false).status, 404);
+
+  // HTTP/1.0: no chunked encoding; the stream ends with the connection.
+  e2e::RawConnection c(port());
+  c.send(e2e::http_post("/v1/completions", R"({"prompt":"old client","max_tokens":3,"stream":true})",
+                        kAuth, "1.0"));
+  bool closed = false;
+  const std::string data = c.read_until("", 30000, &closed);
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(data.rfind("HTTP/1.0 200", 0), 0u) << data.substr(0, 200);
+  EXPECT_EQ(data.find("chunked"), std::string::npos) << data.substr(0, 300);
+  EXPECT_NE(data.find("data: [DONE]"), std::string::npos);
+  const Reply whole = request(port(), e2e::http_post("/tokenize", R"({"prompt":"x"})", "", "1.0"));
+  EXPECT_EQ(whole.status, 200);
+  EXPECT_NE(whole.headers.find("Content-Length"), std::string::npos) << whole.headers;
+  expect_alive(port());
+}
+
+// 15. Tool calling: flags, tool_choice, and the response shape.
+TEST_F(AbuseTest, ToolChoiceIsValidated) {
+  ASSERT_TRUE(server_->ready());
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}])";
+  const std::string messages = R"("messages":[{"role":"user","content":"weather?"}])";
+  Reply r = post(port(), "/v1/chat/completions", "{" + messages + "," + tools + R"(,"max_tokens":3})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(json::parse(r.body)["choices"][0]["message"]["tool_calls"].is_array());
+  r = post(port(), "/v1/chat/completions",
+           "{" + messages + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":"nope"}}})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("nope"), std::string::npos) << r.body;
+  r = post(port(), "/v1/chat/completions", "{" + messages + R"(,"tool_choice":"required"})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  r = post(port(), "/v1/chat/completions", "{" + messages + "," + tools + R"(,"tool_choice":"sometimes"})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  expect_alive(port());
+}
+
+// 7. SIGTERM with streams in flight: bounded drain, then an error event, [DONE], the chunked
+// terminator, and exit 0.
+TEST(AbuseShutdownTest, SigtermMidStreamEndsEveryStreamCleanly) {
+  e2e::ServerProcess s(e2e::model_dir(), abuse_flags(), "/tmp/chunkpipe_abuse_sigterm.log");
+  ASSERT_TRUE(s.ready());
+  std::vector<std::unique_ptr<e2e::RawConnection>> streams;
+  for (int i = 0; i < 3; ++i) {
+    streams.push_back(std::make_unique<e2e::RawConnection>(s.port()));
+    streams.back()->send(e2e::http_post(
+        "/v1/chat/completions",
+        R"({"messages":[{"role":"user","content":"go on"}],"max_tokens":480,"ignore_eos":true,"stream":true})",
+        kAuth));
+  }
+  for (auto& c : streams) c->read_until("data: {", 30000);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(s.pid(), SIGTERM);
+  for (auto& c : streams) {
+    bool closed = false;
+    const std::string tail = c->read_until("\r\n0\r\n\r\n", 20000, &closed);
+    EXPECT_NE(tail.find("shutting down"), std::string::npos) << tail.substr(0, 300);
+    const size_t done = tail.rfind("data: [DONE]");
+    EXPECT_NE(done, std::string::npos);
+    EXPECT_NE(tail.find("\r\n0\r\n\r\n", done), std::string::npos) << "the chunked terminator";
+  }
+  EXPECT_EQ(s.wait_exit(20), 0);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("    SIGTERM to exit: %.2f s (drain timeout 1 s)\n", secs);
+}
+
+}  // namespace

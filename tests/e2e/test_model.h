@@ -1,0 +1,39 @@
+// Test helper: the small random-weight model the serve tests run (made once per test process
+// with `chunkpipe make-model`) and the serve flags they share.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "server_process.h"
+
+namespace e2e {
+
+inline std::string model_dir() {
+  static const std::string dir = [] {
+    const std::string d = std::filesystem::temp_directory_path() /
+                          ("chunkpipe_e2e_model_" + std::to_string(getpid()));
+    const int rc = run_chunkpipe(
+        {"make-model",    d,    "--hidden",       "64",  "--layers",    "2",  "--heads",   "2",
+         "--q-lora-rank", "32", "--kv-lora-rank", "32",  "--qk-nope",   "16", "--qk-rope", "16",
+         "--v-head",      "16", "--experts",      "8",   "--top-k",     "2",  "--n-group", "2",
+         "--topk-group",  "1",  "--inter",        "128", "--moe-inter", "32", "--seed",    "7"});
+    EXPECT_EQ(rc, 0) << "make-model failed";
+    return d;
+  }();
+  return dir;
+}
+
+inline std::vector<std::string> base_flags() {
+  return {
+      "--served-model-name",      "deepseek_v3", "--max-model-len", "512", "--block-size",   "16",
+      "--kv-cache-memory",        "16000000",    "--threads",       "1",   "--max-num-seqs", "64",
+      "--max-num-batched-tokens", "512"};
+}
+
+}  // namespace e2e
