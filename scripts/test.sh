@@ -1,7 +1,37 @@
 #!/usr/bin/env bash
-# The project's test command: installs dependencies, builds, runs every test with CTest.
+# The project's test command: installs dependencies, builds, runs every test with CTest
+# (extra args go to ctest). `scripts/test.sh --sanitize` instead runs the instrumented builds:
+# ASan + UBSan (leak checking on) over the unit and e2e tests in build-asan/, TSan over the
+# engine and serve tests in build-tsan/, then a short bounded run of every fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh
-ctest --test-dir build --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" "$@"
+jobs=$(nproc 2>/dev/null || echo 2)
+if [ "${1:-}" != "--sanitize" ]; then
+  scripts/build.sh
+  exec ctest --test-dir build --output-on-failure -j "$jobs" "$@"
+fi
+shift
+
+sanitized_build() {  # DIR SANITIZERS
+  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=Release -DCHUNKPIPE_SANITIZE="$2" >/dev/null
+  cmake --build "$1" -j "$jobs"
+}
+
+echo "== ASan + UBSan (build-asan)"
+sanitized_build build-asan address,undefined
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+LSAN_OPTIONS=suppressions="$PWD/tests/sanitizer/lsan.supp":print_suppressions=0 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800 \
+    -E 'two_host_pipeline_test' "$@"
+
+echo "== TSan (build-tsan)"
+sanitized_build build-tsan thread
+# OpenBLAS' own threads are not instrumented: keep GEMM single-threaded inside each process.
+OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 \
+    -R 'engine_test|serve_e2e_test|abuse_e2e_test' "$@"
+
+echo "== fuzz (build-fuzz)"
+scripts/fuzz.sh "${FUZZ_SECONDS:-20}"

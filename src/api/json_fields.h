@@ -66,8 +66,8 @@ std::optional<ApiError> read_field(const nlohmann::json& body, const char* key, 
                        : std::is_integral_v<T>       ? "an integer"
                        : std::is_floating_point_v<T> ? "a number"
                                                      : "a string";
-    return bad_request("'" + std::string(key) + "' must be " + want + ", got " +
-                       json_type_name(v) + ": " + json_preview(v));
+    return bad_request("'" + std::string(key) + "' must be " + want + ", got " + json_type_name(v) +
+                       ": " + json_preview(v));
   }
   *out = v.get<T>();
   if (present) *present = true;

@@ -124,7 +124,8 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
     return bad_request("min_tokens must be greater than or equal to 0, got " +
                        std::to_string(s.min_tokens) + ".");
   if (auto e = read_strict(body, "skip_special_tokens", &s.skip_special_tokens)) return e;
-  if (auto e = read_strict(body, "include_stop_str_in_output", &s.include_stop_str_in_output)) return e;
+  if (auto e = read_strict(body, "include_stop_str_in_output", &s.include_stop_str_in_output))
+    return e;
   if (body.contains("stop") && !body["stop"].is_null()) {
     const json& st = body["stop"];
     if (st.is_string()) {
@@ -138,8 +139,7 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
   }
   if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
     const json& st = body["stop_token_ids"];
-    if (!st.is_array() ||
-        !std::all_of(st.begin(), st.end(), [](const json& x) {
+    if (!st.is_array() || !std::all_of(st.begin(), st.end(), [](const json& x) {
           return x.is_number_integer() && x.get<int64_t>() >= 0 &&
                  x.get<int64_t>() <= std::numeric_limits<int32_t>::max();
         })) {
@@ -165,9 +165,9 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
       return bad_request("max_tokens must be at least 1, got " + std::to_string(max_tokens) + ".");
     out->max_tokens = max_tokens;
     if (s.min_tokens > max_tokens) {
-      return bad_request("min_tokens must be less than or equal to max_tokens=" +
-                         std::to_string(max_tokens) + ", got " + std::to_string(s.min_tokens) +
-                         ".");
+      return bad_request(
+          "min_tokens must be less than or equal to max_tokens=" + std::to_string(max_tokens) +
+          ", got " + std::to_string(s.min_tokens) + ".");
     }
   }
   if (auto e = parse_logit_bias(body, vocab_size, &s)) return e;

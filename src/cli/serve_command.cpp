@@ -3,8 +3,8 @@
 // are accepted with one log line saying what they map to. SIGTERM/SIGINT stop the server,
 // abort what is in flight, and exit 0.
 #include <poll.h>
-#include <sys/resource.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
@@ -110,8 +110,9 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("max-stream-buffer-bytes",
                "unsent bytes a response may queue before its (too slow) client is dropped",
                std::to_string(4 << 20));
-  p.add_option("http-keep-alive-timeout",
-               "seconds an idle keep-alive connection stays open (env VLLM_HTTP_TIMEOUT_KEEP_ALIVE)");
+  p.add_option(
+      "http-keep-alive-timeout",
+      "seconds an idle keep-alive connection stays open (env VLLM_HTTP_TIMEOUT_KEEP_ALIVE)");
   p.add_option("shutdown-drain-timeout",
                "seconds SIGTERM lets running requests finish before ending them", "3");
   p.add_alias("-tp", "tensor-parallel-size");
@@ -355,8 +356,8 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     char* end = nullptr;
     const double secs = std::strtod(keep_alive->c_str(), &end);
     if (keep_alive->empty() || *end != '\0' || !(secs > 0) || secs > 86400)
-      return common::invalid_argument("--http-keep-alive-timeout: expected seconds in (0, 86400], got '" +
-                                      *keep_alive + "'");
+      return common::invalid_argument(
+          "--http-keep-alive-timeout: expected seconds in (0, 86400], got '" + *keep_alive + "'");
     s.keep_alive_timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
   }
   CP_ASSIGN_OR_RETURN(int64_t drain_s, p.int_option("shutdown-drain-timeout", 0));
@@ -708,7 +709,8 @@ int run_serve_command(int argc, char** argv) {
   LOG(INFO) << "init engine (load model, create kv cache) took " << common::now_seconds() - t0
             << " seconds";
   // Thousands of idle or slow connections each hold a descriptor: lift the soft limit.
-  if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+  if (rlimit nofile{};
+      getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = nofile.rlim_max;
     setrlimit(RLIMIT_NOFILE, &nofile);
   }

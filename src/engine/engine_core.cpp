@@ -111,7 +111,10 @@ void EngineCore::run_profiling_chunk_init() {
     }
   }
   std::vector<std::string> log;
-  predictor_->fit_profile(samples, &log);
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // metrics() reads the fit
+    predictor_->fit_profile(samples, &log);
+  }
   for (const std::string& line : log) LOG(INFO) << line;
   scheduler_.set_chunk_predictor(predictor_.get());
 }
@@ -448,7 +451,10 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     for (const auto& s : so.scheduled)
       chunks.emplace_back(s.num_scheduled_tokens, s.num_computed_tokens);
     std::vector<std::string> log;
-    predictor_->record_step(chunks, exec_ms, &log);
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // metrics() reads the fit
+      predictor_->record_step(chunks, exec_ms, &log);
+    }
     for (const std::string& line : log) LOG(INFO) << line;
     if (!predictor_->need_timing())
       LOG(INFO) << "[ProfilingChunk] Online calibration finished; step timing is off";

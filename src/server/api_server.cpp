@@ -55,10 +55,14 @@ struct Route {
   bool needs_key;
 };
 constexpr Route kRoutes[] = {
-    {"/health", "GET", false},           {"/ping", "GET", false},
-    {"/version", "GET", false},          {"/metrics", "GET", false},
-    {"/tokenize", "POST", false},        {"/detokenize", "POST", false},
-    {"/v1/models", "GET", true},         {"/v1/completions", "POST", true},
+    {"/health", "GET", false},
+    {"/ping", "GET", false},
+    {"/version", "GET", false},
+    {"/metrics", "GET", false},
+    {"/tokenize", "POST", false},
+    {"/detokenize", "POST", false},
+    {"/v1/models", "GET", true},
+    {"/v1/completions", "POST", true},
     {"/v1/chat/completions", "POST", true},
 };
 
@@ -205,7 +209,8 @@ void ApiServer::handle(std::shared_ptr<HttpExchange> ex) {
   }
   if (path == "/v1/models") return ex->respond(models_response());
   if (stopping_) {
-    return ex->respond(error_response({503, "The server is shutting down", "ServiceUnavailableError"}));
+    return ex->respond(
+        error_response({503, "The server is shutting down", "ServiceUnavailableError"}));
   }
   // The rest parse and tokenize: off the I/O thread. No exception may escape a task.
   workers_->post([this, ex, path] {
@@ -252,7 +257,8 @@ HttpResponse ApiServer::models_response() const {
 HttpResponse ApiServer::handle_tokenize(const HttpRequest& req) const {
   json body;
   if (auto e = api::parse_json_body(req.body, &body)) return error_response(*e);
-  if (!body.is_object()) return error_response(api::bad_request("the request body must be a JSON object"));
+  if (!body.is_object())
+    return error_response(api::bad_request("the request body must be a JSON object"));
   std::string model;
   if (auto e = api::read_field(body, "model", &model)) return error_response(*e);
   const auto& names = config_.served_model_names;
@@ -339,15 +345,17 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
       if (tc.is_string()) {
         choice = tc.get<std::string>();
         if (choice != "none" && choice != "auto" && choice != "required")
-          return fail(api::bad_request("'tool_choice' must be 'none', 'auto', 'required' or "
-                                       "{\"type\": \"function\", \"function\": {\"name\": ...}}"));
+          return fail(
+              api::bad_request("'tool_choice' must be 'none', 'auto', 'required' or "
+                               "{\"type\": \"function\", \"function\": {\"name\": ...}}"));
       } else if (tc.is_object() && tc.contains("function") && tc["function"].is_object() &&
                  tc["function"].contains("name") && tc["function"]["name"].is_string()) {
         choice = "named";
         named = tc["function"]["name"].get<std::string>();
       } else {
-        return fail(api::bad_request("'tool_choice' must be 'none', 'auto', 'required' or "
-                                     "{\"type\": \"function\", \"function\": {\"name\": ...}}"));
+        return fail(
+            api::bad_request("'tool_choice' must be 'none', 'auto', 'required' or "
+                             "{\"type\": \"function\", \"function\": {\"name\": ...}}"));
       }
       if (choice != "none" && !has_tools)
         return fail(api::bad_request("When using `tool_choice`, `tools` must be set."));
@@ -413,7 +421,8 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
     };
     auto valid_ids = [&](const json& a) {
       return a.is_array() && !a.empty() && std::all_of(a.begin(), a.end(), [&](const json& x) {
-               return x.is_number_integer() && !(x.is_number_unsigned() && x.get<uint64_t>() > INT32_MAX) &&
+               return x.is_number_integer() &&
+                      !(x.is_number_unsigned() && x.get<uint64_t>() > INT32_MAX) &&
                       x.get<int64_t>() >= 0 && x.get<int64_t>() < tokenizer_.vocab_size();
              });
     };
@@ -436,8 +445,9 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
         prompt_texts.push_back(tokenizer::sanitize_utf8(tokenizer_.decode(prompts.back())));
       }
     } else {
-      return fail(api::bad_request("'prompt' must be a string, a list of strings, a "
-                                   "list of token ids, or a list of token id lists"));
+      return fail(
+          api::bad_request("'prompt' must be a string, a list of strings, a "
+                           "list of token ids, or a list of token id lists"));
     }
   }
   // Validate every prompt before queueing anything.
@@ -468,7 +478,8 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   plan.include_usage = f.include_usage;
   plan.want_logprobs = f.want_logprobs;
   plan.n = f.n;
-  plan.response_id = (chat ? "chatcmpl-" : "cmpl-") + (header_id.empty() ? random_hex() : header_id);
+  plan.response_id =
+      (chat ? "chatcmpl-" : "cmpl-") + (header_id.empty() ? random_hex() : header_id);
   plan.model_name = names.front();
   plan.created = std::chrono::duration_cast<std::chrono::seconds>(
                      std::chrono::system_clock::now().time_since_epoch())
@@ -486,8 +497,8 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
       if (f.echo) c.echo = prompt_texts[p];
       if (use_reasoning) c.reasoning = std::make_unique<tokenizer::ReasoningParser>(thinking);
       if (!tool_parser.empty()) {
-        c.tools = ToolCallParser::create(tool_parser,
-                                         "chatcmpl-tool-" + random_hex().substr(0, 24) + "-");
+        c.tools = api::ToolCallParser::create(tool_parser,
+                                              "chatcmpl-tool-" + random_hex().substr(0, 24) + "-");
       }
       auto r = std::make_unique<sched::Request>();
       r->request_id = c.engine_id;

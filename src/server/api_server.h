@@ -40,7 +40,7 @@ struct ServerConfig {
   int http_threads = 2;          // I/O threads of the event loop
   int worker_threads = 2;        // parse, tokenize, format
   size_t max_body_bytes = 32 << 20;
-  size_t max_stream_buffer_bytes = 4 << 20;  // a stream this far behind its client is dropped
+  size_t max_stream_buffer_bytes = 4 << 20;    // a stream this far behind its client is dropped
   int64_t max_completions_per_request = 1024;  // prompts x n
   std::chrono::milliseconds keep_alive_timeout{5000};
   std::chrono::milliseconds drain_timeout{3000};  // SIGTERM: time to let requests finish

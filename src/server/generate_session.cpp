@@ -19,13 +19,13 @@ json stop_reason_json(const std::variant<std::monostate, std::string, int32_t>& 
   return nullptr;
 }
 
-json tool_call_json(const ToolCall& c) {
+json tool_call_json(const api::ToolCall& c) {
   return {{"id", c.id},
           {"type", "function"},
           {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
 }
 
-json tool_delta_json(const ToolCallDelta& d) {
+json tool_delta_json(const api::ToolCallDelta& d) {
   json j = {{"index", d.index}};
   if (d.first) {
     j["id"] = d.id;
@@ -198,11 +198,11 @@ void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
   } else {
     d.content = o.new_text;
   }
-  ToolParseDelta tools;
+  api::ToolParseDelta tools;
   if (c.tools) {
     tools = c.tools->push(d.content);
     if (o.finished) {
-      ToolParseDelta tail = c.tools->flush();
+      api::ToolParseDelta tail = c.tools->flush();
       tools.content += tail.content;
       for (auto& call : tail.calls) {
         if (!tools.calls.empty() && tools.calls.back().index == call.index && !call.first) {
@@ -244,7 +244,7 @@ void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
 
 void GenerateSession::stream_delta(size_t index, const engine::RequestOutput& o,
                                    size_t logprobs_before, const tokenizer::ReasoningDelta& d,
-                                   const ToolParseDelta& tools) {
+                                   const api::ToolParseDelta& tools) {
   GenerateChoice& c = plan_.choices[index];
   std::vector<engine::TokenLogprob> new_lps(c.logprobs.begin() + logprobs_before, c.logprobs.end());
   json lps = new_lps.empty() ? json(nullptr) : logprobs_json(new_lps);

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/tool_parser.h"
 #include "engine/engine_core.h"
 #include "server/http_server.h"
-#include "server/tool_parser.h"
 #include "server/worker_pool.h"
 #include "tokenizer/reasoning_parser.h"
 #include "tokenizer/tokenizer.h"
@@ -25,7 +25,7 @@ struct GenerateChoice {
   int64_t prompt_tokens = 0;
   std::string echo;
   std::unique_ptr<tokenizer::ReasoningParser> reasoning;
-  std::unique_ptr<ToolCallParser> tools;  // chat with a tool parser and tool_choice != none
+  std::unique_ptr<api::ToolCallParser> tools;  // chat with a tool parser and tool_choice != none
   // Filled as outputs arrive.
   std::string text;
   std::string reasoning_text;
@@ -73,7 +73,7 @@ class GenerateSession : public std::enable_shared_from_this<GenerateSession> {
   bool send_chunk(const nlohmann::json& chunk);
   void send_stream_error(const std::string& message, const char* type, int code);
   void stream_delta(size_t index, const engine::RequestOutput& out, size_t logprobs_before,
-                    const tokenizer::ReasoningDelta& delta, const ToolParseDelta& tools);
+                    const tokenizer::ReasoningDelta& delta, const api::ToolParseDelta& tools);
   void send_stream_end();
   void respond_whole();
   nlohmann::json logprobs_json(const std::vector<engine::TokenLogprob>& lps) const;

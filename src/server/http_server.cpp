@@ -201,7 +201,9 @@ namespace {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(HttpServer::Impl& server, tcp::socket socket)
-      : server_(server), strand_(socket.get_executor()), stream_(std::move(socket)),
+      : server_(server),
+        strand_(socket.get_executor()),
+        stream_(std::move(socket)),
         wake_(strand_) {}
 
   Strand strand() const { return strand_; }
@@ -331,8 +333,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       Work w = exchange_->take();
       if (w.closed || closing_) co_return false;
       if (w.full) {
-        http::response<http::string_body> res{static_cast<http::status>(w.full->status),
-                                              version_};
+        http::response<http::string_body> res{static_cast<http::status>(w.full->status), version_};
         res.set(http::field::content_type, w.full->content_type);
         for (const auto& [k, v] : w.full->headers) res.insert(k, v);
         reuse_ = reuse_ && !server_.draining;
@@ -361,10 +362,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       if (!w.data.empty()) {
         stream_.expires_after(o.write_timeout);
-        auto [ec, n] =
-            chunked
-                ? co_await net::async_write(stream_, http::make_chunk(net::buffer(w.data)), kNoThrow)
-                : co_await net::async_write(stream_, net::buffer(w.data), kNoThrow);
+        auto [ec, n] = chunked ? co_await net::async_write(
+                                     stream_, http::make_chunk(net::buffer(w.data)), kNoThrow)
+                               : co_await net::async_write(stream_, net::buffer(w.data), kNoThrow);
         if (ec) co_return false;
       }
       if (w.end) {
@@ -461,7 +461,8 @@ awaitable<void> HttpServer::Impl::accept_loop() {
     socket.set_option(tcp::no_delay(true), ignored);  // SSE chunks are small: no Nagle delay
     auto c = std::make_shared<Connection>(*this, std::move(socket));
     add(c);
-    net::co_spawn(c->strand(), [c]() -> awaitable<void> { co_await c->run(); }, net::detached);
+    net::co_spawn(
+        c->strand(), [c]() -> awaitable<void> { co_await c->run(); }, net::detached);
   }
 }
 

@@ -63,13 +63,13 @@ struct HttpServerOptions {
   std::string host = "0.0.0.0";
   int port = 8000;
   int io_threads = 2;
-  size_t max_body_bytes = 32 << 20;      // every body encoding, chunked included
-  size_t max_header_bytes = 64 << 10;    // request line + header fields
-  size_t max_stream_buffer_bytes = 4 << 20;  // queued, unwritten bytes of one response
-  std::chrono::milliseconds header_timeout{30000};      // a request's header must arrive within
-  std::chrono::milliseconds body_timeout{60000};        // and its body within
-  std::chrono::milliseconds keep_alive_timeout{5000};   // idle time between requests
-  std::chrono::milliseconds write_timeout{60000};       // one write's progress
+  size_t max_body_bytes = 32 << 20;                    // every body encoding, chunked included
+  size_t max_header_bytes = 64 << 10;                  // request line + header fields
+  size_t max_stream_buffer_bytes = 4 << 20;            // queued, unwritten bytes of one response
+  std::chrono::milliseconds header_timeout{30000};     // a request's header must arrive within
+  std::chrono::milliseconds body_timeout{60000};       // and its body within
+  std::chrono::milliseconds keep_alive_timeout{5000};  // idle time between requests
+  std::chrono::milliseconds write_timeout{60000};      // one write's progress
   // Builds the body of a transport-level error (malformed request, body too large).
   std::function<HttpResponse(int status, const std::string& message)> error_response;
 };

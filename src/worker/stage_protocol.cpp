@@ -52,7 +52,8 @@ bool get_sample_spec(dist::WireReader& r, SampleSpec* spec) {
   r.get_vector(&bias_values);
   if (bias_ids.size() != bias_values.size()) return false;
   p.logit_bias.clear();
-  for (size_t i = 0; i < bias_ids.size(); ++i) p.logit_bias.emplace_back(bias_ids[i], bias_values[i]);
+  for (size_t i = 0; i < bias_ids.size(); ++i)
+    p.logit_bias.emplace_back(bias_ids[i], bias_values[i]);
   r.get_vector(&spec->prompt_token_ids);
   r.get_vector(&spec->output_token_ids);
   r.get_vector(&spec->stop_ids);

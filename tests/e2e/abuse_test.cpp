@@ -28,10 +28,10 @@ constexpr int kBodyLimit = 200000;
 
 std::vector<std::string> abuse_flags() {
   auto flags = e2e::base_flags();
-  flags.insert(flags.end(), {"--api-key", kKey, "--max-stream-buffer-bytes", "32768",
-                             "--max-request-body-bytes", std::to_string(kBodyLimit),
-                             "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v31",
-                             "--shutdown-drain-timeout", "1"});
+  flags.insert(flags.end(),
+               {"--api-key", kKey, "--max-stream-buffer-bytes", "32768", "--max-request-body-bytes",
+                std::to_string(kBodyLimit), "--enable-auto-tool-choice", "--tool-call-parser",
+                "deepseek_v31", "--shutdown-drain-timeout", "1"});
   return flags;
 }
 
@@ -90,8 +90,9 @@ double metric(int port, const std::string& prefix) {
   return std::stod(r.body.substr(pos + 2));
 }
 double aborted(int port) {
-  return metric(port, "vllm:request_success_total{model_name=\"deepseek_v3\",engine=\"0\","
-                      "finished_reason=\"abort\"}");
+  return metric(port,
+                "vllm:request_success_total{model_name=\"deepseek_v3\",engine=\"0\","
+                "finished_reason=\"abort\"}");
 }
 double running(int port) {
   return metric(port, "vllm:num_requests_running{");
@@ -172,14 +173,16 @@ TEST_F(AbuseTest, DuplicateRequestIdsBothComplete) {
 TEST_F(AbuseTest, DeepNestingIsRefusedAtParseTime) {
   ASSERT_TRUE(server_->ready());
   const std::string deep = std::string(60000, '[') + std::string(60000, ']');
-  for (const auto& [path, body, key] : std::vector<std::tuple<std::string, std::string, bool>>{
-           {"/v1/completions", R"({"prompt":"x","model":)" + deep + "}", true},
-           {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"model":)" +
-                                        deep + "}", true},
-           {"/v1/chat/completions",
-            R"({"messages":[{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":)" +
-                deep + "}}]}]}", true},
-           {"/tokenize", R"({"prompt":"x","model":)" + deep + "}", false}}) {
+  for (
+      const auto& [path, body, key] : std::vector<std::tuple<std::string, std::string, bool>>{
+          {"/v1/completions", R"({"prompt":"x","model":)" + deep + "}", true},
+          {"/v1/chat/completions",
+           R"({"messages":[{"role":"user","content":"x"}],"model":)" + deep + "}", true},
+          {"/v1/chat/completions",
+           R"({"messages":[{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":)" +
+               deep + "}}]}]}",
+           true},
+          {"/tokenize", R"({"prompt":"x","model":)" + deep + "}", false}}) {
     const Reply r = post(port(), path, body, key);
     EXPECT_EQ(r.status, 400) << path << ": " << r.body.substr(0, 200);
     EXPECT_NE(r.body.find("deeper than"), std::string::npos) << r.body.substr(0, 200);
@@ -221,8 +224,10 @@ TEST_F(AbuseTest, VanishedNonStreamingClientsAreAbortedAndFanOutIsCapped) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     for (size_t i = 0; i < clients.size(); ++i) {
-      if (i % 2) clients[i]->reset();  // RST
-      else clients[i]->close();        // FIN
+      if (i % 2)
+        clients[i]->reset();  // RST
+      else
+        clients[i]->close();  // FIN
     }
   }
   EXPECT_TRUE(eventually([&] { return aborted(port()) >= aborts_before + 4; }))
@@ -280,7 +285,8 @@ TEST_F(AbuseTest, ConnectionFloodsDoNotStarveLiveness) {
     for (size_t p = 0; (p = answers.find("HTTP/1.1 200", p)) != std::string::npos; ++p) ++n;
     return n;
   };
-  while (count() < 10 && std::chrono::steady_clock::now() < deadline) pipelined.read_for(50, &answers);
+  while (count() < 10 && std::chrono::steady_clock::now() < deadline)
+    pipelined.read_for(50, &answers);
   EXPECT_EQ(count(), 10u) << answers;
   expect_alive(port());
 }
@@ -289,8 +295,9 @@ TEST_F(AbuseTest, ConnectionFloodsDoNotStarveLiveness) {
 TEST_F(AbuseTest, ChunkedBodyOverTheLimitGets413) {
   ASSERT_TRUE(server_->ready());
   e2e::RawConnection c(port());
-  c.send("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-         "Transfer-Encoding: chunked\r\n\r\n");
+  c.send(
+      "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n");
   const std::string piece(60000, ' ');
   char size_line[32];
   std::snprintf(size_line, sizeof(size_line), "%zx\r\n", piece.size());
@@ -373,8 +380,8 @@ TEST_F(AbuseTest, RoutingErrorsFollowVllm) {
 
   // HTTP/1.0: no chunked encoding; the stream ends with the connection.
   e2e::RawConnection c(port());
-  c.send(e2e::http_post("/v1/completions", R"({"prompt":"old client","max_tokens":3,"stream":true})",
-                        kAuth, "1.0"));
+  c.send(e2e::http_post("/v1/completions",
+                        R"({"prompt":"old client","max_tokens":3,"stream":true})", kAuth, "1.0"));
   bool closed = false;
   const std::string data = c.read_until("", 30000, &closed);
   EXPECT_TRUE(closed);
@@ -393,16 +400,19 @@ TEST_F(AbuseTest, ToolChoiceIsValidated) {
   const std::string tools =
       R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}])";
   const std::string messages = R"("messages":[{"role":"user","content":"weather?"}])";
-  Reply r = post(port(), "/v1/chat/completions", "{" + messages + "," + tools + R"(,"max_tokens":3})");
+  Reply r =
+      post(port(), "/v1/chat/completions", "{" + messages + "," + tools + R"(,"max_tokens":3})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_TRUE(json::parse(r.body)["choices"][0]["message"]["tool_calls"].is_array());
   r = post(port(), "/v1/chat/completions",
-           "{" + messages + "," + tools + R"(,"tool_choice":{"type":"function","function":{"name":"nope"}}})");
+           "{" + messages + "," + tools +
+               R"(,"tool_choice":{"type":"function","function":{"name":"nope"}}})");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("nope"), std::string::npos) << r.body;
   r = post(port(), "/v1/chat/completions", "{" + messages + R"(,"tool_choice":"required"})");
   EXPECT_EQ(r.status, 400) << r.body;
-  r = post(port(), "/v1/chat/completions", "{" + messages + "," + tools + R"(,"tool_choice":"sometimes"})");
+  r = post(port(), "/v1/chat/completions",
+           "{" + messages + "," + tools + R"(,"tool_choice":"sometimes"})");
   EXPECT_EQ(r.status, 400) << r.body;
   expect_alive(port());
 }
@@ -432,8 +442,7 @@ TEST(AbuseShutdownTest, SigtermMidStreamEndsEveryStreamCleanly) {
     EXPECT_NE(tail.find("\r\n0\r\n\r\n", done), std::string::npos) << "the chunked terminator";
   }
   EXPECT_EQ(s.wait_exit(20), 0);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("    SIGTERM to exit: %.2f s (drain timeout 1 s)\n", secs);
 }
 

@@ -16,14 +16,14 @@
 #include <thread>
 
 #include "command.h"
-#include "test_model.h"
 #include "server_process.h"
+#include "test_model.h"
 
 namespace {
 
-using nlohmann::json;
 using e2e::base_flags;
 using e2e::model_dir;
+using nlohmann::json;
 const std::string kKey = "test-key";
 
 struct Response {

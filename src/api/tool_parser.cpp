@@ -1,10 +1,10 @@
 // The tool-call state machine. Each state looks for the marker that ends it; text that is
 // certainly not (a prefix of) that marker is emitted, the rest stays in pending_.
-#include "server/tool_parser.h"
+#include "api/tool_parser.h"
 
 #include <algorithm>
 
-namespace server {
+namespace api {
 namespace {
 
 constexpr std::string_view kCallsBegin = "<｜tool▁calls▁begin｜>";
@@ -120,9 +120,9 @@ bool ToolCallParser::step(ToolParseDelta* out) {
       return true;
     }
     case State::kArguments: {
-      const std::string end_marker =
-          format_ == Format::kV31 ? std::string(kCallEnd)
-                                  : std::string(kV3ArgsClose) + std::string(kCallEnd);
+      const std::string end_marker = format_ == Format::kV31
+                                         ? std::string(kCallEnd)
+                                         : std::string(kV3ArgsClose) + std::string(kCallEnd);
       const size_t at = pending_.find(end_marker);
       if (at == std::string::npos) {
         const size_t hold = partial_suffix(pending_, end_marker);
@@ -163,4 +163,4 @@ ToolParseDelta ToolCallParser::flush() {
   return out;
 }
 
-}  // namespace server
+}  // namespace api

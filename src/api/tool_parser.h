@@ -1,7 +1,9 @@
 // ToolCallParser: DeepSeek's tool-call markup in generated text -> OpenAI tool_calls, whole or
 // streamed, as vLLM's deepseek_v3 and deepseek_v31 parsers read it:
-//   v3:  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
-//   v31: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//   v3:
+//   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//   v31:
+//   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
 // Text before the markup is content. push() never emits bytes that could still turn out to be
 // part of a marker, so any split of the text gives the same result. Thread-compatible.
 #pragma once
@@ -11,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-namespace server {
+namespace api {
 
 struct ToolCallDelta {
   int index = 0;
@@ -59,4 +61,4 @@ class ToolCallParser {
   std::vector<ToolCall> calls_;
 };
 
-}  // namespace server
+}  // namespace api
