@@ -13,9 +13,12 @@ if [ "${1:-}" != "--sanitize" ]; then
 fi
 shift
 
-sanitized_build() {  # DIR SANITIZERS
-  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=Release -DCHUNKPIPE_SANITIZE="$2" >/dev/null
-  cmake --build "$1" -j "$jobs"
+sanitized_build() {  # DIR SANITIZERS [TARGET...]
+  local dir="$1" sanitizers="$2"
+  shift 2
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCHUNKPIPE_SANITIZE="$sanitizers" \
+    -DCHUNKPIPE_BUILD_BENCH=OFF >/dev/null
+  cmake --build "$dir" -j "$jobs" ${1:+--target "$@"}
 }
 
 echo "== ASan + UBSan (build-asan)"
@@ -27,7 +30,7 @@ LSAN_OPTIONS=suppressions="$PWD/tests/sanitizer/lsan.supp":print_suppressions=0 
     -E 'two_host_pipeline_test' "$@"
 
 echo "== TSan (build-tsan)"
-sanitized_build build-tsan thread
+sanitized_build build-tsan thread chunkpipe engine_test serve_e2e_test abuse_e2e_test
 # OpenBLAS' own threads are not instrumented: keep GEMM single-threaded inside each process.
 OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 \

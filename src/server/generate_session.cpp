@@ -252,8 +252,8 @@ void GenerateSession::stream_delta(size_t index, const engine::RequestOutput& o,
   if (o.finished) {
     const char* fr = sched::finish_reason_name(c.finish_reason);
     if (fr) reason = fr;
-    if (c.tools && !c.tools->calls().empty() && c.finish_reason == sched::FinishReason::kStop)
-      reason = "tool_calls";
+    if (c.tools && !c.tools->calls().empty() && c.finish_reason != sched::FinishReason::kAbort)
+      reason = "tool_calls";  // as vLLM: whenever the parser found calls
   }
   json choice;
   if (plan_.chat) {
@@ -335,7 +335,7 @@ void GenerateSession::respond_whole() {
                       {"tool_calls", tool_calls}};
       message["reasoning_content"] = c.reasoning ? json(c.reasoning_text) : json(nullptr);
       json reason = fr ? json(fr) : json("stop");
-      if (called && c.finish_reason == sched::FinishReason::kStop) reason = "tool_calls";
+      if (called && c.finish_reason != sched::FinishReason::kAbort) reason = "tool_calls";
       choices.push_back({{"index", i},
                          {"message", message},
                          {"logprobs", logprobs_json(c.logprobs)},

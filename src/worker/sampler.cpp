@@ -25,6 +25,10 @@ SampledToken sample_token(std::span<float> logits, const sched::Request& r,
                           std::span<const int32_t> stop_ids, std::mt19937_64& rng) {
   const sched::SamplingParams& p = r.sampling;
   const int64_t V = static_cast<int64_t>(logits.size());
+  // As vLLM v1: logit_bias (a logits processor) before the penalties.
+  for (const auto& [t, bias] : p.logit_bias) {
+    if (t >= 0 && t < V) logits[t] += bias;
+  }
   if (p.repetition_penalty != 1.0) {
     std::vector<bool> seen(V, false);
     for (int32_t t : r.prompt_token_ids) seen[t] = true;
@@ -40,9 +44,6 @@ SampledToken sample_token(std::span<float> logits, const sched::Request& r,
     for (const auto& [t, c] : counts) {
       logits[t] -= static_cast<float>(p.frequency_penalty * c + p.presence_penalty);
     }
-  }
-  for (const auto& [t, bias] : p.logit_bias) {
-    if (t >= 0 && t < V) logits[t] += bias;
   }
   if (static_cast<int32_t>(r.output_token_ids.size()) < p.min_tokens) {
     for (int32_t t : stop_ids) {

@@ -417,6 +417,65 @@ TEST_F(AbuseTest, ToolChoiceIsValidated) {
   expect_alive(port());
 }
 
+// 15. The tool-call path end to end: logit_bias with a repetition penalty forces the model to
+// emit the DeepSeek-V3.1 markup token by token (each biased token is 7 below the previous one,
+// more than the random model's own logits differ; once emitted, the repetition penalty halves
+// a token's biased logit), and the parser turns it into tool_calls.
+TEST_F(AbuseTest, ForcedToolCallTokensBecomeToolCalls) {
+  ASSERT_TRUE(server_->ready());
+  auto single_id = [&](const std::string& text) {
+    const Reply r = post(port(), "/tokenize",
+                         json({{"prompt", text}, {"add_special_tokens", false}}).dump(), false);
+    const json ids = json::parse(r.body)["tokens"];
+    return ids.size() == 1 ? ids[0].get<int>() : -1;
+  };
+  std::vector<int> ids;
+  for (const std::string piece :
+       {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "search", "<｜tool▁sep｜>", "{}",
+        "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"}) {
+    ids.push_back(single_id(piece));
+    ASSERT_GE(ids.back(), 0) << piece << " is not one token";
+  }
+  json bias = json::object();
+  for (size_t i = 0; i < ids.size(); ++i) bias[std::to_string(ids[i])] = 100.0 - 7.0 * double(i);
+  const json request = {{"messages", {{{"role", "user"}, {"content", "find chunkpipe"}}}},
+                        {"tools", {{{"type", "function"}, {"function", {{"name", "search"}}}}}},
+                        {"max_tokens", ids.size()},
+                        {"temperature", 0},
+                        {"repetition_penalty", 2.0},
+                        {"logit_bias", bias}};
+  Reply r = post(port(), "/v1/chat/completions", request.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json whole = json::parse(r.body)["choices"][0];
+  ASSERT_EQ(whole["message"]["tool_calls"].size(), 1u) << r.body;
+  EXPECT_EQ(whole["message"]["tool_calls"][0]["function"]["name"], "search");
+  EXPECT_EQ(whole["message"]["tool_calls"][0]["function"]["arguments"], "{}");
+  EXPECT_EQ(whole["message"]["tool_calls"][0]["type"], "function");
+  EXPECT_TRUE(whole["message"]["content"].is_null()) << r.body;
+  EXPECT_EQ(whole["finish_reason"], "tool_calls");
+
+  json streamed_request = request;
+  streamed_request["stream"] = true;
+  r = post(port(), "/v1/chat/completions", streamed_request.dump());
+  ASSERT_EQ(r.status, 200);
+  std::string name, arguments, finish;
+  for (size_t pos = 0; (pos = r.body.find("data: {", pos)) != std::string::npos; ++pos) {
+    const json chunk = json::parse(r.body.substr(pos + 6, r.body.find("\n", pos) - pos - 6));
+    const json& choice = chunk["choices"][0];
+    if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+    if (!choice["delta"].contains("tool_calls")) continue;
+    for (const json& call : choice["delta"]["tool_calls"]) {
+      EXPECT_EQ(call["index"], 0);
+      if (call["function"].contains("name")) name += call["function"]["name"].get<std::string>();
+      arguments += call["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(name, "search");
+  EXPECT_EQ(arguments, "{}");
+  EXPECT_EQ(finish, "tool_calls");
+  expect_alive(port());
+}
+
 // 7. SIGTERM with streams in flight: bounded drain, then an error event, [DONE], the chunked
 // terminator, and exit 0.
 TEST(AbuseShutdownTest, SigtermMidStreamEndsEveryStreamCleanly) {
