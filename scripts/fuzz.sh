@@ -8,8 +8,9 @@ seconds="${1:-30}"
 shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(request chat_template tokenizer_json safetensors tool_parser)
-cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
-  -DCHUNKPIPE_FUZZ=ON >/dev/null
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DCMAKE_CXX_COMPILER=clang++ -DCHUNKPIPE_FUZZ=ON -DCHUNKPIPE_BUILD_BENCH=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc 2>/dev/null || echo 2)" \
   --target "${targets[@]/#/fuzz_}" >/dev/null
 mkdir -p build-fuzz/crashes

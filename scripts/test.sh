@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# Compiler cache keys relative to the checkout, so a fresh clone elsewhere (CI) reuses them.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 jobs=$(nproc 2>/dev/null || echo 2)
 if [ "${1:-}" != "--sanitize" ]; then
   scripts/build.sh
@@ -16,8 +18,9 @@ shift
 sanitized_build() {  # DIR SANITIZERS [TARGET...]
   local dir="$1" sanitizers="$2"
   shift 2
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCHUNKPIPE_SANITIZE="$sanitizers" \
-    -DCHUNKPIPE_BUILD_BENCH=OFF >/dev/null
+  # -O1: instrumented code compiles much faster than at -O3 and still runs the e2e tests.
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+    -DCHUNKPIPE_SANITIZE="$sanitizers" -DCHUNKPIPE_BUILD_BENCH=OFF >/dev/null
   cmake --build "$dir" -j "$jobs" ${1:+--target "$@"}
 }
 
