@@ -18,7 +18,7 @@ std::optional<ApiError> parse_json_body(const std::string& text, json* out) {
   };
   try {
     *out = json::parse(text, limit);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e9999
     std::string what = e.what();
     const size_t cut = what.find("] ");  // drop nlohmann's "[json.exception.parse_error.N] "
     if (cut != std::string::npos) what = what.substr(cut + 2);

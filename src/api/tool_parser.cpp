@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "common/text.h"
+
 namespace api {
 namespace {
 
@@ -15,15 +17,7 @@ constexpr std::string_view kSep = "<｜tool▁sep｜>";
 constexpr std::string_view kV3ArgsOpen = "```json\n";
 constexpr std::string_view kV3ArgsClose = "\n```";
 
-// Length of the longest suffix of `text` that is a proper prefix of `marker`.
-size_t partial_suffix(std::string_view text, std::string_view marker) {
-  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
-  }
-  return 0;
-}
-
-std::string trim(std::string_view s) {
+std::string trim(std::string_view s) {  // spaces around a tool name
   const size_t b = s.find_first_not_of(" \t\r\n");
   if (b == std::string_view::npos) return "";
   const size_t e = s.find_last_not_of(" \t\r\n");
@@ -61,7 +55,7 @@ bool ToolCallParser::step(ToolParseDelta* out) {
     case State::kContent: {
       const size_t at = pending_.find(kCallsBegin);
       if (at == std::string::npos) {
-        const size_t hold = partial_suffix(pending_, kCallsBegin);
+        const size_t hold = common::partial_marker_suffix(pending_, kCallsBegin);
         out->content += pending_.substr(0, pending_.size() - hold);
         pending_.erase(0, pending_.size() - hold);
         return false;
@@ -72,23 +66,22 @@ bool ToolCallParser::step(ToolParseDelta* out) {
       return true;
     }
     case State::kBetweenCalls: {
-      const std::string body = trim(pending_);
-      if (body.rfind(kCallBegin, 0) == 0) {
-        pending_.erase(0, pending_.find(kCallBegin) + kCallBegin.size());
+      // The next call or the end of the calls; stray text before it is dropped (as vLLM's
+      // parsers do), except a tail that may still grow into one of the two markers.
+      const size_t call = pending_.find(kCallBegin), end = pending_.find(kCallsEnd);
+      if (call == std::string::npos && end == std::string::npos) {
+        const size_t hold = std::max(common::partial_marker_suffix(pending_, kCallBegin),
+                                     common::partial_marker_suffix(pending_, kCallsEnd));
+        pending_.erase(0, pending_.size() - hold);
+        return false;
+      }
+      if (call < end) {
+        pending_.erase(0, call + kCallBegin.size());
         state_ = State::kHeader;
         return true;
       }
-      if (body.rfind(kCallsEnd, 0) == 0) {
-        pending_.clear();
-        state_ = State::kDone;
-        return false;
-      }
-      // Not yet decidable while what we hold is a prefix of either marker.
-      const bool maybe = body.empty() || kCallBegin.substr(0, body.size()) == body ||
-                         kCallsEnd.substr(0, body.size()) == body;
-      if (!maybe) {  // stray text between calls: vLLM's parsers drop it
-        pending_.clear();
-      }
+      pending_.clear();
+      state_ = State::kDone;
       return false;
     }
     case State::kHeader: {
@@ -125,7 +118,7 @@ bool ToolCallParser::step(ToolParseDelta* out) {
                                          : std::string(kV3ArgsClose) + std::string(kCallEnd);
       const size_t at = pending_.find(end_marker);
       if (at == std::string::npos) {
-        const size_t hold = partial_suffix(pending_, end_marker);
+        const size_t hold = common::partial_marker_suffix(pending_, end_marker);
         emit_arguments(std::string_view(pending_).substr(0, pending_.size() - hold), out);
         pending_.erase(0, pending_.size() - hold);
         return false;

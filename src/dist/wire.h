@@ -58,7 +58,7 @@ class WireReader {
     uint64_t n = 0;
     if (!get(&n) || n > (in_.size() - pos_) / sizeof(T)) return ok_ = false;
     v->resize(n);
-    std::memcpy(v->data(), in_.data() + pos_, n * sizeof(T));
+    if (n > 0) std::memcpy(v->data(), in_.data() + pos_, n * sizeof(T));  // data() may be null
     pos_ += n * sizeof(T);
     return true;
   }

@@ -2,19 +2,14 @@
 // next delta, so a tag split across deltas is still recognized.
 #include "tokenizer/reasoning_parser.h"
 
+#include "common/text.h"
+
 namespace tokenizer {
 namespace {
 
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
 
-// Length of the longest suffix of `s` that is a proper prefix of `tag`.
-size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
-  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n) {
-    if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -32,7 +27,7 @@ ReasoningDelta ReasoningParser::push(std::string_view text) {
   if (in_reasoning_) {
     const size_t close = held_.find(kClose);
     if (close == std::string::npos) {
-      const size_t keep = partial_tag_suffix(held_, kClose);
+      const size_t keep = common::partial_marker_suffix(held_, kClose);
       d.reasoning = held_.substr(0, held_.size() - keep);
       held_.erase(0, held_.size() - keep);
       return d;

@@ -39,6 +39,19 @@ std::string config_token(const json& config, const char* key) {
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(const std::string& json_text,
                                                         const std::string& source) {
+  // tokenizer.json comes with a checkpoint: a field of an unexpected type is a bad file.
+  try {
+    return parse_tokenizer_json(json_text, source);
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    const size_t cut = what.find("] ");
+    return common::invalid_argument(source + ": " +
+                                    (cut == std::string::npos ? what : what.substr(cut + 2)));
+  }
+}
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::parse_tokenizer_json(const std::string& json_text,
+                                                                   const std::string& source) {
   json root = json::parse(json_text, nullptr, false);
   if (root.is_discarded() || !root.is_object()) {
     return common::invalid_argument(source + ": not a JSON object");

@@ -57,6 +57,8 @@ class Tokenizer {
   const std::string& chat_template() const { return chat_template_; }
 
  private:
+  static common::Result<std::unique_ptr<Tokenizer>> parse_tokenizer_json(
+      const std::string& json_text, const std::string& source);
   Tokenizer() = default;
   common::Status load_config(const std::string& json_text, const std::string& source);
   template <typename WordFn>
