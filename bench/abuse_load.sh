@@ -22,17 +22,21 @@ trap 'kill $pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
 rss() { awk '/VmRSS/ {print $2 / 1024 " MiB"}' "/proc/$pid/status"; }
 echo "server RSS at start: $(rss)"
+gen_tokens() { curl -s "http://127.0.0.1:$port/metrics" | awk '/^vllm:generation_tokens_total/ {print $2}'; }
 load() { ./build/serve_load 127.0.0.1 "$port" --concurrency 32 --requests-per-worker 8 \
   --max-tokens 32 | tail -1; }
 ./build/serve_load 127.0.0.1 "$port" --concurrency 8 --requests-per-worker 2 >/dev/null  # warm-up
 echo "clean run:        $(load)"
 clean=$(load); echo "clean run again:  $clean"
+# Slow readers take 16 bytes a second of a 16-token stream: each holds its connection and its
+# queued output for the whole run, so their engine work is a burst before the measurement.
 ./build/http_abuser "$port" --idle "$idle" --slow "$slow" --seconds 75 --max-tokens 16 \
-  >/tmp/chunkpipe_abuser.out &
+  --read-bytes 16 --read-interval-ms 1000 >/tmp/chunkpipe_abuser.out &
 abuser=$!
-sleep 10
+sleep 15
 echo "server RSS with $idle idle + $slow slow connections: $(rss)"
-abused=$(load); echo "under abuse:      $abused"
+g0=$(gen_tokens); abused=$(load); g1=$(gen_tokens); echo "under abuse:      $abused"
+echo "engine tokens generated during the abused run: $(python3 -c "print(int($g1 - $g0))") (serve_load asked for 8192)"
 wait $abuser
 cat /tmp/chunkpipe_abuser.out
 sleep 2

@@ -2,10 +2,11 @@
 // measures /health meanwhile. One thread polls every abusive socket:
 //   --idle N   keep-alive connections that sent one GET /health and then sit idle (reopened when
 //              the server closes them);
-//   --slow N   streaming completions read 64 bytes every 500 ms with a 4 KiB receive buffer
-//              (restarted when they end or are dropped).
+//   --slow N   streaming completions read --read-bytes (64) every --read-interval-ms (500)
+//              with a 4 KiB receive buffer (restarted when they end or are dropped).
 // Another thread GETs /health every 20 ms on a fresh connection and prints p50 / p99 / max.
 //   http_abuser PORT [--idle 2000] [--slow 500] [--seconds 60] [--api-key KEY] [--max-tokens 256]
+//               [--read-bytes 64] [--read-interval-ms 500]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -58,7 +59,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int port = std::stoi(argv[1]);
-  int idle = 2000, slow = 500, seconds = 60, max_tokens = 256;
+  int idle = 2000, slow = 500, seconds = 60, max_tokens = 256, read_bytes = 64,
+      read_interval_ms = 500;
   std::string key;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -146,15 +148,16 @@ int main(int argc, char** argv) {
         drop = send(p.fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size());
         p.sent = true;
         if (p.slow) ++slow_streams;
-        p.next_read = Clock::now() + std::chrono::milliseconds(500);
+        p.next_read = Clock::now() + std::chrono::milliseconds(read_interval_ms);
       }
       if (!drop && (ev & (POLLIN | POLLHUP))) {
-        const ssize_t n = recv(p.fd, buf, p.slow ? 64 : sizeof(buf), 0);
+        const ssize_t n =
+            recv(p.fd, buf, p.slow ? static_cast<size_t>(read_bytes) : sizeof(buf), 0);
         if (n <= 0) drop = true;
         // A finished stream ends with the chunked terminator: start another.
         if (n > 0 && p.slow && std::string(buf, n).find("\r\n0\r\n\r\n") != std::string::npos)
           drop = true;
-        p.next_read = Clock::now() + std::chrono::milliseconds(500);
+        p.next_read = Clock::now() + std::chrono::milliseconds(read_interval_ms);
       }
       if (drop) {
         close(p.fd);

@@ -19,7 +19,10 @@ class FieldReader {
       : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
 
   Status error(const std::string& key, const std::string& what) const {
-    std::string shown = object_.contains(key) ? object_[key].dump() : "missing";
+    std::string shown =
+        object_.contains(key)
+            ? object_[key].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+            : "missing";
     return common::invalid_argument(source_ + ": field '" + prefix_ + key + "' " + what + " (got " +
                                     shown + ")");
   }

@@ -100,13 +100,15 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
     t.dtype = *parsed;
     for (const json& d : e["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-        return common::data_loss(where + " has an invalid shape " + e["shape"].dump());
+        return common::data_loss(where + " has an invalid shape " +
+                                 e["shape"].dump(-1, ' ', false, json::error_handler_t::replace));
       }
       t.shape.push_back(d.get<int64_t>());
     }
     const json& off = e["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
-      return common::data_loss(where + " has invalid data_offsets " + off.dump());
+      return common::data_loss(where + " has invalid data_offsets " +
+                               off.dump(-1, ' ', false, json::error_handler_t::replace));
     }
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (begin > end || end > data_size) {

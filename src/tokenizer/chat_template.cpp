@@ -66,7 +66,8 @@ Result<json> normalize_messages(const json& messages) {
         }
         json& args = call["function"]["arguments"];
         if (args.is_null()) args = "{}";
-        if (!args.is_string()) args = args.dump();  // the template inserts a JSON string
+        if (!args.is_string())
+          args = args.dump(-1, ' ', false, json::error_handler_t::replace);  // a JSON string
       }
     }
     out.push_back(std::move(m));

@@ -350,7 +350,7 @@ Result<std::string> deepseek_v31_tokenizer_json(const std::string& v3_json_text)
     }
   }
   if (patched != 4) return common::invalid_argument("tokenizer.json: ids 128796-128799 not found");
-  return root.dump();
+  return root.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace tokenizer

@@ -19,14 +19,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (auto endpoint : {api::Endpoint::kCompletions, api::Endpoint::kChat}) {
     api::CommonRequestFields f;
     if (auto e = api::parse_common_fields(body, endpoint, 20, 129280, &f)) {
-      if (e->status != 400 || e->body().dump().empty()) __builtin_trap();
+      if (e->status != 400 ||
+          e->body().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).empty())
+        __builtin_trap();
       continue;
     }
     api::resolve_max_tokens(static_cast<int64_t>(size % 4096), 4096, endpoint, &f);
   }
   if (body.is_object() && body.contains("messages")) {
     auto normalized = tokenizer::normalize_messages(body["messages"]);
-    if (normalized.ok()) (void)normalized->dump();
+    if (normalized.ok())
+      (void)normalized->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   return 0;
 }
