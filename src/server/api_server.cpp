@@ -104,8 +104,7 @@ ApiServer::ApiServer(ServerConfig config, engine::EngineCore& engine,
   o.max_stream_buffer_bytes = config_.max_stream_buffer_bytes;
   o.keep_alive_timeout = config_.keep_alive_timeout;
   o.error_response = [](int status, const std::string& message) {
-    const char* type = status == 413 ? "BadRequestError" : "BadRequestError";
-    return error_response(api::ApiError{status, message, type});
+    return error_response(api::ApiError{status, message, "BadRequestError"});
   };
   http_ = std::make_unique<HttpServer>(std::move(o),
                                        [this](std::shared_ptr<HttpExchange> ex) { handle(ex); });
