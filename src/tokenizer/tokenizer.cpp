@@ -73,8 +73,14 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::parse_tokenizer_json(const std::st
     return bad("missing 'model.merges'");
   std::unordered_map<std::string, int32_t> vocab;
   int32_t max_id = -1;
+  // Ids index per-token tables: bound them (the largest real vocabularies are ~260k).
+  constexpr int64_t kMaxTokenId = 1 << 24;
+  auto valid_id = [](const json& v) {
+    return v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > kMaxTokenId) &&
+           v.get<int64_t>() >= 0 && v.get<int64_t>() < kMaxTokenId;
+  };
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0) {
+    if (!valid_id(it.value())) {
       return bad("model.vocab entry '" + it.key() + "' has no valid id");
     }
     const int32_t id = it.value().get<int32_t>();
@@ -99,9 +105,9 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::parse_tokenizer_json(const std::st
   // added tokens
   if (root.contains("added_tokens") && root["added_tokens"].is_array()) {
     for (const json& a : root["added_tokens"]) {
-      if (!a.is_object() || !a.contains("id") || !a.contains("content") ||
-          !a["id"].is_number_integer() || !a["content"].is_string()) {
-        return bad("added_tokens holds an entry without integer 'id' and string 'content'");
+      if (!a.is_object() || !a.contains("id") || !a.contains("content") || !valid_id(a["id"]) ||
+          !a["content"].is_string()) {
+        return bad("added_tokens holds an entry without a valid integer 'id' and string 'content'");
       }
       AddedToken tok{a["id"].get<int32_t>(), a["content"].get<std::string>(),
                      a.value("special", false)};

@@ -92,6 +92,16 @@ TEST(TokenizerErrorsTest, MalformedFilesNameTheProblem) {
       std::string::npos);
   EXPECT_EQ(err("{" + model + R"(, "normalizer": {"type": "NFKC"}})"),
             "tokenizer.json: normalizer type 'NFKC' is not supported");
+  // Found by fuzz_tokenizer_json: a negative (or huge) id indexed the token tables.
+  for (const char* id : {"-1", "4294967295", "99999999999"}) {
+    EXPECT_EQ(err("{" + model + R"(, "added_tokens": [{"id": )" + id + R"(, "content": "x"}]})"),
+              "tokenizer.json: added_tokens holds an entry without a valid integer 'id' and "
+              "string 'content'");
+  }
+  // Wrong-typed fields are a bad file, not an exception.
+  EXPECT_NE(
+      err(R"({"model": {"type": ["BPE"], "vocab": {}, "merges": []}})").find("tokenizer.json: "),
+      std::string::npos);
 }
 
 }  // namespace
