@@ -37,6 +37,7 @@ for (const c of conversations) {
       add_generation_prompt: c.add_generation_prompt,
       bos_token: "<｜begin▁of▁sentence｜>",
       eos_token: "<｜end▁of▁sentence｜>",
+      ...(c.tools ? { tools: c.tools } : {}),
     };
     let rendered = null, error = null;
     try {

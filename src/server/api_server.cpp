@@ -83,6 +83,29 @@ std::optional<api::ApiError> read_template_kwargs(const json& body, json* out) {
   return std::nullopt;
 }
 
+// `tools`: a list of {"type": "function", "function": {"name": str, "description": str?,
+// "parameters": object?}}, as vLLM's request model types it. The error names the entry.
+std::optional<api::ApiError> validate_tools(const json& tools) {
+  const char* shape =
+      "must be {\"type\": \"function\", \"function\": {\"name\": ..., \"description\": ..., "
+      "\"parameters\": {...}}}";
+  if (!tools.is_array()) return api::bad_request(std::string("'tools' ") + shape + " entries");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string where = "'tools[" + std::to_string(i) + "]";
+    const json& t = tools[i];
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object())
+      return api::bad_request(where + "' " + shape);
+    const json& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string())
+      return api::bad_request(where + ".function.name' must be a string");
+    if (f.contains("description") && !f["description"].is_null() && !f["description"].is_string())
+      return api::bad_request(where + ".function.description' must be a string");
+    if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
+      return api::bad_request(where + ".function.parameters' must be an object");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ApiServer::ApiServer(ServerConfig config, engine::EngineCore& engine,
@@ -270,6 +293,10 @@ HttpResponse ApiServer::handle_tokenize(const HttpRequest& req) const {
     if (auto e = read_bool(body, "add_generation_prompt", true, &o.add_generation_prompt))
       return error_response(*e);
     if (auto e = read_template_kwargs(body, &o.chat_template_kwargs)) return error_response(*e);
+    if (body.contains("tools") && !body["tools"].is_null()) {
+      if (auto e = validate_tools(body["tools"])) return error_response(*e);
+      o.tools = body["tools"];
+    }
     bool add_special = false;
     if (auto e = read_bool(body, "add_special_tokens", false, &add_special))
       return error_response(*e);
@@ -328,14 +355,8 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   std::string tool_parser;
   if (chat) {
     const bool has_tools = body.contains("tools") && !body["tools"].is_null();
-    if (has_tools && (!body["tools"].is_array() ||
-                      !std::all_of(body["tools"].begin(), body["tools"].end(), [](const json& t) {
-                        return t.is_object() && t.contains("function") &&
-                               t["function"].is_object() && t["function"].contains("name") &&
-                               t["function"]["name"].is_string();
-                      }))) {
-      return fail(api::bad_request(
-          "'tools' must be a list of {\"type\": \"function\", \"function\": {\"name\": ...}}"));
+    if (has_tools) {
+      if (auto e = validate_tools(body["tools"])) return fail(*e);
     }
     std::string choice = has_tools ? "auto" : "none";
     std::string named;

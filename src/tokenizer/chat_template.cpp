@@ -13,6 +13,36 @@ const char* const kUser = "<｜User｜>";
 const char* const kAssistant = "<｜Assistant｜>";
 const char* const kEos = "<｜end▁of▁sentence｜>";
 
+// The model card's description of the request's tools, as vLLM's DeepSeek-V3.1 tool template
+// appends it to the system text. Entries were validated by the API server; anything else
+// (the fuzzer's input) renders as empty fields rather than failing.
+std::string tools_description(const json& tools) {
+  std::string out = "\n\n## Tools\nYou have access to the following tools:\n";
+  for (const json& t : tools) {
+    const json* f = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
+    auto text = [&](const char* key) {
+      return f && f->is_object() && f->contains(key) && (*f)[key].is_string()
+                 ? (*f)[key].get<std::string>()
+                 : std::string();
+    };
+    const json parameters =
+        f && f->is_object() && f->contains("parameters") && (*f)["parameters"].is_object()
+            ? (*f)["parameters"]
+            : json::object();
+    out += "\n### " + text("name") + "\nDescription: " + text("description") +
+           "\n\nParameters: " + jinja::to_json_text(parameters) + "\n";
+  }
+  out +=
+      "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"
+      "<｜tool▁call▁end｜>{{additional_tool_calls}}<｜tool▁calls▁end｜>\n\nWhere:\n\n"
+      "- `tool_call_name` must be an exact match to one of the available tools\n"
+      "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters "
+      "Schema\n"
+      "- For multiple tool calls, chain them directly without separators or spaces\n";
+  return out;
+}
+
 }  // namespace
 
 Result<json> normalize_messages(const json& messages) {
@@ -94,6 +124,8 @@ Result<std::string> render_deepseek_v31(const json& raw_messages,
       first_system = false;
     }
   }
+  if (!options.tools.is_null())
+    out += tools_description(options.tools.is_array() ? options.tools : json::array());
   bool after_user = false, after_tool = false;
   for (const json& m : messages) {
     const std::string role = m["role"].get<std::string>();

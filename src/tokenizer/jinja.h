@@ -16,6 +16,10 @@ namespace tokenizer::jinja {
 
 struct Node;
 
+// `value` as the tojson filter prints it: Python's json.dumps separators (", " and ": "),
+// non-ASCII kept, invalid UTF-8 replaced.
+std::string to_json_text(const nlohmann::json& value);
+
 class Template {
  public:
   // Syntax errors name the line and what was expected.

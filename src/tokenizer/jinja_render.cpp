@@ -53,7 +53,7 @@ std::string format_number(const json& v) {
 }
 
 // JSON with Python's separators (", " and ": "), as tojson prints it.
-void to_json_text(const json& v, std::string* out, int indent, int depth) {
+void append_json_text(const json& v, std::string* out, int indent, int depth) {
   const std::string pad =
       indent > 0 ? "\n" + std::string(static_cast<size_t>(indent) * depth, ' ') : "";
   const std::string child_pad =
@@ -68,7 +68,7 @@ void to_json_text(const json& v, std::string* out, int indent, int depth) {
     for (size_t i = 0; i < v.size(); ++i) {
       if (i) *out += item_sep;
       *out += child_pad;
-      to_json_text(v[i], out, indent, depth + 1);
+      append_json_text(v[i], out, indent, depth + 1);
     }
     *out += pad + "]";
   } else if (v.is_object()) {
@@ -83,7 +83,7 @@ void to_json_text(const json& v, std::string* out, int indent, int depth) {
       first = false;
       *out +=
           child_pad + json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ": ";
-      to_json_text(it.value(), out, indent, depth + 1);
+      append_json_text(it.value(), out, indent, depth + 1);
     }
     *out += pad + "}";
   } else if (v.is_number_float()) {
@@ -101,7 +101,7 @@ std::string to_string(const Value& v) {
   if (j.is_null()) return "null";
   if (j.is_number()) return format_number(j);
   std::string s;
-  to_json_text(j, &s, 0, 0);
+  append_json_text(j, &s, 0, 0);
   return s;
 }
 
@@ -523,11 +523,11 @@ class Renderer {
     if (f == "tojson") {
       const Value* indent = arg(a, 0, "indent");
       std::string s;
-      to_json_text(v.undefined ? json() : j, &s,
-                   indent && indent->j().is_number_integer()
-                       ? static_cast<int>(indent->j().get<int64_t>())
-                       : 0,
-                   0);
+      append_json_text(v.undefined ? json() : j, &s,
+                       indent && indent->j().is_number_integer()
+                           ? static_cast<int>(indent->j().get<int64_t>())
+                           : 0,
+                       0);
       return Value::of(s);
     }
     if (f == "safe" || f == "e" || f == "escape") return v;  // chat templates render plain text
@@ -713,6 +713,12 @@ common::Result<std::string> Template::render(const nlohmann::json& context) cons
   } catch (const RenderError& e) {
     return common::invalid_argument(e.message);
   }
+  return out;
+}
+
+std::string to_json_text(const nlohmann::json& value) {
+  std::string out;
+  append_json_text(value, &out, 0, 0);
   return out;
 }
 

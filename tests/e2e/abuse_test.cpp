@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -415,6 +417,41 @@ TEST_F(AbuseTest, ToolChoiceIsValidated) {
   r = post(port(), "/v1/chat/completions",
            "{" + messages + "," + tools + R"(,"tool_choice":"sometimes"})");
   EXPECT_EQ(r.status, 400) << r.body;
+  r = post(port(), "/v1/chat/completions",
+           "{" + messages +
+               R"(,"tools":[{"type":"function","function":{"name":"f","parameters":[1]}}]})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("tools[0].function.parameters"), std::string::npos) << r.body;
+  expect_alive(port());
+}
+
+// The built-in template tells the model about the request's tools (as vLLM's V3.1 tool template
+// does), on /tokenize as on chat completions; a malformed entry is named.
+TEST_F(AbuseTest, ToolsAreRenderedIntoThePrompt) {
+  ASSERT_TRUE(server_->ready());
+  const std::string messages = R"("messages":[{"role":"user","content":"weather?"}])";
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"get_weather","description":"Weather now",)"
+      R"("parameters":{"type":"object"}}}])";
+  Reply plain = post(port(), "/tokenize", "{" + messages + "}");
+  Reply with_tools = post(port(), "/tokenize", "{" + messages + "," + tools + "}");
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  ASSERT_EQ(with_tools.status, 200) << with_tools.body;
+  EXPECT_GT(json::parse(with_tools.body)["count"].get<int>(),
+            json::parse(plain.body)["count"].get<int>());
+  Reply text =
+      post(port(), "/detokenize", json{{"tokens", json::parse(with_tools.body)["tokens"]}}.dump());
+  ASSERT_EQ(text.status, 200) << text.body;
+  const std::string prompt = json::parse(text.body)["prompt"].get<std::string>();
+  EXPECT_NE(prompt.find("## Tools"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("### get_weather\nDescription: Weather now"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find(R"(Parameters: {"type": "object"})"), std::string::npos) << prompt;
+  Reply bad =
+      post(port(), "/tokenize",
+           "{" + messages +
+               R"(,"tools":[{"type":"function","function":{"name":"f","description":7}}]})");
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_NE(bad.body.find("tools[0].function.description"), std::string::npos) << bad.body;
   expect_alive(port());
 }
 
@@ -423,7 +460,19 @@ TEST_F(AbuseTest, ToolChoiceIsValidated) {
 // more than the random model's own logits differ; once emitted, the repetition penalty halves
 // a token's biased logit), and the parser turns it into tool_calls.
 TEST_F(AbuseTest, ForcedToolCallTokensBecomeToolCalls) {
-  ASSERT_TRUE(server_->ready());
+  // The built-in template writes the markup tokens into the prompt when tools are given, and the
+  // repetition penalty would then hold them down from the start; this server's template leaves
+  // the tools out, so only emitted tokens are penalized.
+  const std::string template_path = "/tmp/chunkpipe_abuse_no_tools_" + std::to_string(getpid());
+  std::ofstream(template_path)
+      << "{{ bos_token }}{% for m in messages %}<｜User｜>{{ m['content'] }}"
+         "{% endfor %}<｜Assistant｜></think>";
+  auto flags = abuse_flags();
+  flags.insert(flags.end(), {"--chat-template", template_path});
+  e2e::ServerProcess no_tools(e2e::model_dir(), flags, "/tmp/chunkpipe_abuse_no_tools.log");
+  std::filesystem::remove(template_path);
+  ASSERT_TRUE(no_tools.ready()) << "see /tmp/chunkpipe_abuse_no_tools.log";
+  const auto port = [&] { return no_tools.port(); };
   auto single_id = [&](const std::string& text) {
     const Reply r = post(port(), "/tokenize",
                          json({{"prompt", text}, {"add_special_tokens", false}}).dump(), false);

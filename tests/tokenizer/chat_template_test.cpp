@@ -33,6 +33,7 @@ class ChatFixtureTest : public ::testing::Test {
     tokenizer::ChatRenderOptions o;
     o.add_generation_prompt = c["add_generation_prompt"].get<bool>();
     if (c.contains("chat_template_kwargs")) o.chat_template_kwargs = c["chat_template_kwargs"];
+    if (c.contains("tools")) o.tools = c["tools"];
     return o;
   }
   std::map<std::string, json> conversations_;
@@ -133,6 +134,9 @@ TEST(JinjaTest, ExpressionsFiltersAndWhitespaceControl) {
   EXPECT_EQ(
       render("{{ x.get('k', 'd') ~ (x.k2 | default('z')) | upper }}", {{"x", json::object()}}),
       "dZ");
+  // Filters bind tighter than `+`, as in vLLM's tool templates ('<sep>' + args|tojson + '<end>').
+  EXPECT_EQ(render("{{ '<' + x['a'] | tojson + '>' }}", {{"x", {{"a", "q\"s"}}}}),
+            "<\"q\\\"s\">");
 }
 
 TEST(ChatMessagesTest, BadMessagesNameTheField) {
