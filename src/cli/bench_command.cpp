@@ -28,6 +28,7 @@
 #include "common/logging.h"
 #include "common/timer.h"
 #include "engine/engine_core.h"
+#include "engine/uniproc_executor.h"
 #include "model/deepseek_v3.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/model_runner.h"
@@ -465,7 +466,9 @@ common::Result<LocalEngine> start_engine(const ArgParser& p) {
   if (c.num_kv_blocks * c.block_size < c.scheduler.max_model_len) {
     return common::invalid_argument("--kv-cache-memory holds fewer tokens than --max-model-len");
   }
-  e.core = std::make_unique<engine::EngineCore>(*e.model, *e.tok, c);
+  c.model_eos_token_id = static_cast<int32_t>(e.model->config().eos_token_id);
+  e.core = std::make_unique<engine::EngineCore>(
+      std::make_unique<engine::UniProcExecutor>(*e.model, engine::runner_options(c)), *e.tok, c);
   return e;
 }
 

@@ -25,13 +25,14 @@
 #include "common/timer.h"
 #include "dist/process.h"
 #include "engine/engine_core.h"
+#include "engine/pipeline_executor.h"
+#include "engine/uniproc_executor.h"
 #include "model/deepseek_v3.h"
 #include "sched/profiling_chunk_config.h"
 #include "server/api_server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/model_runner.h"
-#include "worker/pipeline_executor.h"
 #include "worker/stage_launcher.h"
 
 namespace cli {
@@ -425,8 +426,8 @@ extern "C" void on_stop_signal(int sig) {
   if (write(g_signal_pipe[1], &byte, 1) < 0) _exit(1);
 }
 
-worker::PipelineOptions pipeline_options(const ServePlan& plan) {
-  worker::PipelineOptions o;
+engine::PipelineOptions pipeline_options(const ServePlan& plan) {
+  engine::PipelineOptions o;
   o.model_dir = plan.model_dir;
   o.num_stages = plan.pipeline_parallel_size;
   o.layer_counts = plan.layer_partition;
@@ -442,13 +443,13 @@ worker::PipelineOptions pipeline_options(const ServePlan& plan) {
 // A --headless node of a multi-node pipeline: starts this node's stages, which connect to
 // node 0, and waits. Exits 0 once they all pass the shutdown message, 1 if one fails.
 int run_headless_node(const ServePlan& plan) {
-  const worker::PipelineOptions o = pipeline_options(plan);
+  const engine::PipelineOptions o = pipeline_options(plan);
   auto config = model::load_model_config(plan.model_dir);
   if (!config.ok()) {
     LOG(ERROR) << config.status().message();
     return 1;
   }
-  auto specs = worker::stage_specs(o, *config);
+  auto specs = engine::stage_specs(o, *config);
   if (!specs.ok()) {
     LOG(ERROR) << specs.status().message();
     return 1;
@@ -675,6 +676,7 @@ int run_serve_command(int argc, char** argv) {
     return 1;
   }
   plan.engine.num_kv_blocks = num_blocks;
+  plan.engine.model_eos_token_id = static_cast<int32_t>(mc.eos_token_id);
   const int64_t kv_tokens = num_blocks * plan.engine.block_size;
   LOG(INFO) << "KV cache size: " << kv_tokens << " tokens (" << num_blocks << " blocks of "
             << plan.engine.block_size << ")";
@@ -690,9 +692,12 @@ int run_serve_command(int argc, char** argv) {
   };
   std::unique_ptr<engine::EngineCore> engine_ptr;
   if (plan.pipeline_parallel_size == 1) {
-    engine_ptr = std::make_unique<engine::EngineCore>(*whole_model, **tok, plan.engine);
+    engine_ptr =
+        std::make_unique<engine::EngineCore>(std::make_unique<engine::UniProcExecutor>(
+                                                 *whole_model, engine::runner_options(plan.engine)),
+                                             **tok, plan.engine);
   } else {
-    auto pipeline = worker::PipelineExecutor::create(pipeline_options(plan));
+    auto pipeline = engine::PipelineExecutor::create(pipeline_options(plan));
     if (!pipeline.ok()) {
       LOG(ERROR) << pipeline.status().message();
       return 1;

@@ -18,65 +18,32 @@ size_t utf8_floor(const std::string& s, size_t n) {
 
 }  // namespace
 
-EngineCore::EngineCore(const model::DeepseekV3Model& model, const tokenizer::Tokenizer& tokenizer,
+EngineCore::EngineCore(std::unique_ptr<Executor> executor, const tokenizer::Tokenizer& tokenizer,
                        const EngineConfig& config)
-    : model_config_(model.config()),
-      tokenizer_(tokenizer),
+    : tokenizer_(tokenizer),
       config_(config),
+      executor_(std::move(executor)),
       kv_(static_cast<int32_t>(config.num_kv_blocks), config.block_size,
           config.enable_prefix_caching),
       scheduler_(config.scheduler, &kv_),
-      runner_(std::make_unique<worker::ModelRunner>(model, config.num_kv_blocks, config.block_size,
-                                                    config.num_threads, config.expanded_kv_cache)),
-      seed_rng_(config.seed) {
-  start();
-}
-
-EngineCore::EngineCore(std::unique_ptr<worker::PipelineExecutor> pipeline,
-                       const tokenizer::Tokenizer& tokenizer, const EngineConfig& config)
-    : model_config_(pipeline->config()),
-      tokenizer_(tokenizer),
-      config_(config),
-      kv_(static_cast<int32_t>(config.num_kv_blocks), config.block_size,
-          config.enable_prefix_caching),
-      scheduler_(config.scheduler, &kv_),
-      pipeline_(std::move(pipeline)),
       seed_rng_(config.seed) {
   start();
 }
 
 void EngineCore::start() {
-  if (pipeline_ && !config_.trace_file.empty()) pipeline_->enable_trace();
+  if (!config_.trace_file.empty()) executor_->enable_trace();
   if (auto eos = tokenizer_.eos_token_id()) {
     eos_ids_.push_back(*eos);
-  } else {
-    eos_ids_.push_back(static_cast<int32_t>(model_config_.eos_token_id));
+  } else if (config_.model_eos_token_id >= 0) {
+    eos_ids_.push_back(config_.model_eos_token_id);
   }
   if (config_.profiling_chunk && config_.profiling_chunk->enabled) run_profiling_chunk_init();
   thread_ = std::thread([this] { loop(); });
 }
 
-double EngineCore::timing_ms(const worker::PipelineExecutor::StepOutput& out) const {
+double EngineCore::timing_ms(const sched::ModelRunnerOutput& out) const {
   const bool slowest = config_.profiling_chunk && config_.profiling_chunk->timing_stage == "max";
   return slowest ? out.max_stage_ms : out.last_stage_ms;
-}
-
-double EngineCore::profile_ms(int64_t num_tokens) {
-  if (pipeline_) {
-    // Upstream times the last stage's own layers; timing_stage "max" takes the slowest stage.
-    // A failed probe returns -1 (the sample is dropped); the step loop then sees the failure.
-    const int last = pipeline_->num_stages() - 1;
-    const bool every_stage =
-        config_.profiling_chunk && config_.profiling_chunk->timing_stage == "max";
-    double slowest = -1;
-    for (int s = every_stage ? 0 : last; s <= last; ++s) {
-      auto ms = pipeline_->profile_stage_ms(s, num_tokens);
-      if (!ms.ok()) return -1;
-      slowest = std::max(slowest, *ms);
-    }
-    return slowest;
-  }
-  return runner_->profile_prefill_ms(num_tokens, config_.scheduler.max_num_batched_tokens);
 }
 
 EngineCore::~EngineCore() {
@@ -91,7 +58,8 @@ void EngineCore::run_profiling_chunk_init() {
   predictor_->set_need_timing(pc.need_timing);
   predictor_->set_merge_tail(pc.merge_tail);
   predictor_->set_chunk_align(pc.chunk_align);
-  if (pc.overhead_aware && pipeline_) predictor_->set_overhead_aware(pipeline_->num_stages());
+  if (pc.overhead_aware && executor_->max_concurrent_batches() > 1)
+    predictor_->set_overhead_aware(executor_->max_concurrent_batches());
   LOG(INFO) << "[ProfilingChunk] Scheduler initialized. base_chunk=" << base
             << ", page_size=" << config_.block_size << ", smooth_factor=" << pc.smooth_factor
             << ", min_chunk=" << pc.min_chunk;
@@ -100,10 +68,13 @@ void EngineCore::run_profiling_chunk_init() {
   std::vector<std::pair<int64_t, double>> samples;
   const double t0 = common::now_seconds();
   const int total = static_cast<int>(sizes.size()) - 1;
+  const bool slowest_stage = pc.timing_stage == "max";
   for (size_t i = 0; i < sizes.size(); ++i) {
-    const double ms = profile_ms(sizes[i]);
-    if (i == 0 || ms < 0) continue;  // warm-up, or a failed probe
-    samples.emplace_back(sizes[i], ms);
+    // Upstream times the last stage's own layers; timing_stage "max" takes the slowest stage.
+    // A failed probe drops the sample; the step loop then sees the failure.
+    auto ms = executor_->profile_ms(sizes[i], slowest_stage);
+    if (i == 0 || !ms.ok()) continue;  // warm-up, or a failed probe
+    samples.emplace_back(sizes[i], *ms);
     if (i % 6 == 0) {
       LOG(INFO) << "[ProfilingChunk] Profiling prefill latency: " << i << "/" << total
                 << " samples done (chunk=" << sizes[i] << ", elapsed=" << common::now_seconds() - t0
@@ -154,8 +125,8 @@ void EngineCore::shutdown() {
     cv_.notify_one();
   }
   if (thread_.joinable()) thread_.join();
-  if (pipeline_ && !config_.trace_file.empty()) {
-    if (auto st = pipeline_->write_trace(config_.trace_file); st.ok()) {
+  if (!config_.trace_file.empty()) {
+    if (auto st = executor_->write_trace(config_.trace_file); st.ok()) {
       LOG(INFO) << "Wrote the pipeline trace to " << config_.trace_file;
     } else {
       LOG(ERROR) << st.message();
@@ -173,7 +144,7 @@ MetricsSnapshot EngineCore::metrics() const {
   s.kv_cache_usage = kv_.usage();
   s.num_kv_blocks = config_.num_kv_blocks;
   s.block_size = config_.block_size;
-  if (pipeline_) s.stage_busy_seconds = pipeline_->stage_busy_seconds();
+  s.stage_busy_seconds = executor_->stage_busy_seconds();
   if (predictor_ && predictor_->ready()) {
     s.cpp_ready = true;
     s.cpp_a = predictor_->a();
@@ -191,8 +162,9 @@ void EngineCore::loop() {
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      // With a pipeline, wake up now and then to notice a stage that died while idle.
-      cv_.wait_for(lock, std::chrono::milliseconds(pipeline_ ? 100 : 3600 * 1000), [&] {
+      // With remote workers, wake up now and then to notice one that died while idle.
+      const auto idle = std::chrono::milliseconds(executor_->has_remote_workers() ? 100 : 3600000);
+      cv_.wait_for(lock, idle, [&] {
         return stopping_ || !inbox_.empty() || !aborts_.empty() ||
                scheduler_.has_unfinished_requests() || !in_flight_.empty();
       });
@@ -208,7 +180,13 @@ void EngineCore::loop() {
       t.callback = std::move(cb);
       t.detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(
           tokenizer_, req->sampling.skip_special_tokens);
-      t.rng.seed(req->sampling.seed ? *req->sampling.seed : seed_rng_());
+      // The workers sample: they get the request's generator seed and every id that min_tokens
+      // holds back.
+      sched::SamplingParams& sp = req->sampling;
+      if (!sp.seed) sp.seed = seed_rng_();
+      sp.all_stop_token_ids = sp.stop_token_ids;
+      if (!sp.ignore_eos)
+        sp.all_stop_token_ids.insert(sp.all_stop_token_ids.end(), eos_ids_.begin(), eos_ids_.end());
       t.num_prompt_tokens = req->num_prompt_tokens();
       t.arrival = req->arrival_time;
       const std::string id = req->request_id;
@@ -229,8 +207,8 @@ void EngineCore::loop() {
       finish(id, sched::FinishReason::kAbort, &out);
     }
     if (stopping) return;
-    if (pipeline_ && !pipeline_->failure().empty()) {
-      fail_engine(pipeline_->failure());
+    if (const std::string why = executor_->failure(); !why.empty()) {
+      fail_engine(why);
       continue;
     }
     if (scheduler_.has_unfinished_requests() || !in_flight_.empty()) step();
@@ -247,7 +225,6 @@ void EngineCore::fail_engine(const std::string& why) {
     fatal_error_ = message;
   }
   in_flight_.clear();
-  in_flight_predicted_ms_.clear();
   std::vector<std::string> ids;
   for (const auto& [id, t] : tracked_) ids.push_back(id);
   for (const std::string& id : ids) {
@@ -255,7 +232,6 @@ void EngineCore::fail_engine(const std::string& why) {
     out.error = message;
     finish(id, sched::FinishReason::kAbort, &out);
   }
-  retired_.clear();
   if (config_.on_fatal) config_.on_fatal(message);
 }
 
@@ -294,17 +270,15 @@ void EngineCore::finish(const std::string& id, sched::FinishReason reason, Reque
   }
   OutputCallback cb = std::move(t.callback);
   tracked_.erase(it);
-  // Steps still in flight may point at the request: keep it alive until they are consumed.
-  if (r && !in_flight_.empty()) retired_.push_back(std::move(r));
   cb(*out);
 }
 
-bool EngineCore::process_token(sched::Request* r, Tracked& t, const SampledToken& s,
+bool EngineCore::process_token(const sched::Request& r, Tracked& t, const SampledToken& s,
                                RequestOutput* out) {
-  const sched::SamplingParams& p = r->sampling;
+  const sched::SamplingParams& p = r.sampling;
   out->new_token_ids.push_back(s.token);
   if (p.logprobs) out->new_logprobs.push_back({s.token, s.logprob, s.top_logprobs});
-  const int64_t n_out = static_cast<int64_t>(r->output_token_ids.size());
+  const int64_t n_out = static_cast<int64_t>(r.output_token_ids.size());
   const bool past_min = n_out >= p.min_tokens;
   const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), s.token) != eos_ids_.end();
   if (past_min && is_eos && !p.ignore_eos) {
@@ -334,7 +308,7 @@ bool EngineCore::process_token(sched::Request* r, Tracked& t, const SampledToken
       }
     }
   }
-  if (n_out >= p.max_tokens || r->num_tokens() >= config_.scheduler.max_model_len) {
+  if (n_out >= p.max_tokens || r.num_tokens() >= config_.scheduler.max_model_len) {
     out->finish_reason = sched::FinishReason::kLength;
     return true;
   }
@@ -358,12 +332,14 @@ sched::SchedulerOutput EngineCore::schedule_step() {
   if (!so.empty())
     metrics_.iteration_tokens.observe(static_cast<double>(so.total_num_scheduled_tokens));
   for (const auto& s : so.scheduled) {
-    if (s.num_computed_tokens < s.request->num_prompt_tokens()) {
+    const sched::Request* r = scheduler_.find_request(s.req_id);
+    if (r == nullptr) continue;
+    if (s.num_computed_tokens < r->num_prompt_tokens()) {
       metrics_.prompt_tokens +=
-          std::min(s.num_scheduled_tokens, s.request->num_prompt_tokens() - s.num_computed_tokens);
+          std::min(s.num_scheduled_tokens, r->num_prompt_tokens() - s.num_computed_tokens);
     }
-    auto it = tracked_.find(s.request->request_id);
-    if (it != tracked_.end()) it->second.num_cached_tokens = s.request->num_cached_tokens;
+    auto it = tracked_.find(s.req_id);
+    if (it != tracked_.end()) it->second.num_cached_tokens = r->num_cached_tokens;
   }
   const auto& pc = kv_.prefix_cache_stats();
   metrics_.prefix_cache_queries = pc.queries;
@@ -372,79 +348,44 @@ sched::SchedulerOutput EngineCore::schedule_step() {
 }
 
 void EngineCore::step() {
-  if (pipeline_) return step_pipelined();
-  sched::SchedulerOutput so = schedule_step();
-  if (so.empty()) {
+  // vLLM's batch queue: fill the executor up to its depth, then consume the oldest output.
+  const size_t depth = static_cast<size_t>(executor_->max_concurrent_batches());
+  while (in_flight_.size() < depth && scheduler_.has_unfinished_requests()) {
+    InFlight f{schedule_step(), 0.0};
+    if (f.output.empty()) break;
+    if (predictor_ && predictor_->ready()) {
+      for (const auto& s : f.output.scheduled) {
+        const sched::Request* r = scheduler_.find_request(s.req_id);
+        if (r != nullptr && s.num_computed_tokens < r->num_prompt_tokens())
+          f.predicted_ms += predictor_->predict_time(s.num_scheduled_tokens, s.num_computed_tokens);
+      }
+    }
+    in_flight_.push_back(std::move(f));
+    const StepMeta meta{next_step_id_++, in_flight_.back().predicted_ms};
+    if (auto st = executor_->submit(in_flight_.back().output, meta); !st.ok())
+      return fail_engine(st.message());
+  }
+  if (in_flight_.empty()) {
     // Nothing fits (e.g. the cache cannot hold the oldest waiting request): wait for changes.
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(5));
     return;
   }
-  const double exec_start = common::now_seconds();
-  auto logits = runner_->execute(so, kv_);
-  std::vector<std::optional<SampledToken>> tokens(so.scheduled.size());
-  for (size_t i = 0; i < so.scheduled.size(); ++i) {
-    if (so.scheduled[i].samples)
-      tokens[i] = worker::sample_with_spec(logits[i], sample_spec(*so.scheduled[i].request));
-  }
-  complete_step(so, tokens, (common::now_seconds() - exec_start) * 1000.0);
-}
-
-worker::SampleSpec EngineCore::sample_spec(const sched::Request& r) {
-  std::vector<int32_t> stop_ids = r.sampling.stop_token_ids;
-  if (!r.sampling.ignore_eos) stop_ids.insert(stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
-  // One draw from the request's generator per sampled token, wherever the sampling runs.
-  return worker::make_sample_spec(r, std::move(stop_ids), tracked_.at(r.request_id).rng());
-}
-
-void EngineCore::step_pipelined() {
-  // vLLM's batch queue: fill the pipeline first, then consume the oldest output.
-  const size_t depth = static_cast<size_t>(pipeline_->num_stages());
-  while (in_flight_.size() < depth && scheduler_.has_unfinished_requests()) {
-    sched::SchedulerOutput so = schedule_step();
-    if (so.empty()) break;
-    worker::StepInput in = worker::make_step_input(so, kv_);
-    in.step_id = next_step_id_++;
-    for (size_t i = 0; i < so.scheduled.size(); ++i) {  // the last stage samples
-      if (so.scheduled[i].samples) in.sequences[i].sample = sample_spec(*so.scheduled[i].request);
-    }
-    if (predictor_ && predictor_->ready()) {
-      for (const auto& s : so.scheduled) {
-        if (s.num_computed_tokens < s.request->num_prompt_tokens()) {
-          in.predicted_ms +=
-              predictor_->predict_time(s.num_scheduled_tokens, s.num_computed_tokens);
-        }
-      }
-    }
-    in_flight_predicted_ms_.push_back(in.predicted_ms);
-    in_flight_.push_back(std::move(so));
-    if (auto st = pipeline_->submit(std::move(in)); !st.ok()) return fail_engine(st.message());
-  }
-  if (in_flight_.empty()) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(5));
-    return;
-  }
-  auto result = pipeline_->wait_oldest();
+  auto result = executor_->take_oldest();
   if (!result.ok()) return fail_engine(result.status().message());
-  auto& out = *result;
-  sched::SchedulerOutput so = std::move(in_flight_.front());
+  const InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
-  const double predicted = in_flight_predicted_ms_.front();
-  in_flight_predicted_ms_.pop_front();
-  if (predicted > 0) {
+  if (f.predicted_ms > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    metrics_.cpp_predicted_ms_sum += predicted;
-    metrics_.cpp_measured_ms_sum += timing_ms(out);
+    metrics_.cpp_predicted_ms_sum += f.predicted_ms;
+    metrics_.cpp_measured_ms_sum += timing_ms(*result);
     ++metrics_.cpp_steps;
   }
-  complete_step(so, out.tokens, timing_ms(out));
-  if (in_flight_.empty()) retired_.clear();
+  complete_step(f.output, *result);
 }
 
 void EngineCore::complete_step(const sched::SchedulerOutput& so,
-                               const std::vector<std::optional<SampledToken>>& sampled_tokens,
-                               double exec_ms) {
+                               const sched::ModelRunnerOutput& result) {
   const bool timing = predictor_ && predictor_->ready() && predictor_->need_timing();
   if (timing) {  // CPP online calibration: (chunk, history) of every scheduled request
     std::vector<std::pair<int64_t, int64_t>> chunks;
@@ -453,7 +394,7 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     std::vector<std::string> log;
     {
       std::lock_guard<std::mutex> lock(mu_);  // metrics() reads the fit
-      predictor_->record_step(chunks, exec_ms, &log);
+      predictor_->record_step(chunks, timing_ms(result), &log);
     }
     for (const std::string& line : log) LOG(INFO) << line;
     if (!predictor_->need_timing())
@@ -461,22 +402,21 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
   }
   std::vector<int32_t> sampled(so.scheduled.size(), -1);
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
-    if (!so.scheduled[i].samples || !sampled_tokens[i]) continue;
-    sched::Request* r = so.scheduled[i].request;
-    // A request may have finished, been aborted or been preempted while this step was in flight.
-    if (r->status != sched::RequestStatus::kRunning || !tracked_.count(r->request_id)) continue;
-    sampled[i] = sampled_tokens[i]->token;
+    if (so.scheduled[i].samples && result.sampled[i]) sampled[i] = result.sampled[i]->token;
   }
+  std::vector<bool> appended;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    scheduler_.update(so, sampled);
+    appended = scheduler_.update(so, sampled);
   }
   const double now = common::now_seconds();
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
-    if (sampled[i] < 0) continue;
-    sched::Request* r = so.scheduled[i].request;
-    const std::string id = r->request_id;
-    Tracked& t = tracked_.at(id);
+    if (!appended[i]) continue;
+    const std::string& id = so.scheduled[i].req_id;
+    const sched::Request* r = scheduler_.find_request(id);
+    auto tracked = tracked_.find(id);
+    CHECK(r != nullptr && tracked != tracked_.end()) << "a token for an unknown request " << id;
+    Tracked& t = tracked->second;
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++metrics_.generation_tokens;
@@ -492,7 +432,7 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     out.request_id = id;
     out.num_prompt_tokens = t.num_prompt_tokens;
     out.num_cached_tokens = t.num_cached_tokens;
-    if (process_token(r, t, *sampled_tokens[i], &out)) {
+    if (process_token(*r, t, *result.sampled[i], &out)) {
       finish(id, out.finish_reason, &out);
     } else {
       out.num_output_tokens = static_cast<int64_t>(r->output_token_ids.size());

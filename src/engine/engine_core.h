@@ -18,41 +18,18 @@
 #include <variant>
 #include <vector>
 
+#include "engine/engine_config.h"
+#include "engine/executor.h"
 #include "engine/metrics.h"
 #include "kv/kv_cache_manager.h"
-#include "model/deepseek_v3.h"
 #include "sched/chunk_predictor.h"
-#include "sched/profiling_chunk_config.h"
 #include "sched/scheduler.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
-#include "worker/model_runner.h"
-#include "worker/pipeline_executor.h"
-#include "worker/sampler.h"
 
 namespace engine {
 
-using worker::SampledToken;
-
-struct EngineConfig {
-  sched::SchedulerConfig scheduler;
-  int block_size = 16;
-  int64_t num_kv_blocks = 0;
-  bool enable_prefix_caching = true;
-  int num_threads = 1;
-  uint64_t seed = 0;
-  bool log_requests = false;  // one log line per finished request with its timings
-  // CPP: dynamic chunk sizing (startup profiling, online calibration); see
-  // sched/profiling_chunk_config.h. Validated by the caller.
-  std::optional<sched::ProfilingChunkConfig> profiling_chunk;
-  std::string trace_file;  // pipeline: Chrome trace of every (step, stage), written at shutdown
-  // Keep each token's expanded k_nope ‖ v beside the latent (model/kv_cache.h): more memory per
-  // block, no per-chunk re-expansion of the history. chunkpipe extension, off by default.
-  bool expanded_kv_cache = false;
-  // Called once, from the engine thread, if the engine fails (a pipeline stage died): every
-  // request has then been finished with the error, and the engine accepts no more work.
-  std::function<void(const std::string&)> on_fatal;
-};
+using sched::SampledToken;
 
 struct TokenLogprob {
   int32_t token = 0;
@@ -78,12 +55,10 @@ using OutputCallback = std::function<void(const RequestOutput&)>;
 
 class EngineCore {
  public:
-  EngineCore(const model::DeepseekV3Model& model, const tokenizer::Tokenizer& tokenizer,
+  // The executor runs the steps (one process, or a pipeline with up to its depth of steps in
+  // flight: vLLM's batch queue, outputs consumed oldest first).
+  EngineCore(std::unique_ptr<Executor> executor, const tokenizer::Tokenizer& tokenizer,
              const EngineConfig& config);
-  // Pipeline parallel: the stages own the model slices; up to num_stages() steps are in flight
-  // (vLLM's batch queue) and outputs are consumed oldest first.
-  EngineCore(std::unique_ptr<worker::PipelineExecutor> pipeline,
-             const tokenizer::Tokenizer& tokenizer, const EngineConfig& config);
   ~EngineCore();
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
@@ -107,12 +82,15 @@ class EngineCore {
   struct Tracked {
     OutputCallback callback;
     std::unique_ptr<tokenizer::IncrementalDetokenizer> detokenizer;
-    std::mt19937_64 rng;
     std::string text;  // decoded so far (stop strings are searched here)
     size_t sent = 0;   // bytes of `text` already delivered
     int64_t num_prompt_tokens = 0;
     int64_t num_cached_tokens = 0;
     double arrival = 0, first_token = 0, last_token = 0;
+  };
+  struct InFlight {
+    sched::SchedulerOutput output;
+    double predicted_ms = 0;
   };
 
   void start();
@@ -120,33 +98,25 @@ class EngineCore {
   void run_profiling_chunk_init();
   // Schedules one step and books its metrics; empty when nothing fits.
   sched::SchedulerOutput schedule_step();
-  // Samples, updates the scheduler and delivers outputs for an executed step.
-  void complete_step(const sched::SchedulerOutput& so,
-                     const std::vector<std::optional<SampledToken>>& sampled_tokens,
-                     double exec_ms);
-  // How request r samples its next token (draws this step's seed from its generator).
-  worker::SampleSpec sample_spec(const sched::Request& r);
-  void step_pipelined();
-  double profile_ms(int64_t num_tokens);
-  double timing_ms(const worker::PipelineExecutor::StepOutput& out) const;
+  // The step loop: fill the executor up to its depth, then complete the oldest step.
   void step();
-  // The pipeline failed: finish every request with `why`, stop accepting work, report.
+  // Updates the scheduler and delivers outputs for an executed step.
+  void complete_step(const sched::SchedulerOutput& so, const sched::ModelRunnerOutput& out);
+  double timing_ms(const sched::ModelRunnerOutput& out) const;
+  // The executor failed: finish every request with `why`, stop accepting work, report.
   void fail_engine(const std::string& why);
   void finish(const std::string& id, sched::FinishReason reason, RequestOutput* out);
   // Applies one sampled token: text, stop checks. Returns true when the request finished.
-  bool process_token(sched::Request* r, Tracked& t, const SampledToken& s, RequestOutput* out);
+  bool process_token(const sched::Request& r, Tracked& t, const SampledToken& s,
+                     RequestOutput* out);
 
-  model::ModelConfig model_config_;
   const tokenizer::Tokenizer& tokenizer_;
   EngineConfig config_;
+  std::unique_ptr<Executor> executor_;
   kv::KvCacheManager kv_;
   sched::Scheduler scheduler_;
-  std::unique_ptr<worker::ModelRunner> runner_;         // one stage, in this thread
-  std::unique_ptr<worker::PipelineExecutor> pipeline_;  // or a pipeline of stages
-  std::deque<sched::SchedulerOutput> in_flight_;        // pipelined steps, oldest first
-  std::deque<double> in_flight_predicted_ms_;           // CPP prediction of each step in flight
+  std::deque<InFlight> in_flight_;  // submitted steps, oldest first
   int64_t next_step_id_ = 0;
-  std::vector<std::unique_ptr<sched::Request>> retired_;  // finished while steps were in flight
   std::unique_ptr<sched::ChunkSizePredictor> predictor_;
   std::vector<int32_t> eos_ids_;
   std::mt19937_64 seed_rng_;

@@ -29,6 +29,9 @@ struct SamplingParams {
   std::optional<int32_t> logprobs;  // top-N logprobs per generated token
   bool skip_special_tokens = true;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
+  // stop_token_ids plus EOS unless ignore_eos (resolved by the engine at intake): the ids the
+  // sampler masks while the output is shorter than min_tokens.
+  std::vector<int32_t> all_stop_token_ids;
 
   bool greedy() const { return temperature < 1e-5; }
 };
@@ -61,6 +64,14 @@ struct Request {
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
   double arrival_time = 0;
+  int32_t num_preemptions = 0;
+
+  // What the workers hold of this request: the scheduler's bookkeeping for SchedulerOutput's
+  // deltas (sched/scheduler_output.h).
+  bool known_to_workers = false;
+  bool resumed = false;         // preempted since the workers last saw it
+  int64_t num_tokens_sent = 0;  // prompt and output tokens the workers hold
+  size_t num_blocks_sent = 0;   // entries of the block table the workers hold
 
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_tokens() const {

@@ -27,6 +27,7 @@ std::unique_ptr<Request> Scheduler::abort_request(const std::string& request_id)
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
   kv_->free(request_id);
+  forget(r);
   r->status = RequestStatus::kFinished;
   r->finish_reason = FinishReason::kAbort;
   auto out = std::move(it->second);
@@ -34,10 +35,45 @@ std::unique_ptr<Request> Scheduler::abort_request(const std::string& request_id)
   return out;
 }
 
+void Scheduler::forget(Request* r) {
+  if (r->known_to_workers) finished_req_ids_.push_back(r->request_id);
+  r->known_to_workers = false;
+}
+
+ScheduledRequest Scheduler::make_entry(Request* r, int64_t n) {
+  ScheduledRequest s;
+  s.req_id = r->request_id;
+  s.num_computed_tokens = r->num_computed_tokens;
+  s.num_scheduled_tokens = n;
+  s.samples = r->num_computed_tokens + n == r->num_tokens();
+  const std::vector<kv::BlockId>& table = kv_->block_table(r->request_id);
+  if (!r->known_to_workers) {
+    s.new_request = NewRequestData{r->prompt_token_ids, r->sampling};
+    s.new_request->sampling.stop.clear();  // stop strings are the engine's business
+    s.new_token_ids = r->output_token_ids;
+    s.new_block_ids.assign(table.begin(), table.end());
+    r->known_to_workers = true;
+  } else {
+    s.resumed_from_preemption = r->resumed;
+    const size_t from = r->resumed ? 0 : r->num_blocks_sent;
+    s.new_block_ids.assign(table.begin() + static_cast<std::ptrdiff_t>(from), table.end());
+    s.new_token_ids.assign(
+        r->output_token_ids.begin() + (r->num_tokens_sent - r->num_prompt_tokens()),
+        r->output_token_ids.end());
+  }
+  r->resumed = false;
+  r->num_blocks_sent = table.size();
+  r->num_tokens_sent = r->num_tokens();
+  return s;
+}
+
 void Scheduler::preempt(Request* r) {
   kv_->free(r->request_id);
   r->num_computed_tokens = 0;
   r->status = RequestStatus::kPreempted;
+  ++r->num_preemptions;
+  r->resumed = r->known_to_workers;
+  r->num_blocks_sent = 0;
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
   waiting_.push_front(r);
   ++num_preemptions_;
@@ -75,10 +111,14 @@ SchedulerOutput Scheduler::schedule() {
   const bool cpp = predictor_ != nullptr && predictor_->ready();
   const double target = cpp ? predictor_->target_ms() : 0.0;
   double time_budget = cpp ? target : INFINITY;
+  std::vector<Request*> scheduled;  // out.scheduled's requests
+  std::vector<int32_t> epochs;
   auto emit = [&](Request* r, int64_t n, int64_t charged_history) {
     const int64_t before = r->num_computed_tokens;
     const bool in_prefill = before < r->num_prompt_tokens();
-    out.scheduled.push_back({r, before, n, before + n == r->num_tokens()});
+    out.scheduled.push_back(make_entry(r, n));
+    scheduled.push_back(r);
+    epochs.push_back(r->num_preemptions);
     r->num_computed_tokens = before + n;  // advanced now: the next chunk may follow at once
     budget -= n;
     if (cpp && in_prefill) time_budget -= predictor_->predict_time(n, charged_history);
@@ -101,9 +141,7 @@ SchedulerOutput Scheduler::schedule() {
       Request* victim = running_.back();  // newest running request
       const bool self = victim == r;
       // A victim scheduled earlier this step keeps its slot in `out`; only unscheduled ones go.
-      bool already_scheduled = false;
-      for (const auto& s : out.scheduled) already_scheduled |= s.request == victim;
-      if (already_scheduled) break;
+      if (std::find(scheduled.begin(), scheduled.end(), victim) != scheduled.end()) break;
       preempt(victim);
       ++out.num_preempted;
       if (self) break;
@@ -139,19 +177,40 @@ SchedulerOutput Scheduler::schedule() {
     emit(r, n, config_.charge_prefix_hits ? hits : 0);
   }
   for (const auto& s : out.scheduled) out.total_num_scheduled_tokens += s.num_scheduled_tokens;
+  if (!out.empty()) {
+    out.finished_req_ids.swap(finished_req_ids_);
+    in_flight_epochs_.push_back(std::move(epochs));
+  }
   return out;
 }
 
-void Scheduler::update(const SchedulerOutput& output, const std::vector<int32_t>& sampled) {
+std::vector<bool> Scheduler::update(const SchedulerOutput& output,
+                                    const std::vector<int32_t>& sampled) {
   CHECK(sampled.size() == output.scheduled.size()) << "one sampled entry per scheduled request";
+  CHECK(!in_flight_epochs_.empty()) << "update without a scheduled step";
+  const std::vector<int32_t> epochs = std::move(in_flight_epochs_.front());
+  in_flight_epochs_.pop_front();
+  CHECK(epochs.size() == output.scheduled.size()) << "steps updated out of order";
+  std::vector<bool> appended(output.scheduled.size(), false);
   for (size_t i = 0; i < output.scheduled.size(); ++i) {
     const ScheduledRequest& s = output.scheduled[i];
-    Request* r = s.request;
-    if (r->status != RequestStatus::kRunning) continue;  // aborted or preempted meanwhile
-    if (s.samples && sampled[i] >= 0) r->output_token_ids.push_back(sampled[i]);
+    Request* r = find_request(s.req_id);
+    // Finished, aborted or preempted (and maybe resumed) while the step was in flight.
+    if (r == nullptr || r->status != RequestStatus::kRunning || r->num_preemptions != epochs[i])
+      continue;
+    if (s.samples && sampled[i] >= 0) {
+      r->output_token_ids.push_back(sampled[i]);
+      appended[i] = true;
+    }
     const auto ids = r->all_token_ids();
     kv_->cache_full_blocks(r->request_id, ids, r->num_computed_tokens);
   }
+  return appended;
+}
+
+Request* Scheduler::find_request(const std::string& request_id) const {
+  auto it = requests_.find(request_id);
+  return it == requests_.end() ? nullptr : it->second.get();
 }
 
 std::unique_ptr<Request> Scheduler::finish_request(const std::string& request_id,
@@ -162,6 +221,7 @@ std::unique_ptr<Request> Scheduler::finish_request(const std::string& request_id
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
   kv_->free(request_id);
+  forget(r);
   r->status = RequestStatus::kFinished;
   r->finish_reason = reason;
   auto out = std::move(it->second);

@@ -14,6 +14,7 @@
 #include "kv/kv_cache_manager.h"
 #include "sched/chunk_predictor.h"
 #include "sched/request.h"
+#include "sched/scheduler_output.h"
 
 namespace sched {
 
@@ -24,23 +25,6 @@ struct SchedulerConfig {
   // CPP: charge a new request's first chunk with its prefix-cache hits as history (better
   // than vllm-ascend, which charges history 0). Off reproduces upstream.
   bool charge_prefix_hits = false;
-};
-
-// One request's share of a step. The worker reads tokens [num_computed_tokens,
-// num_computed_tokens + num_scheduled_tokens) of the request with its block table.
-struct ScheduledRequest {
-  Request* request;
-  int64_t num_computed_tokens;  // before this step (the request's counter is already advanced)
-  int64_t num_scheduled_tokens;
-  // True when this chunk reaches the request's last known token: its logits are sampled.
-  bool samples;
-};
-
-struct SchedulerOutput {
-  std::vector<ScheduledRequest> scheduled;
-  int64_t total_num_scheduled_tokens = 0;
-  int32_t num_preempted = 0;
-  bool empty() const { return scheduled.empty(); }
 };
 
 struct SchedulerStats {
@@ -61,22 +45,31 @@ class Scheduler {
   // Removes a request wherever it is and frees its blocks; returns it (nullptr if unknown).
   std::unique_ptr<Request> abort_request(const std::string& request_id);
 
+  // The next step. Each request's entry carries only what the workers do not hold yet; the
+  // ids of requests finished since the last step ride along for the workers to drop.
   SchedulerOutput schedule();
-  // Applies a step's results: appends `sampled` tokens (one per scheduled request whose
-  // `samples` is true, in order; -1 for none) and caches full blocks. num_computed_tokens was
-  // advanced at schedule time, so the next chunk of a prompt can be scheduled while this one is
-  // still in flight (pipeline parallelism).
-  // Finished requests (decided by the caller through finish_request) leave the running set.
-  void update(const SchedulerOutput& output, const std::vector<int32_t>& sampled);
+  // Applies a step's results, in the order the steps were scheduled: appends `sampled` tokens
+  // (one per scheduled request whose `samples` is true, in order; -1 for none) and caches full
+  // blocks. num_computed_tokens was advanced at schedule time, so the next chunk of a prompt can
+  // be scheduled while this one is still in flight (pipeline parallelism). Entry i of the result
+  // is true when scheduled[i]'s token was appended: not for a request that finished, was aborted
+  // or was preempted while the step was in flight.
+  std::vector<bool> update(const SchedulerOutput& output, const std::vector<int32_t>& sampled);
   // Marks a running request finished and frees its blocks; returns it.
   std::unique_ptr<Request> finish_request(const std::string& request_id, FinishReason reason);
 
+  // The request (nullptr when it is not waiting or running).
+  Request* find_request(const std::string& request_id) const;
   bool has_unfinished_requests() const { return !waiting_.empty() || !running_.empty(); }
   SchedulerStats stats() const;
   const kv::KvCacheManager& kv_cache() const { return *kv_; }
 
  private:
   void preempt(Request* r);
+  // The entry for `r` after its slots for n more tokens are allocated; books what was sent.
+  ScheduledRequest make_entry(Request* r, int64_t n);
+  // A request leaves: the workers drop their state of it with the next step.
+  void forget(Request* r);
   // CPP: the chunk for a prefill of `r` given the remaining time budget; nullopt = stop
   // scheduling prefills this step. `n` is the upstream (fixed) size.
   std::optional<int64_t> dynamic_chunk(const Request& r, int64_t history, int64_t n,
@@ -89,6 +82,10 @@ class Scheduler {
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;
   int64_t num_preemptions_ = 0;
+  std::vector<std::string> finished_req_ids_;  // for the next step's SchedulerOutput
+  // Per step not yet updated, oldest first: each entry's preemption count when it was scheduled,
+  // so that a result computed before a preemption is not applied after the request resumed.
+  std::deque<std::vector<int32_t>> in_flight_epochs_;
 };
 
 }  // namespace sched

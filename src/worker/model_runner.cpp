@@ -1,19 +1,23 @@
-// One forward per step: all scheduled chunks batched, logits only for sampling rows.
+// One forward per step over the worker's slice: all scheduled chunks batched, logits and
+// sampling only for the rows that sample.
 #include "worker/model_runner.h"
 
 #include <algorithm>
 
 #include "common/timer.h"
+#include "worker/sampler.h"
 
 namespace worker {
 
-ModelRunner::ModelRunner(const model::DeepseekV3Model& model, int64_t num_blocks, int block_size,
-                         int num_threads, bool expanded_kv_cache)
+ModelRunner::ModelRunner(const model::DeepseekV3Model& model, const RunnerOptions& o)
     : model_(model),
-      cache_(model.config().num_total_layers(), 0, model.config().num_hidden_layers, num_blocks,
-             block_size, model.config().kv_cache_row_dim(),
-             expanded_kv_cache ? model.config().expanded_kv_row_dim() : 0),
-      pool_(num_threads) {}
+      layer_begin_(o.layer_begin),
+      layer_end_(o.layer_end < 0 ? model.config().num_hidden_layers : o.layer_end),
+      cache_(model.config().num_total_layers(), layer_begin_, layer_end_, o.num_blocks,
+             o.block_size, model.config().kv_cache_row_dim(),
+             o.expanded_kv_cache ? model.config().expanded_kv_row_dim() : 0),
+      pool_(o.num_threads),
+      states_(model.config().vocab_size, o.num_blocks, o.block_size) {}
 
 int64_t ModelRunner::kv_bytes_per_block(const model::ModelConfig& c, int block_size,
                                         bool expanded_kv_cache) {
@@ -22,27 +26,85 @@ int64_t ModelRunner::kv_bytes_per_block(const model::ModelConfig& c, int block_s
                                                expanded_kv_cache ? c.expanded_kv_row_dim() : 0);
 }
 
-double ModelRunner::profile_prefill_ms(int64_t num_tokens, int64_t max_tokens) {
-  const int64_t n = std::clamp<int64_t>(
-      num_tokens, 1, std::min(max_tokens, cache_.num_blocks() * cache_.block_size()));
-  const StepInput in = dummy_prefill(n, model_.config().vocab_size, cache_.block_size());
-  const double t0 = common::now_seconds();
-  run(in);
-  return (common::now_seconds() - t0) * 1000.0;
+common::Result<std::vector<float>> ModelRunner::run(const model::ForwardBatch& batch,
+                                                    std::vector<float> hidden) {
+  const int64_t H = model_.config().hidden_size;
+  const int64_t rows = batch.num_tokens();
+  if (first()) {
+    hidden.assign(rows * H, 0.0f);
+    model_.embed(batch, hidden.data());
+  } else if (static_cast<int64_t>(hidden.size()) != rows * H) {
+    return common::data_loss("layers [" + std::to_string(layer_begin_) + ", " +
+                             std::to_string(layer_end_) + ") received " +
+                             std::to_string(hidden.size()) + " hidden values for " +
+                             std::to_string(rows) + " tokens");
+  }
+  model_.run_layers(batch, layer_begin_, layer_end_, hidden.data(), cache_, pool_);
+  return hidden;
 }
 
-std::vector<std::vector<float>> ModelRunner::execute(const sched::SchedulerOutput& output,
-                                                     const kv::KvCacheManager& kv) {
-  return run(make_step_input(output, kv));
-}
-
-std::vector<std::vector<float>> ModelRunner::run(const StepInput& input) {
+std::vector<float> ModelRunner::logits_of_rows(const std::vector<float>& hidden,
+                                               const std::vector<int64_t>& rows) {
   const model::ModelConfig& c = model_.config();
-  const model::ForwardBatch batch = to_forward_batch(input);
-  std::vector<float> hidden(batch.num_tokens() * c.hidden_size);
-  model_.embed(batch, hidden.data());
-  model_.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache_, pool_);
-  return logits_for_samples(model_, input, hidden.data(), pool_);
+  const int64_t H = c.hidden_size;
+  const int64_t n = static_cast<int64_t>(rows.size());
+  std::vector<float> picked;
+  picked.reserve(n * H);
+  for (int64_t row : rows)
+    picked.insert(picked.end(), hidden.begin() + row * H, hidden.begin() + (row + 1) * H);
+  model_.final_norm(picked.data(), n, picked.data());
+  std::vector<float> logits(n * c.vocab_size);
+  if (n > 0) model_.compute_logits(picked.data(), n, logits.data(), pool_);
+  return logits;
+}
+
+common::Result<StepResult> ModelRunner::execute_model(const sched::SchedulerOutput& output,
+                                                      std::vector<float> hidden) {
+  std::vector<CachedRequestState*> states;
+  CP_RETURN_IF_ERROR(states_.apply(output, &states));
+  StepResult result;
+  if (output.empty()) return result;
+  const model::ForwardBatch batch = RequestStates::forward_batch(output, states);
+  CP_ASSIGN_OR_RETURN(hidden, run(batch, std::move(hidden)));
+  if (!last()) {
+    result.hidden = std::move(hidden);
+    return result;
+  }
+  std::vector<int64_t> rows;  // the last row of each sampling chunk
+  int64_t row = 0;
+  for (const auto& s : output.scheduled) {
+    row += s.num_scheduled_tokens;
+    if (s.samples) rows.push_back(row - 1);
+  }
+  const std::vector<float> logits = logits_of_rows(hidden, rows);
+  const int64_t V = model_.config().vocab_size;
+  result.sampled.resize(output.scheduled.size());
+  for (size_t i = 0, k = 0; i < output.scheduled.size(); ++i) {
+    if (!output.scheduled[i].samples) continue;
+    CachedRequestState& st = *states[i];
+    std::vector<float> row_logits(logits.begin() + static_cast<int64_t>(k) * V,
+                                  logits.begin() + static_cast<int64_t>(k + 1) * V);
+    ++k;
+    std::mt19937_64 rng(st.generator());  // one draw per sampled token, wherever it runs
+    result.sampled[i] = sample_token(row_logits, st.sampling, {st.prompt(), st.outputs()}, rng);
+  }
+  return result;
+}
+
+double ModelRunner::profile_ms(int64_t num_tokens) {
+  const int64_t n = std::clamp<int64_t>(num_tokens, 1, cache_.num_blocks() * cache_.block_size());
+  const model::ModelConfig& c = model_.config();
+  std::vector<int32_t> tokens(n), blocks((n + cache_.block_size() - 1) / cache_.block_size());
+  const int64_t vocab = std::min<int64_t>(c.vocab_size, 128000);
+  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 3) % vocab);
+  for (size_t b = 0; b < blocks.size(); ++b) blocks[b] = static_cast<int32_t>(b);
+  model::ForwardBatch batch;
+  batch.sequences.push_back({tokens, 0, blocks});
+  std::vector<float> hidden(first() ? 0 : n * c.hidden_size, 0.0f);
+  const double t0 = common::now_seconds();
+  auto out = run(batch, std::move(hidden));
+  if (out.ok() && last()) logits_of_rows(*out, {n - 1});
+  return (common::now_seconds() - t0) * 1000.0;
 }
 
 }  // namespace worker

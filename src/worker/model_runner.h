@@ -1,42 +1,71 @@
-// ModelRunner: turns a SchedulerOutput into one forward over the worker's model and paged
-// cache and returns, for every scheduled request that samples this step, its logits row.
-// Owns the latent KV cache and the thread pool. Not thread-safe: one step at a time.
+// ModelRunner: one worker's slice of the model, decoder layers [layer_begin, layer_end) with the
+// embedding on the first slice and the final norm and head on the last, its paged latent cache,
+// its thread pool and the request states the SchedulerOutput deltas build (request_states.h).
+// The same runner serves one process (the whole model) and each pipeline stage. The last slice
+// samples. Not thread-safe: one step at a time.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "common/status.h"
 #include "common/thread_pool.h"
-#include "kv/kv_cache_manager.h"
 #include "model/deepseek_v3.h"
-#include "sched/scheduler.h"
-#include "worker/step_input.h"
+#include "sched/scheduler_output.h"
+#include "worker/request_states.h"
 
 namespace worker {
 
+struct RunnerOptions {
+  int layer_begin = 0;
+  int layer_end = -1;  // -1: through the last decoder layer
+  int64_t num_blocks = 0;
+  int block_size = 16;
+  int num_threads = 1;
+  bool expanded_kv_cache = false;
+};
+
+struct StepResult {
+  std::vector<float> hidden;  // not the last slice: for the next stage
+  std::vector<std::optional<sched::SampledToken>> sampled;  // the last slice: per request
+};
+
 class ModelRunner {
  public:
-  ModelRunner(const model::DeepseekV3Model& model, int64_t num_blocks, int block_size,
-              int num_threads, bool expanded_kv_cache = false);
+  // `model` (which must outlive the runner) holds at least the slice's weights.
+  ModelRunner(const model::DeepseekV3Model& model, const RunnerOptions& options);
 
-  // logits[i] is the row of the i-th scheduled request with `samples` set (empty otherwise).
-  std::vector<std::vector<float>> execute(const sched::SchedulerOutput& output,
-                                          const kv::KvCacheManager& kv);
+  bool first() const { return layer_begin_ == 0; }
+  bool last() const { return layer_end_ == model_.config().num_hidden_layers; }
+  bool pin_threads(const std::vector<int>& cpus) { return pool_.pin_threads(cpus); }
+  size_t num_requests() const { return states_.size(); }
+
+  // Applies the step's deltas and runs the slice. `hidden` is the previous stage's output (empty
+  // on the first slice). A step the states refuse (request_states.h) returns the error.
+  common::Result<StepResult> execute_model(const sched::SchedulerOutput& output,
+                                           std::vector<float> hidden = {});
+
+  // CPP profiling: milliseconds of the slice on a from-scratch prefill of num_tokens dummy tokens
+  // (clamped to the cache), zero input on later slices. Uses the first cache blocks as scratch,
+  // so it must run while no request holds blocks.
+  double profile_ms(int64_t num_tokens);
 
   static int64_t kv_bytes_per_block(const model::ModelConfig& config, int block_size,
                                     bool expanded_kv_cache = false);
 
-  // CPP startup profiling: wall-clock milliseconds of one from-scratch prefill of num_tokens
-  // dummy tokens (clamped to [1, max_tokens]). Uses the first cache blocks as scratch, so it
-  // must run before any request holds blocks.
-  double profile_prefill_ms(int64_t num_tokens, int64_t max_tokens);
-
  private:
-  std::vector<std::vector<float>> run(const StepInput& input);
+  // Runs the slice on `batch`; the last slice returns the logits of the given rows' ends.
+  common::Result<std::vector<float>> run(const model::ForwardBatch& batch,
+                                         std::vector<float> hidden);
+  std::vector<float> logits_of_rows(const std::vector<float>& hidden,
+                                    const std::vector<int64_t>& rows);
 
   const model::DeepseekV3Model& model_;
+  int layer_begin_, layer_end_;
   model::LatentKvCache cache_;
   common::ThreadPool pool_;
+  RequestStates states_;
 };
 
 }  // namespace worker

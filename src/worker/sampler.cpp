@@ -21,9 +21,8 @@ void log_softmax(std::span<const float> logits, std::vector<float>* out) {
 
 }  // namespace
 
-SampledToken sample_token(std::span<float> logits, const sched::Request& r,
-                          std::span<const int32_t> stop_ids, std::mt19937_64& rng) {
-  const sched::SamplingParams& p = r.sampling;
+SampledToken sample_token(std::span<float> logits, const sched::SamplingParams& p,
+                          const TokenHistory& history, std::mt19937_64& rng) {
   const int64_t V = static_cast<int64_t>(logits.size());
   // As vLLM v1: logit_bias (a logits processor) before the penalties.
   for (const auto& [t, bias] : p.logit_bias) {
@@ -31,8 +30,8 @@ SampledToken sample_token(std::span<float> logits, const sched::Request& r,
   }
   if (p.repetition_penalty != 1.0) {
     std::vector<bool> seen(V, false);
-    for (int32_t t : r.prompt_token_ids) seen[t] = true;
-    for (int32_t t : r.output_token_ids) seen[t] = true;
+    for (int32_t t : history.prompt_token_ids) seen[t] = true;
+    for (int32_t t : history.output_token_ids) seen[t] = true;
     const float rp = static_cast<float>(p.repetition_penalty);
     for (int64_t i = 0; i < V; ++i) {
       if (seen[i]) logits[i] = logits[i] > 0 ? logits[i] / rp : logits[i] * rp;
@@ -40,13 +39,13 @@ SampledToken sample_token(std::span<float> logits, const sched::Request& r,
   }
   if (p.presence_penalty != 0.0 || p.frequency_penalty != 0.0) {
     std::unordered_map<int32_t, int> counts;
-    for (int32_t t : r.output_token_ids) ++counts[t];
+    for (int32_t t : history.output_token_ids) ++counts[t];
     for (const auto& [t, c] : counts) {
       logits[t] -= static_cast<float>(p.frequency_penalty * c + p.presence_penalty);
     }
   }
-  if (static_cast<int32_t>(r.output_token_ids.size()) < p.min_tokens) {
-    for (int32_t t : stop_ids) {
+  if (static_cast<int64_t>(history.output_token_ids.size()) < p.min_tokens) {
+    for (int32_t t : p.all_stop_token_ids) {
       if (t >= 0 && t < V) logits[t] = -std::numeric_limits<float>::infinity();
     }
   }
@@ -132,30 +131,6 @@ SampledToken sample_token(std::span<float> logits, const sched::Request& r,
     for (int64_t i = 0; i < n; ++i) out.top_logprobs.emplace_back(order[i], logprobs[order[i]]);
   }
   return out;
-}
-
-SampleSpec make_sample_spec(const sched::Request& r, std::vector<int32_t> stop_ids, uint64_t seed) {
-  SampleSpec spec;
-  spec.params = r.sampling;
-  spec.params.stop.clear();  // stop strings are the engine's business
-  const sched::SamplingParams& p = r.sampling;
-  if (p.repetition_penalty != 1.0) spec.prompt_token_ids = r.prompt_token_ids;
-  if (p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 ||
-      p.min_tokens > 0) {
-    spec.output_token_ids = r.output_token_ids;
-  }
-  spec.stop_ids = std::move(stop_ids);
-  spec.seed = seed;
-  return spec;
-}
-
-SampledToken sample_with_spec(std::span<float> logits, const SampleSpec& spec) {
-  sched::Request r;
-  r.sampling = spec.params;
-  r.prompt_token_ids = spec.prompt_token_ids;
-  r.output_token_ids = spec.output_token_ids;
-  std::mt19937_64 rng(spec.seed);
-  return sample_token(logits, r, spec.stop_ids, rng);
 }
 
 }  // namespace worker

@@ -10,13 +10,14 @@ common::Status truncated(const char* what) {
   return common::data_loss(std::string("a malformed ") + what + " message reached this stage");
 }
 
-// The SamplingParams fields the sampler reads, then the spec's history and seed.
-void put_sample_spec(dist::WireWriter& w, const SampleSpec& spec) {
-  const sched::SamplingParams& p = spec.params;
+// The SamplingParams fields the sampler reads (stop strings and lengths are the engine's).
+void put_sampling(dist::WireWriter& w, const sched::SamplingParams& p) {
   w.put(p.temperature);
   w.put(p.top_p);
   w.put(p.top_k);
   w.put(p.min_p);
+  w.put<uint8_t>(p.seed ? 1 : 0);
+  w.put<uint64_t>(p.seed ? *p.seed : 0);
   w.put(p.repetition_penalty);
   w.put(p.presence_penalty);
   w.put(p.frequency_penalty);
@@ -27,37 +28,84 @@ void put_sample_spec(dist::WireWriter& w, const SampleSpec& spec) {
   for (const auto& [t, v] : p.logit_bias) bias_ids.push_back(t), bias_values.push_back(v);
   w.put_vector(bias_ids);
   w.put_vector(bias_values);
-  w.put_vector(spec.prompt_token_ids);
-  w.put_vector(spec.output_token_ids);
-  w.put_vector(spec.stop_ids);
-  w.put(spec.seed);
+  w.put_vector(p.all_stop_token_ids);
 }
 
-bool get_sample_spec(dist::WireReader& r, SampleSpec* spec) {
-  sched::SamplingParams& p = spec->params;
+bool get_sampling(dist::WireReader& r, sched::SamplingParams* p) {
   int32_t logprobs = -1;
-  r.get(&p.temperature);
-  r.get(&p.top_p);
-  r.get(&p.top_k);
-  r.get(&p.min_p);
-  r.get(&p.repetition_penalty);
-  r.get(&p.presence_penalty);
-  r.get(&p.frequency_penalty);
-  r.get(&p.min_tokens);
+  uint8_t has_seed = 0;
+  uint64_t seed = 0;
+  r.get(&p->temperature);
+  r.get(&p->top_p);
+  r.get(&p->top_k);
+  r.get(&p->min_p);
+  r.get(&has_seed);
+  r.get(&seed);
+  if (has_seed) p->seed = seed;
+  r.get(&p->repetition_penalty);
+  r.get(&p->presence_penalty);
+  r.get(&p->frequency_penalty);
+  r.get(&p->min_tokens);
   r.get(&logprobs);
-  if (logprobs >= 0) p.logprobs = logprobs;
+  if (logprobs >= 0) p->logprobs = logprobs;
   std::vector<int32_t> bias_ids;
   std::vector<float> bias_values;
   r.get_vector(&bias_ids);
   r.get_vector(&bias_values);
   if (bias_ids.size() != bias_values.size()) return false;
-  p.logit_bias.clear();
+  p->logit_bias.clear();
   for (size_t i = 0; i < bias_ids.size(); ++i)
-    p.logit_bias.emplace_back(bias_ids[i], bias_values[i]);
-  r.get_vector(&spec->prompt_token_ids);
-  r.get_vector(&spec->output_token_ids);
-  r.get_vector(&spec->stop_ids);
-  r.get(&spec->seed);
+    p->logit_bias.emplace_back(bias_ids[i], bias_values[i]);
+  r.get_vector(&p->all_stop_token_ids);
+  return r.ok();
+}
+
+void put_output(dist::WireWriter& w, const sched::SchedulerOutput& so) {
+  w.put<uint64_t>(so.scheduled.size());
+  for (const auto& s : so.scheduled) {
+    w.put_string(s.req_id);
+    w.put<uint8_t>((s.new_request ? 1 : 0) | (s.resumed_from_preemption ? 2 : 0) |
+                   (s.samples ? 4 : 0));
+    if (s.new_request) {
+      w.put_vector(s.new_request->prompt_token_ids);
+      put_sampling(w, s.new_request->sampling);
+    }
+    w.put_vector(s.new_token_ids);
+    w.put_vector(s.new_block_ids);
+    w.put(s.num_computed_tokens);
+    w.put(s.num_scheduled_tokens);
+  }
+  w.put<uint64_t>(so.finished_req_ids.size());
+  for (const auto& id : so.finished_req_ids) w.put_string(id);
+  w.put(so.total_num_scheduled_tokens);
+  w.put(so.num_preempted);
+}
+
+bool get_output(dist::WireReader& r, size_t limit, sched::SchedulerOutput* so) {
+  uint64_t n = 0;
+  if (!r.get(&n) || n > limit) return false;
+  so->scheduled.resize(n);
+  for (auto& s : so->scheduled) {
+    uint8_t flags = 0;
+    r.get_string(&s.req_id);
+    r.get(&flags);
+    s.resumed_from_preemption = flags & 2;
+    s.samples = flags & 4;
+    if (flags & 1) {
+      s.new_request.emplace();
+      r.get_vector(&s.new_request->prompt_token_ids);
+      if (!get_sampling(r, &s.new_request->sampling)) return false;
+    }
+    r.get_vector(&s.new_token_ids);
+    r.get_vector(&s.new_block_ids);
+    r.get(&s.num_computed_tokens);
+    r.get(&s.num_scheduled_tokens);
+  }
+  if (!r.get(&n) || n > limit) return false;
+  so->finished_req_ids.resize(n);
+  for (auto& id : so->finished_req_ids) r.get_string(&id);
+  r.get(&so->total_num_scheduled_tokens);
+  r.get(&so->num_preempted);
   return r.ok();
 }
 
@@ -78,16 +126,9 @@ common::Result<StageMessageKind> message_kind(const dist::Message& m) {
 dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload) {
   dist::Message m = start(StageMessageKind::kStep);
   dist::WireWriter w(&m.meta);
-  w.put<int64_t>(step.input.step_id);
-  w.put<double>(step.input.predicted_ms);
-  w.put<uint64_t>(step.input.sequences.size());
-  for (const auto& s : step.input.sequences) {
-    w.put_vector(s.token_ids);
-    w.put<int64_t>(s.num_computed_tokens);
-    w.put_vector(s.block_table);
-    w.put<uint8_t>(s.samples ? 1 : 0);
-    if (s.samples) put_sample_spec(w, s.sample);
-  }
+  w.put<int64_t>(step.step_id);
+  w.put<double>(step.predicted_ms);
+  put_output(w, step.output);
   w.put_vector(step.timings);
   w.put<uint64_t>(step.sampled.size());
   for (const auto& t : step.sampled) {
@@ -111,30 +152,19 @@ dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload) 
 common::Status decode_step(const dist::Message& m, StepEnvelope* step) {
   dist::WireReader r(m.meta);
   uint8_t kind = 0;
-  uint64_t n = 0;
   r.get(&kind);
-  r.get(&step->input.step_id);
-  r.get(&step->input.predicted_ms);
-  if (!r.get(&n) || n > m.meta.size()) return truncated("step");
-  step->input.sequences.resize(n);
-  for (auto& s : step->input.sequences) {
-    uint8_t samples = 0;
-    r.get_vector(&s.token_ids);
-    r.get(&s.num_computed_tokens);
-    r.get_vector(&s.block_table);
-    r.get(&samples);
-    s.samples = samples != 0;
-    if (s.samples && !get_sample_spec(r, &s.sample)) return truncated("step");
-  }
+  r.get(&step->step_id);
+  r.get(&step->predicted_ms);
+  if (!get_output(r, m.meta.size(), &step->output)) return truncated("step");
   r.get_vector(&step->timings);
   uint64_t num_sampled = 0;
-  if (!r.get(&num_sampled) || num_sampled > step->input.sequences.size()) return truncated("step");
+  if (!r.get(&num_sampled) || num_sampled > m.meta.size()) return truncated("step");
   step->sampled.resize(num_sampled);
   for (auto& t : step->sampled) {
     uint8_t has = 0;
     if (!r.get(&has)) return truncated("step");
     if (!has) continue;
-    SampledToken tok;
+    sched::SampledToken tok;
     std::vector<int32_t> ids;
     std::vector<float> lps;
     r.get(&tok.token);
@@ -146,6 +176,13 @@ common::Status decode_step(const dist::Message& m, StepEnvelope* step) {
     t = std::move(tok);
   }
   return r.at_end() ? common::Status{} : truncated("step");
+}
+
+size_t encoded_size(const sched::SchedulerOutput& output) {
+  std::vector<uint8_t> bytes;
+  dist::WireWriter w(&bytes);
+  put_output(w, output);
+  return bytes.size();
 }
 
 dist::Message encode_profile(const ProfileProbe& probe) {

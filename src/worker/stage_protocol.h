@@ -1,8 +1,7 @@
 // The messages that flow around the pipeline ring (engine -> stage 0 -> ... -> last -> engine),
-// FIFO on every link: a step (StepInput with each sampling sequence's SampleSpec, plus the
-// timings each stage adds; payload = hidden states; after the last stage, the sampled tokens),
-// a profiling probe, the start-up hello, and shutdown. Pure encode/decode functions; decoding
-// validates sizes.
+// FIFO on every link: a step (its SchedulerOutput plus the timings each stage adds; payload =
+// hidden states; after the last stage, the sampled tokens), a profiling probe, the start-up
+// hello, and shutdown. Pure encode/decode functions; decoding validates sizes.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +10,7 @@
 
 #include "common/status.h"
 #include "dist/communicator.h"
-#include "worker/step_input.h"
+#include "sched/scheduler_output.h"
 
 namespace worker {
 
@@ -24,10 +23,12 @@ struct StageTiming {
 };
 
 struct StepEnvelope {
-  StepInput input;
+  int64_t step_id = 0;
+  double predicted_ms = 0;  // CPP's predicted time of the step's prefill chunks (0: none)
+  sched::SchedulerOutput output;
   std::vector<StageTiming> timings;  // one per stage passed so far
   // Set by the last stage: entry i is the token sampled for sequence i (if it samples).
-  std::vector<std::optional<SampledToken>> sampled;
+  std::vector<std::optional<sched::SampledToken>> sampled;
 };
 
 // A CPP profiling probe: stage `stage` times a from-scratch prefill of num_tokens dummy tokens.
@@ -45,6 +46,9 @@ struct Hello {
 };
 
 common::Result<StageMessageKind> message_kind(const dist::Message& m);
+
+// Bytes of `output` on the wire (the step message's size, for benchmarks).
+size_t encoded_size(const sched::SchedulerOutput& output);
 
 dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload);
 common::Status decode_step(const dist::Message& m, StepEnvelope* step);

@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "common/logging.h"
-#include "common/thread_pool.h"
 #include "common/timer.h"
 #include "model/deepseek_v3.h"
+#include "worker/model_runner.h"
 #include "worker/stage_protocol.h"
 
 namespace worker {
@@ -54,85 +54,6 @@ class Inbox {
   std::string error_;
 };
 
-class StageRunner {
- public:
-  StageRunner(const StageSpec& spec, std::unique_ptr<model::DeepseekV3Model> model)
-      : spec_(spec),
-        model_(std::move(model)),
-        cache_(model_->config().num_total_layers(), spec.layer_begin, spec.layer_end,
-               spec.num_blocks, spec.block_size, model_->config().kv_cache_row_dim(),
-               spec.expanded_kv_cache ? model_->config().expanded_kv_row_dim() : 0),
-        pool_(spec.threads) {}
-
-  bool first() const { return spec_.stage == 0; }
-  bool last() const { return spec_.stage + 1 == spec_.num_stages; }
-  void pin() { pool_.pin_threads(spec_.cpus); }
-
-  // Runs the stage's layers on a step; returns the payload for the next rank (the last stage
-  // samples into `sampled` instead).
-  common::Result<std::vector<float>> run_step(const StepInput& in, std::vector<float> hidden,
-                                              std::vector<std::optional<SampledToken>>* sampled) {
-    CP_RETURN_IF_ERROR(check_ids(in));
-    const model::ForwardBatch batch = to_forward_batch(in);
-    const int64_t H = model_->config().hidden_size;
-    const int64_t rows = batch.num_tokens();
-    if (first()) {
-      hidden.assign(rows * H, 0.0f);
-      model_->embed(batch, hidden.data());
-    } else if (static_cast<int64_t>(hidden.size()) != rows * H) {
-      return common::data_loss("stage " + std::to_string(spec_.stage) + " received " +
-                               std::to_string(hidden.size()) + " hidden values for " +
-                               std::to_string(rows) + " tokens");
-    }
-    model_->run_layers(batch, spec_.layer_begin, spec_.layer_end, hidden.data(), cache_, pool_);
-    if (!last()) return hidden;
-    *sampled = sample_step(*model_, in, hidden.data(), pool_);
-    return std::vector<float>{};
-  }
-
-  // Ids from another process index the cache, the embedding and the sampler's tables: a bad one
-  // is refused rather than read or written out of bounds.
-  common::Status check_ids(const StepInput& in) const {
-    const int64_t vocab = model_->config().vocab_size;
-    auto bad = [&](const std::string& what, int64_t v, int64_t limit) {
-      return common::data_loss(what + " " + std::to_string(v) + " is outside [0, " +
-                               std::to_string(limit) + ") on stage " + std::to_string(spec_.stage));
-    };
-    for (const auto& seq : in.sequences) {
-      for (int32_t b : seq.block_table)
-        if (b < 0 || b >= cache_.num_blocks()) return bad("KV block", b, cache_.num_blocks());
-      if (first()) {
-        for (int32_t t : seq.token_ids)
-          if (t < 0 || t >= vocab) return bad("token id", t, vocab);
-      }
-      if (last() && seq.samples) {
-        for (const auto* ids :
-             {&seq.sample.prompt_token_ids, &seq.sample.output_token_ids, &seq.sample.stop_ids}) {
-          for (int32_t t : *ids)
-            if (t < 0 || t >= vocab) return bad("token id", t, vocab);
-        }
-      }
-    }
-    return {};
-  }
-
-  double profile_ms(int64_t num_tokens) {
-    const int64_t n = std::clamp<int64_t>(num_tokens, 1, cache_.num_blocks() * cache_.block_size());
-    const StepInput in = dummy_prefill(n, model_->config().vocab_size, cache_.block_size());
-    std::vector<float> hidden(first() ? 0 : n * model_->config().hidden_size, 0.0f);
-    std::vector<std::optional<SampledToken>> sampled;
-    const double t0 = common::now_seconds();
-    auto out = run_step(in, std::move(hidden), &sampled);
-    return (common::now_seconds() - t0) * 1000.0;
-  }
-
- private:
-  const StageSpec& spec_;
-  std::unique_ptr<model::DeepseekV3Model> model_;
-  model::LatentKvCache cache_;
-  common::ThreadPool pool_;
-};
-
 }  // namespace
 
 int run_stage_worker(const StageSpec& spec, dist::Communicator& comm) {
@@ -148,8 +69,16 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm) {
     LOG(ERROR) << name << ": " << model.status().message();
     return 1;
   }
-  StageRunner runner(spec, std::move(model).value());
-  runner.pin();
+  const std::unique_ptr<model::DeepseekV3Model> slice = std::move(model).value();
+  RunnerOptions ro;
+  ro.layer_begin = spec.layer_begin;
+  ro.layer_end = spec.layer_end;
+  ro.num_blocks = spec.num_blocks;
+  ro.block_size = spec.block_size;
+  ro.num_threads = spec.threads;
+  ro.expanded_kv_cache = spec.expanded_kv_cache;
+  ModelRunner runner(*slice, ro);
+  runner.pin_threads(spec.cpus);
 
   Inbox inbox;
   std::thread receiver([&] {
@@ -197,11 +126,17 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm) {
       st = decode_step(m, &step);
       if (st.ok()) {
         const double t0 = common::now_seconds();
-        auto payload = runner.run_step(step.input, std::move(m.data), &step.sampled);
+        auto result = runner.execute_model(step.output, std::move(m.data));
         step.timings.push_back({spec.stage, t0, common::now_seconds() - t0});
-        st = payload.ok()
-                 ? comm.send(downstream_peer(spec), encode_step(step, std::move(payload).value()))
-                 : payload.status();
+        if (result.ok()) {
+          step.sampled = std::move(result->sampled);
+          // Only the tokens go back to the engine, which remembers its own steps.
+          if (spec.stage + 1 == spec.num_stages) step.output = {};
+          st = comm.send(downstream_peer(spec), encode_step(step, std::move(result->hidden)));
+        } else {
+          st = common::data_loss("stage " + std::to_string(spec.stage) + ": " +
+                                 result.status().message());
+        }
       }
     }
     if (!st.ok()) {

@@ -14,11 +14,17 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine_core.h"
+#include "engine/pipeline_executor.h"
+#include "engine/uniproc_executor.h"
 #include "model/deepseek_v3.h"
 #include "tokenizer/tokenizer.h"
-#include "worker/pipeline_executor.h"
 
 namespace {
+
+std::unique_ptr<engine::Executor> in_process(const model::DeepseekV3Model& model,
+                                             const engine::EngineConfig& config) {
+  return std::make_unique<engine::UniProcExecutor>(model, engine::runner_options(config));
+}
 
 std::vector<int32_t> golden_ids(const std::string& seq) {
   std::ifstream in(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/golden/tiny-bf16." + seq + ".json");
@@ -87,11 +93,11 @@ TEST(EngineCppTest, DynamicChunksGiveTheSameGreedyTokens) {
                                                      golden_ids("short"), golden_ids("s200")};
   std::vector<std::vector<int32_t>> expected, got_alone, got_together, got_calibrated;
   {
-    engine::EngineCore core(**model, **tok, fixed);
+    engine::EngineCore core(in_process(**model, fixed), **tok, fixed);
     expected = generate(core, prompts);
   }
   {
-    engine::EngineCore core(**model, **tok, dynamic);
+    engine::EngineCore core(in_process(**model, dynamic), **tok, dynamic);
     ASSERT_NE(core.chunk_predictor(), nullptr);
     EXPECT_TRUE(core.chunk_predictor()->ready());
     EXPECT_GT(core.chunk_predictor()->target_ms(), 0.0);
@@ -119,16 +125,16 @@ engine::EngineConfig small_engine_config() {
 }
 
 // Two pipeline stages as processes of the chunkpipe binary, sized like `config`'s cache.
-common::Result<std::unique_ptr<worker::PipelineExecutor>> two_stages(
+common::Result<std::unique_ptr<engine::PipelineExecutor>> two_stages(
     const std::string& dir, const std::vector<int>& partition, const engine::EngineConfig& config) {
-  worker::PipelineOptions po;
+  engine::PipelineOptions po;
   po.model_dir = dir;
   po.num_stages = 2;
   po.layer_counts = partition;
   po.num_blocks = config.num_kv_blocks;
   po.block_size = config.block_size;
   po.worker_binary = CHUNKPIPE_BINARY;
-  return worker::PipelineExecutor::create(po);
+  return engine::PipelineExecutor::create(po);
 }
 
 // A prompt long enough for at least 8 chunks of 256 tokens.
@@ -175,7 +181,7 @@ TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChun
                                                      long_prompt(kLong)};
   std::vector<std::vector<int32_t>> expected;
   {
-    engine::EngineCore core(**model, **tok, config);
+    engine::EngineCore core(in_process(**model, config), **tok, config);
     expected = generate(core, prompts);
   }
   struct Case {
@@ -242,7 +248,7 @@ TEST(EnginePipelineTest, SeededSamplingOnTheLastStageMatchesOneStage) {
                                                      golden_ids("s200")};
   std::vector<std::vector<int32_t>> expected;
   {
-    engine::EngineCore core(**model, **tok, config);
+    engine::EngineCore core(in_process(**model, config), **tok, config);
     expected = generate(core, prompts, /*sampled=*/true);
   }
   auto pipeline = two_stages(dir, {}, config);
@@ -257,15 +263,15 @@ TEST(EnginePipelineTest, SeededSamplingOnTheLastStageMatchesOneStage) {
 }
 
 TEST(EnginePipelineTest, LayerPartitionErrors) {
-  EXPECT_EQ(worker::partition_layers(4, 2, {}).value(),
+  EXPECT_EQ(engine::partition_layers(4, 2, {}).value(),
             (std::vector<std::pair<int, int>>{{0, 2}, {2, 4}}));
-  EXPECT_EQ(worker::partition_layers(5, 2, {}).value(),
+  EXPECT_EQ(engine::partition_layers(5, 2, {}).value(),
             (std::vector<std::pair<int, int>>{{0, 3}, {3, 5}}));
-  EXPECT_EQ(worker::partition_layers(4, 2, {1, 2}).status().message(),
+  EXPECT_EQ(engine::partition_layers(4, 2, {1, 2}).status().message(),
             "the layer partition covers 3 layers but the model has 4");
-  EXPECT_EQ(worker::partition_layers(4, 2, {4, 0}).status().message(),
+  EXPECT_EQ(engine::partition_layers(4, 2, {4, 0}).status().message(),
             "every pipeline stage needs at least one layer");
-  EXPECT_EQ(worker::partition_layers(4, 3, {2, 2}).status().message(),
+  EXPECT_EQ(engine::partition_layers(4, 3, {2, 2}).status().message(),
             "the layer partition has 2 entries for 3 pipeline stages");
 }
 

@@ -9,6 +9,13 @@
 
 namespace {
 
+// Samples for `r` with `stop_ids` as its min_tokens-masked ids.
+sched::SampledToken sample(std::span<float> logits, sched::Request r,
+                           const std::vector<int32_t>& stop_ids, std::mt19937_64& rng) {
+  r.sampling.all_stop_token_ids = stop_ids;
+  return worker::sample_token(logits, r.sampling, {r.prompt_token_ids, r.output_token_ids}, rng);
+}
+
 sched::Request request_with(sched::SamplingParams p) {
   sched::Request r;
   r.request_id = "r";
@@ -23,7 +30,7 @@ TEST(SamplerTest, GreedyPicksTheArgmax) {
   auto r = request_with(p);
   std::vector<float> logits = {0.1f, 2.0f, 1.9f, -1.0f};
   std::mt19937_64 rng(1);
-  EXPECT_EQ(worker::sample_token(logits, r, {}, rng).token, 1);
+  EXPECT_EQ(sample(logits, r, {}, rng).token, 1);
 }
 
 TEST(SamplerTest, SeededSamplingIsReproducibleAndTopKLimitsTheSupport) {
@@ -37,7 +44,7 @@ TEST(SamplerTest, SeededSamplingIsReproducibleAndTopKLimitsTheSupport) {
     std::mt19937_64 rng(42);
     for (int i = 0; i < 200; ++i) {
       std::vector<float> logits = {1.0f, 1.1f, 0.9f, 1.05f};
-      const int32_t t = worker::sample_token(logits, r, {}, rng).token;
+      const int32_t t = sample(logits, r, {}, rng).token;
       (run == 0 ? first : second).push_back(t);
       seen.insert(t);
     }
@@ -54,14 +61,14 @@ TEST(SamplerTest, TopPAndMinPCutTheTail) {
   std::mt19937_64 rng(3);
   for (int i = 0; i < 50; ++i) {
     std::vector<float> logits = {3.0f, 1.0f, 1.0f, 1.0f};
-    EXPECT_EQ(worker::sample_token(logits, r, {}, rng).token, 0);
+    EXPECT_EQ(sample(logits, r, {}, rng).token, 0);
   }
   p.top_p = 1.0;
   p.min_p = 0.5;  // tokens below half the best probability are dropped
   r = request_with(p);
   for (int i = 0; i < 50; ++i) {
     std::vector<float> logits = {2.0f, 1.9f, -5.0f, -5.0f};
-    EXPECT_LT(worker::sample_token(logits, r, {}, rng).token, 2);
+    EXPECT_LT(sample(logits, r, {}, rng).token, 2);
   }
 }
 
@@ -72,7 +79,7 @@ TEST(SamplerTest, PenaltiesAndMinTokens) {
   auto r = request_with(p);
   std::mt19937_64 rng(1);
   std::vector<float> logits = {0.0f, 2.0f, 1.0f, 0.5f};
-  EXPECT_EQ(worker::sample_token(logits, r, {}, rng).token, 2);
+  EXPECT_EQ(sample(logits, r, {}, rng).token, 2);
 
   p = {};
   p.temperature = 0;
@@ -80,7 +87,7 @@ TEST(SamplerTest, PenaltiesAndMinTokens) {
   r = request_with(p);
   r.output_token_ids = {2, 2};
   logits = {0.0f, 0.0f, 1.5f, 0.0f};
-  EXPECT_EQ(worker::sample_token(logits, r, {}, rng).token, 0);  // 1.5 - 2 < 0
+  EXPECT_EQ(sample(logits, r, {}, rng).token, 0);  // 1.5 - 2 < 0
 
   p = {};
   p.temperature = 0;
@@ -88,7 +95,7 @@ TEST(SamplerTest, PenaltiesAndMinTokens) {
   r = request_with(p);
   logits = {0.0f, 5.0f, 1.0f, 0.0f};
   const std::vector<int32_t> eos = {1};
-  EXPECT_EQ(worker::sample_token(logits, r, eos, rng).token, 2);  // EOS masked before min_tokens
+  EXPECT_EQ(sample(logits, r, eos, rng).token, 2);  // EOS masked before min_tokens
 }
 
 TEST(SamplerTest, TopLogprobsAreNormalizedAndSorted) {
@@ -98,7 +105,7 @@ TEST(SamplerTest, TopLogprobsAreNormalizedAndSorted) {
   auto r = request_with(p);
   std::mt19937_64 rng(1);
   std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
-  auto s = worker::sample_token(logits, r, {}, rng);
+  auto s = sample(logits, r, {}, rng);
   ASSERT_EQ(s.top_logprobs.size(), 2u);
   EXPECT_EQ(s.top_logprobs[0].first, 0);
   EXPECT_NEAR(s.top_logprobs[0].second, std::log(0.5), 1e-6);

@@ -23,7 +23,7 @@ std::vector<std::pair<std::string, int64_t>> run_step(sched::Scheduler& s, int32
   std::vector<std::pair<std::string, int64_t>> got;
   std::vector<int32_t> sampled;
   for (const auto& r : out.scheduled) {
-    got.emplace_back(r.request->request_id, r.num_scheduled_tokens);
+    got.emplace_back(r.req_id, r.num_scheduled_tokens);
     sampled.push_back(r.samples ? next_token : -1);
   }
   s.update(out, sampled);
@@ -102,7 +102,7 @@ std::vector<int64_t> chunks_of(sched::Scheduler& s, const std::string& id, int m
     std::vector<int32_t> sampled;
     bool done = false;
     for (const auto& r : so.scheduled) {
-      if (r.request->request_id == id) {
+      if (r.req_id == id) {
         out.push_back(r.num_scheduled_tokens);
         done = r.samples;
       }

@@ -1,5 +1,5 @@
 // Stage processes: start-up handshake, step submission, output collection, failure watch.
-#include "worker/pipeline_executor.h"
+#include "engine/pipeline_executor.h"
 
 #include <sys/wait.h>
 #include <algorithm>
@@ -12,7 +12,9 @@
 #include "common/timer.h"
 #include "dist/process.h"
 
-namespace worker {
+namespace engine {
+
+using namespace worker;  // the stage protocol and launcher
 
 common::Result<std::vector<std::pair<int, int>>> partition_layers(int num_layers, int num_stages,
                                                                   const std::vector<int>& counts) {
@@ -228,12 +230,24 @@ common::Result<dist::Message> PipelineExecutor::next_message() {
   return m;
 }
 
-common::Status PipelineExecutor::submit(StepInput input) {
+common::Status PipelineExecutor::submit(const sched::SchedulerOutput& output,
+                                        const StepMeta& meta) {
   if (auto why = failure(); !why.empty()) return common::Status(common::StatusCode::kInternal, why);
   StepEnvelope step;
-  step.input = std::move(input);
-  ++in_flight_;
-  auto st = local_.driver_send->send(encode_step(step, {}));
+  step.step_id = meta.step_id;
+  step.predicted_ms = meta.predicted_ms;
+  step.output = output;
+  InFlight f;
+  f.meta = meta;
+  for (const auto& s : output.scheduled) {
+    f.samples.push_back(s.samples);
+    f.tokens += s.num_scheduled_tokens;
+    f.history += s.num_computed_tokens;
+  }
+  in_flight_.push_back(std::move(f));
+  dist::Message m = encode_step(step, {});
+  bytes_sent_ += static_cast<int64_t>(m.meta.size());
+  auto st = local_.driver_send->send(m);
   if (!st.ok()) {
     fail("cannot send a step to pipeline stage 0: " + st.message());
     return common::Status(common::StatusCode::kInternal, failure());
@@ -241,23 +255,22 @@ common::Status PipelineExecutor::submit(StepInput input) {
   return {};
 }
 
-common::Result<PipelineExecutor::StepOutput> PipelineExecutor::wait_oldest() {
-  CHECK(in_flight_ > 0) << "wait_oldest with nothing in flight";
+common::Result<sched::ModelRunnerOutput> PipelineExecutor::take_oldest() {
+  CHECK(!in_flight_.empty()) << "take_oldest with nothing in flight";
   CP_ASSIGN_OR_RETURN(dist::Message m, next_message());
-  --in_flight_;
+  const InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
   StepEnvelope step;
   CP_RETURN_IF_ERROR(decode_step(m, &step));
-  StepOutput out;
-  out.tokens = std::move(step.sampled);
-  out.tokens.resize(step.input.sequences.size());
-  for (size_t i = 0; i < out.tokens.size(); ++i) {
-    if (step.input.sequences[i].samples && !out.tokens[i])
+  if (step.step_id != f.meta.step_id)
+    return common::data_loss("the pipeline returned step " + std::to_string(step.step_id) +
+                             " where step " + std::to_string(f.meta.step_id) + " was due");
+  sched::ModelRunnerOutput out;
+  out.sampled = std::move(step.sampled);
+  out.sampled.resize(f.samples.size());
+  for (size_t i = 0; i < out.sampled.size(); ++i) {
+    if (f.samples[i] && !out.sampled[i])
       return common::data_loss("the last stage sent no token for a sampling sequence");
-  }
-  int64_t tokens = 0, history = 0;
-  for (const auto& seq : step.input.sequences) {
-    tokens += static_cast<int64_t>(seq.token_ids.size());
-    history += seq.num_computed_tokens;
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (const StageTiming& t : step.timings) {
@@ -266,16 +279,25 @@ common::Result<PipelineExecutor::StepOutput> PipelineExecutor::wait_oldest() {
     out.max_stage_ms = std::max(out.max_stage_ms, ms);
     if (t.stage >= 0 && t.stage < num_stages()) busy_seconds_[t.stage] += t.duration_s;
     if (tracing_) {
-      trace_.push_back({t.stage, step.input.step_id, t.start_s, t.duration_s,
-                        step.input.predicted_ms, tokens, history,
-                        static_cast<int64_t>(step.input.sequences.size())});
+      trace_.push_back({t.stage, f.meta.step_id, t.start_s, t.duration_s, f.meta.predicted_ms,
+                        f.tokens, f.history, static_cast<int64_t>(f.samples.size())});
     }
   }
   return out;
 }
 
+common::Result<double> PipelineExecutor::profile_ms(int64_t num_tokens, bool slowest_stage) {
+  const int last = num_stages() - 1;
+  double slowest = -1;
+  for (int s = slowest_stage ? 0 : last; s <= last; ++s) {
+    CP_ASSIGN_OR_RETURN(double ms, profile_stage_ms(s, num_tokens));
+    slowest = std::max(slowest, ms);
+  }
+  return slowest;
+}
+
 common::Result<double> PipelineExecutor::profile_stage_ms(int stage, int64_t num_tokens) {
-  CHECK(in_flight_ == 0) << "profiling while steps are in flight";
+  CHECK(in_flight_.empty()) << "profiling while steps are in flight";
   ProfileProbe probe;
   probe.stage = stage;
   probe.num_tokens = num_tokens;
@@ -326,4 +348,4 @@ std::vector<double> PipelineExecutor::stage_busy_seconds() const {
   return busy_seconds_;
 }
 
-}  // namespace worker
+}  // namespace engine

@@ -1,11 +1,10 @@
 // PipelineExecutor: the engine's side of pipeline parallelism. Stages are processes of this
-// binary (worker/stage_worker.h), each owning a slice of the decoder layers, its KV cache and
-// a pinned thread pool; they are joined in a ring of links (shared memory on one host, TCP
-// between hosts; worker/stage_launcher.h). Steps enter stage 0 in submission order and every
-// stage processes them FIFO, so a later chunk of a prompt runs on stage 0 while an earlier one
-// is on stage 1. The last stage samples (worker/sampler.h) and returns the tokens. A stage that
-// dies or a link that breaks fails the executor: every later call returns the error. submit /
-// wait_oldest / profile_stage_ms are called by one engine thread.
+// binary (worker/stage_worker.h), each a ModelRunner over a slice of the decoder layers with
+// its KV cache, request states and a pinned thread pool; they are joined in a ring of links
+// (shared memory on one host, TCP between hosts; worker/stage_launcher.h). Steps enter stage 0
+// in submission order and every stage processes them FIFO, so a later chunk of a prompt runs on
+// stage 0 while an earlier one is on stage 1. The last stage samples and returns the tokens. A
+// stage that dies or a link that breaks fails the executor (executor.h).
 #pragma once
 
 #include <sys/types.h>
@@ -21,12 +20,15 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/executor.h"
 #include "model/config.h"
 #include "worker/stage_launcher.h"
 #include "worker/stage_protocol.h"
-#include "worker/step_input.h"
 
-namespace worker {
+namespace engine {
+
+using worker::PipelineTopology;
+using worker::StageSpec;
 
 // Layer ranges [begin, end) per stage: explicit counts, or near-equal with the remainder given
 // to the first stages. Errors name the problem (counts that do not add up, empty stages).
@@ -51,42 +53,44 @@ struct PipelineOptions {
 common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& options,
                                                    const model::ModelConfig& config);
 
-class PipelineExecutor {
+class PipelineExecutor : public Executor {
  public:
   static common::Result<std::unique_ptr<PipelineExecutor>> create(const PipelineOptions& options);
-  ~PipelineExecutor();
+  ~PipelineExecutor() override;
 
   const model::ModelConfig& config() const { return config_; }
   const std::vector<std::pair<int, int>>& layer_ranges() const { return ranges_; }
   int num_stages() const { return static_cast<int>(ranges_.size()); }
 
-  common::Status submit(StepInput input);
-  struct StepOutput {
-    std::vector<std::optional<SampledToken>> tokens;  // entry i: the i-th sequence's token
-    double last_stage_ms = 0;                         // the last stage's own time for this step
-    double max_stage_ms = 0;                          // the slowest stage's time for this step
-  };
-  // Output of the oldest submitted step.
-  common::Result<StepOutput> wait_oldest();
-  size_t in_flight() const { return in_flight_; }
+  int max_concurrent_batches() const override { return num_stages(); }
+  size_t num_in_flight() const override { return in_flight_.size(); }
+  common::Status submit(const sched::SchedulerOutput& output, const StepMeta& meta) override;
+  common::Result<sched::ModelRunnerOutput> take_oldest() override;
+  // Upstream times the last stage's own layers (zero input for non-first stages, as each stage
+  // is timed independently); `slowest_stage` probes every stage and keeps the slowest.
+  common::Result<double> profile_ms(int64_t num_tokens, bool slowest_stage) override;
+  std::string failure() const override;
+  bool has_remote_workers() const override { return true; }
+  std::vector<double> stage_busy_seconds() const override;
   // Records one Chrome trace event per (step, stage) from now on; see write_trace.
-  void enable_trace() { tracing_ = true; }
+  void enable_trace() override { tracing_ = true; }
   // Writes the recorded events as Chrome trace-event JSON (opens in Perfetto / chrome://tracing):
   // one track per stage; each event carries tokens, history, predicted and measured ms.
-  common::Status write_trace(const std::string& path) const;
+  common::Status write_trace(const std::string& path) const override;
 
-  // Seconds each stage has spent computing since start (thread-safe).
-  std::vector<double> stage_busy_seconds() const;
-
-  // CPP profiling: milliseconds of `stage`'s own layers on a from-scratch prefill of
-  // num_tokens dummy tokens (zero input for non-first stages, as upstream times each stage
-  // independently). Call only while nothing is in flight.
+  // Milliseconds of `stage`'s own layers on a from-scratch prefill of num_tokens dummy tokens.
   common::Result<double> profile_stage_ms(int stage, int64_t num_tokens);
 
-  // Empty while healthy; otherwise why the pipeline failed.
-  std::string failure() const;
+  // Bytes of the step messages sent to stage 0 so far (the SchedulerOutputs on the wire).
+  int64_t bytes_sent() const { return bytes_sent_; }
 
  private:
+  // What the engine side remembers of a step in flight (the last stage does not echo it).
+  struct InFlight {
+    StepMeta meta;
+    std::vector<bool> samples;
+    int64_t tokens = 0, history = 0;
+  };
   PipelineExecutor() = default;
   // Next message from the last stage, or the failure.
   common::Result<dist::Message> next_message();
@@ -102,7 +106,7 @@ class PipelineExecutor {
   };
   model::ModelConfig config_;
   std::vector<std::pair<int, int>> ranges_;
-  LocalStages local_;
+  worker::LocalStages local_;
   std::thread receiver_, monitor_;
   std::atomic<bool> stopping_{false};
 
@@ -114,7 +118,8 @@ class PipelineExecutor {
   std::vector<double> busy_seconds_;
   std::vector<TraceEvent> trace_;
   std::atomic<bool> tracing_{false};
-  size_t in_flight_ = 0;
+  std::deque<InFlight> in_flight_;  // engine thread only
+  int64_t bytes_sent_ = 0;
 };
 
-}  // namespace worker
+}  // namespace engine

@@ -1,0 +1,37 @@
+// EngineConfig: how an EngineCore schedules and what its KV cache and workers look like. Plain
+// data, validated by the caller (cli/serve_command.cpp plans it from the flags).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "sched/profiling_chunk_config.h"
+#include "sched/scheduler.h"
+
+namespace engine {
+
+struct EngineConfig {
+  sched::SchedulerConfig scheduler;
+  int block_size = 16;
+  int64_t num_kv_blocks = 0;
+  bool enable_prefix_caching = true;
+  int num_threads = 1;
+  uint64_t seed = 0;
+  bool log_requests = false;  // one log line per finished request with its timings
+  // config.json's eos_token_id: the stop token when the tokenizer names no EOS.
+  int32_t model_eos_token_id = -1;
+  // CPP: dynamic chunk sizing (startup profiling, online calibration); see
+  // sched/profiling_chunk_config.h. Validated by the caller.
+  std::optional<sched::ProfilingChunkConfig> profiling_chunk;
+  std::string trace_file;  // pipeline: Chrome trace of every (step, stage), written at shutdown
+  // Keep each token's expanded k_nope ‖ v beside the latent (model/kv_cache.h): more memory per
+  // block, no per-chunk re-expansion of the history. chunkpipe extension, off by default.
+  bool expanded_kv_cache = false;
+  // Called once, from the engine thread, if the engine fails (a pipeline stage died): every
+  // request has then been finished with the error, and the engine accepts no more work.
+  std::function<void(const std::string&)> on_fatal;
+};
+
+}  // namespace engine

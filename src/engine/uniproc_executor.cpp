@@ -1,0 +1,37 @@
+// One process: run the step now, keep the output for take_oldest().
+#include "engine/uniproc_executor.h"
+
+#include "common/check.h"
+#include "common/timer.h"
+
+namespace engine {
+
+common::Status UniProcExecutor::submit(const sched::SchedulerOutput& output,
+                                       const StepMeta& /*meta*/) {
+  if (!failure_.empty()) return common::Status(common::StatusCode::kInternal, failure_);
+  const double t0 = common::now_seconds();
+  auto result = runner_.execute_model(output);
+  if (!result.ok()) {
+    failure_ = result.status().message();
+    return result.status();
+  }
+  sched::ModelRunnerOutput out;
+  out.sampled = std::move(result->sampled);
+  out.last_stage_ms = out.max_stage_ms = (common::now_seconds() - t0) * 1000.0;
+  done_.push_back(std::move(out));
+  return {};
+}
+
+common::Result<sched::ModelRunnerOutput> UniProcExecutor::take_oldest() {
+  CHECK(!done_.empty()) << "take_oldest with nothing in flight";
+  auto out = std::move(done_.front());
+  done_.pop_front();
+  return out;
+}
+
+common::Result<double> UniProcExecutor::profile_ms(int64_t num_tokens, bool /*slowest_stage*/) {
+  CHECK(done_.empty()) << "profiling while a step is in flight";
+  return runner_.profile_ms(num_tokens);
+}
+
+}  // namespace engine

@@ -1,0 +1,58 @@
+// The two messages of a step, as in vLLM v1: SchedulerOutput (scheduler -> workers) and
+// ModelRunnerOutput (workers -> engine). Plain, serializable data (worker/stage_protocol.h
+// encodes them). A request travels in full once, the first step the workers see it; after that
+// only its deltas, so a step's size does not grow with how far a prompt has got.
+// Workers keep per-request state built from these deltas and never read the KV cache manager.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sched/request.h"
+
+namespace sched {
+
+// What the workers keep of a request, sent once (vLLM's NewRequestData).
+struct NewRequestData {
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams sampling;  // `seed` and `all_stop_token_ids` resolved by the engine
+};
+
+// One request's share of a step. New to the workers: `new_request` is set and `new_block_ids`
+// is the whole block table. Already known: only what changed (vLLM's CachedRequestData).
+struct ScheduledRequest {
+  std::string req_id;
+  std::optional<NewRequestData> new_request;
+  // Preempted since the workers last saw it: `new_block_ids` replaces the block table.
+  bool resumed_from_preemption = false;
+  std::vector<int32_t> new_token_ids;  // output tokens the workers have not seen yet
+  std::vector<int32_t> new_block_ids;  // appended to the block table (see above)
+  int64_t num_computed_tokens = 0;     // before this step
+  int64_t num_scheduled_tokens = 0;    // tokens [num_computed, num_computed + this) run now
+  bool samples = false;                // the chunk reaches the request's last token: sample it
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> scheduled;    // in the order the forward batches them
+  std::vector<std::string> finished_req_ids;  // workers drop these requests' state
+  int64_t total_num_scheduled_tokens = 0;
+  int32_t num_preempted = 0;
+  bool empty() const { return scheduled.empty(); }
+};
+
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.0f;                                 // of the chosen token
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // when requested, best first
+};
+
+struct ModelRunnerOutput {
+  std::vector<std::optional<SampledToken>> sampled;  // entry i: scheduled[i]'s token, if it samples
+  double last_stage_ms = 0;  // the last pipeline stage's own time for the step
+  double max_stage_ms = 0;   // the slowest stage's time for the step
+};
+
+}  // namespace sched

@@ -1,0 +1,90 @@
+// Applying SchedulerOutput deltas to the worker's request states.
+#include "worker/request_states.h"
+
+namespace worker {
+namespace {
+
+common::Status refused(const std::string& why) {
+  return common::data_loss("a step was refused: " + why);
+}
+
+}  // namespace
+
+common::Status RequestStates::check_tokens(const std::vector<int32_t>& ids) const {
+  for (int32_t t : ids) {
+    if (t < 0 || t >= vocab_size_)
+      return refused("token id " + std::to_string(t) + " is outside [0, " +
+                     std::to_string(vocab_size_) + ")");
+  }
+  return {};
+}
+
+common::Status RequestStates::check_blocks(const std::vector<int32_t>& ids) const {
+  for (int32_t b : ids) {
+    if (b < 0 || b >= num_blocks_)
+      return refused("KV block " + std::to_string(b) + " is outside [0, " +
+                     std::to_string(num_blocks_) + ")");
+  }
+  return {};
+}
+
+common::Status RequestStates::apply(const sched::SchedulerOutput& output,
+                                    std::vector<CachedRequestState*>* states) {
+  for (const std::string& id : output.finished_req_ids) states_.erase(id);
+  states->clear();
+  for (const sched::ScheduledRequest& s : output.scheduled) {
+    CP_RETURN_IF_ERROR(check_tokens(s.new_token_ids));
+    CP_RETURN_IF_ERROR(check_blocks(s.new_block_ids));
+    CachedRequestState* st = nullptr;
+    if (s.new_request) {
+      const sched::NewRequestData& n = *s.new_request;
+      CP_RETURN_IF_ERROR(check_tokens(n.prompt_token_ids));
+      CP_RETURN_IF_ERROR(check_tokens(n.sampling.all_stop_token_ids));
+      for (const auto& [t, bias] : n.sampling.logit_bias) {
+        if (t < 0 || t >= vocab_size_) return refused("logit_bias id " + std::to_string(t));
+      }
+      st = &states_[s.req_id];
+      st->token_ids = n.prompt_token_ids;
+      st->num_prompt_tokens = static_cast<int64_t>(n.prompt_token_ids.size());
+      st->block_ids.clear();
+      st->sampling = n.sampling;
+      st->generator.seed(n.sampling.seed ? *n.sampling.seed : 0);
+    } else {
+      auto it = states_.find(s.req_id);
+      if (it == states_.end()) return refused("no state for request " + s.req_id);
+      st = &it->second;
+      if (s.resumed_from_preemption) st->block_ids.clear();
+    }
+    st->token_ids.insert(st->token_ids.end(), s.new_token_ids.begin(), s.new_token_ids.end());
+    st->block_ids.insert(st->block_ids.end(), s.new_block_ids.begin(), s.new_block_ids.end());
+    const int64_t end = s.num_computed_tokens + s.num_scheduled_tokens;
+    if (s.num_computed_tokens < 0 || s.num_scheduled_tokens <= 0 ||
+        end > static_cast<int64_t>(st->token_ids.size()) ||
+        end > static_cast<int64_t>(st->block_ids.size()) * block_size_) {
+      return refused("request " + s.req_id + " schedules tokens [" +
+                     std::to_string(s.num_computed_tokens) + ", " + std::to_string(end) +
+                     ") with " + std::to_string(st->token_ids.size()) + " tokens and " +
+                     std::to_string(st->block_ids.size()) + " blocks");
+    }
+    if (s.samples && end != static_cast<int64_t>(st->token_ids.size()))
+      return refused("request " + s.req_id + " samples before its last token");
+    states->push_back(st);
+  }
+  return {};
+}
+
+model::ForwardBatch RequestStates::forward_batch(const sched::SchedulerOutput& output,
+                                                 const std::vector<CachedRequestState*>& states) {
+  model::ForwardBatch batch;
+  for (size_t i = 0; i < output.scheduled.size(); ++i) {
+    const sched::ScheduledRequest& s = output.scheduled[i];
+    const CachedRequestState& st = *states[i];
+    batch.sequences.push_back(
+        {std::span<const int32_t>(st.token_ids)
+             .subspan(size_t(s.num_computed_tokens), size_t(s.num_scheduled_tokens)),
+         s.num_computed_tokens, st.block_ids});
+  }
+  return batch;
+}
+
+}  // namespace worker

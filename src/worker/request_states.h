@@ -1,0 +1,59 @@
+// RequestStates: what a worker keeps of each request the scheduler has sent it (vLLM's
+// CachedRequestState), built from SchedulerOutput's deltas: token ids, block table, sampling
+// parameters and the request's generator. apply() checks every id that came from another
+// process before it can index the cache, the embedding or the sampler. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "model/forward_batch.h"
+#include "sched/scheduler_output.h"
+
+namespace worker {
+
+struct CachedRequestState {
+  std::vector<int32_t> token_ids;  // prompt, then outputs
+  int64_t num_prompt_tokens = 0;
+  std::vector<int32_t> block_ids;
+  sched::SamplingParams sampling;
+  std::mt19937_64 generator;  // one draw per sampled token seeds that token's sampling
+
+  std::span<const int32_t> prompt() const { return {token_ids.data(), size_t(num_prompt_tokens)}; }
+  std::span<const int32_t> outputs() const {
+    return std::span<const int32_t>(token_ids).subspan(size_t(num_prompt_tokens));
+  }
+};
+
+class RequestStates {
+ public:
+  RequestStates(int64_t vocab_size, int64_t num_blocks, int block_size)
+      : vocab_size_(vocab_size), num_blocks_(num_blocks), block_size_(block_size) {}
+
+  // Drops the finished requests, applies each scheduled request's delta and sets (*states)[i]
+  // to scheduled[i]'s state. A delta for an unknown request, an id out of range, or a chunk
+  // beyond the known tokens or blocks is refused (the step must not run).
+  common::Status apply(const sched::SchedulerOutput& output,
+                       std::vector<CachedRequestState*>* states);
+
+  // The step's forward batch over the states apply() returned (which must outlive it).
+  static model::ForwardBatch forward_batch(const sched::SchedulerOutput& output,
+                                           const std::vector<CachedRequestState*>& states);
+
+  size_t size() const { return states_.size(); }
+
+ private:
+  common::Status check_tokens(const std::vector<int32_t>& ids) const;
+  common::Status check_blocks(const std::vector<int32_t>& ids) const;
+
+  int64_t vocab_size_, num_blocks_;
+  int block_size_;
+  std::unordered_map<std::string, CachedRequestState> states_;
+};
+
+}  // namespace worker
