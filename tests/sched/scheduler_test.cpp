@@ -81,6 +81,110 @@ TEST(SchedulerTest, AbortFreesBlocks) {
   EXPECT_FALSE(s.has_unfinished_requests());
 }
 
+// SchedulerOutput carries a request in full once, then only deltas; the workers' view
+// (prompt + new tokens, block table) always equals the scheduler's.
+TEST(SchedulerOutputTest, NewRequestOnceThenDeltas) {
+  kv::KvCacheManager kv(16, 4, false);
+  sched::Scheduler s({6, 4, 64}, &kv);
+  s.add_request(make_request("a", 10));
+  auto first = s.schedule();
+  ASSERT_EQ(first.scheduled.size(), 1u);
+  const sched::ScheduledRequest& a0 = first.scheduled[0];
+  ASSERT_TRUE(a0.new_request.has_value());
+  EXPECT_EQ(a0.new_request->prompt_token_ids.size(), 10u);
+  EXPECT_EQ(a0.new_block_ids, (std::vector<int32_t>{0, 1}));  // 6 tokens in blocks of 4
+  EXPECT_EQ(a0.num_computed_tokens, 0);
+  EXPECT_FALSE(a0.samples);
+  s.update(first, {-1});
+  auto second = s.schedule();  // the prompt's last 4 tokens: one more block, then a sample
+  const sched::ScheduledRequest& a1 = second.scheduled[0];
+  EXPECT_FALSE(a1.new_request.has_value());
+  EXPECT_EQ(a1.new_block_ids, (std::vector<int32_t>{2}));
+  EXPECT_TRUE(a1.new_token_ids.empty());
+  EXPECT_EQ(a1.num_computed_tokens, 6);
+  EXPECT_EQ(a1.num_scheduled_tokens, 4);
+  EXPECT_TRUE(a1.samples);
+  s.update(second, {42});
+  auto third = s.schedule();  // decode: the sampled token travels once, no new block
+  const sched::ScheduledRequest& a2 = third.scheduled[0];
+  EXPECT_EQ(a2.new_token_ids, (std::vector<int32_t>{42}));
+  EXPECT_TRUE(a2.new_block_ids.empty());
+  s.update(third, {43});
+  auto fourth = s.schedule();
+  EXPECT_EQ(fourth.scheduled[0].new_token_ids, (std::vector<int32_t>{43}));
+  s.update(fourth, {44});
+  s.finish_request("a", sched::FinishReason::kStop);
+  s.add_request(make_request("b", 2));
+  auto fifth = s.schedule();  // the finished id rides along with the next step
+  EXPECT_EQ(fifth.finished_req_ids, (std::vector<std::string>{"a"}));
+  ASSERT_EQ(fifth.scheduled.size(), 1u);
+  EXPECT_TRUE(fifth.scheduled[0].new_request.has_value());
+}
+
+TEST(SchedulerOutputTest, ResumedRequestReplacesItsBlockTable) {
+  kv::KvCacheManager kv(4, 4, false);  // 16 tokens of cache
+  sched::Scheduler s({100, 4, 64}, &kv);
+  s.add_request(make_request("a", 8));
+  s.add_request(make_request("b", 8));
+  auto first = s.schedule();
+  s.update(first, {7, 8});
+  auto second = s.schedule();  // a needs a block: b is preempted (the workers keep its tokens)
+  EXPECT_EQ(second.num_preempted, 1);
+  s.update(second, {9});
+  s.finish_request("a", sched::FinishReason::kLength);
+  auto third = s.schedule();
+  ASSERT_EQ(third.scheduled.size(), 1u);
+  const sched::ScheduledRequest& b = third.scheduled[0];
+  EXPECT_EQ(b.req_id, "b");
+  EXPECT_FALSE(b.new_request.has_value());
+  EXPECT_TRUE(b.resumed_from_preemption);
+  EXPECT_EQ(b.new_token_ids, (std::vector<int32_t>{8}));  // sampled before the preemption
+  EXPECT_EQ(b.new_block_ids.size(), 3u);                  // the whole new table: 9 tokens
+  EXPECT_EQ(b.num_computed_tokens, 0);
+  EXPECT_EQ(b.num_scheduled_tokens, 9);
+  EXPECT_EQ(third.finished_req_ids, (std::vector<std::string>{"a"}));
+}
+
+// A result for a request that left while its step was in flight is dropped; the resumed
+// request's own result is applied.
+TEST(SchedulerOutputTest, ResultForALeftRequestIsDropped) {
+  kv::KvCacheManager kv(4, 4, false);
+  sched::Scheduler s({100, 4, 64}, &kv);
+  s.add_request(make_request("a", 8));
+  s.add_request(make_request("b", 8));
+  auto first = s.schedule();
+  s.update(first, {7, 8});
+  auto decode = s.schedule();  // a decodes; b is preempted
+  ASSERT_EQ(decode.scheduled.size(), 1u);
+  s.abort_request("a");
+  auto resumed = s.schedule();  // b resumes
+  ASSERT_EQ(resumed.scheduled.size(), 1u);
+  EXPECT_EQ(s.update(decode, {5}), (std::vector<bool>{false}));  // a is gone
+  const auto before = s.find_request("b")->output_token_ids;
+  EXPECT_EQ(s.update(resumed, {6}), (std::vector<bool>{true}));
+  EXPECT_EQ(s.find_request("b")->output_token_ids.size(), before.size() + 1);
+}
+
+// The bytes of a step stay flat while a long prompt is chunked (the prompt travels once).
+TEST(SchedulerOutputTest, StepBytesDoNotGrowWithTheHistory) {
+  kv::KvCacheManager kv(2048, 16, false);
+  sched::Scheduler s({1024, 4, 32768}, &kv);
+  s.add_request(make_request("long", 32768));
+  std::vector<size_t> sizes;
+  for (int step = 0; step < 32; ++step) {
+    auto so = s.schedule();
+    ASSERT_EQ(so.scheduled.size(), 1u);
+    size_t bytes = so.scheduled[0].req_id.size() + 8 * so.scheduled[0].new_block_ids.size() +
+                   4 * so.scheduled[0].new_token_ids.size();
+    if (so.scheduled[0].new_request)
+      bytes += 4 * so.scheduled[0].new_request->prompt_token_ids.size();
+    sizes.push_back(bytes);
+    s.update(so, {so.scheduled[0].samples ? 1 : -1});
+  }
+  EXPECT_GT(sizes[0], 32768u * 4);  // the whole prompt, once
+  for (size_t i = 2; i < sizes.size(); ++i) EXPECT_EQ(sizes[i], sizes[1]) << "step " << i;
+}
+
 }  // namespace
 
 namespace {
