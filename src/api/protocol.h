@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "sched/request.h"
+#include "sched/sampling_params.h"
 
 namespace api {
 

@@ -481,12 +481,12 @@ double run_batch(engine::EngineCore& core, const std::vector<std::vector<int32_t
   int64_t produced = 0;
   const double t0 = common::now_seconds();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    auto r = std::make_unique<sched::Request>();
-    r->request_id = tag + "-" + std::to_string(i);
-    r->prompt_token_ids = prompts[i];
-    r->sampling.temperature = 1.0;
-    r->sampling.ignore_eos = true;
-    r->sampling.max_tokens = static_cast<int32_t>(output_len);
+    engine::EngineRequest r;
+    r.request_id = tag + "-" + std::to_string(i);
+    r.prompt_token_ids = prompts[i];
+    r.sampling.temperature = 1.0;
+    r.sampling.ignore_eos = true;
+    r.sampling.max_tokens = static_cast<int32_t>(output_len);
     core.add_request(std::move(r), [&](const engine::RequestOutput& o) {
       if (!o.finished) return;
       std::lock_guard<std::mutex> lock(mu);

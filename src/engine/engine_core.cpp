@@ -90,18 +90,22 @@ void EngineCore::run_profiling_chunk_init() {
   scheduler_.set_chunk_predictor(predictor_.get());
 }
 
-void EngineCore::add_request(std::unique_ptr<sched::Request> request, OutputCallback callback) {
+void EngineCore::add_request(EngineRequest request, OutputCallback callback) {
+  auto r = std::make_unique<sched::Request>();
+  r->request_id = std::move(request.request_id);
+  r->prompt_token_ids = std::move(request.prompt_token_ids);
+  r->sampling = std::move(request.sampling);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
-      request->arrival_time = common::now_seconds();
-      inbox_.emplace_back(std::move(request), std::move(callback));
+      r->arrival_time = common::now_seconds();
+      inbox_.emplace_back(std::move(r), std::move(callback));
       cv_.notify_one();
       return;
     }
   }
   RequestOutput out;
-  out.request_id = request->request_id;
+  out.request_id = r->request_id;
   out.finished = true;
   out.finish_reason = sched::FinishReason::kAbort;
   {

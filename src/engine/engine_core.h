@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine/engine_client.h"
 #include "engine/engine_config.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
@@ -31,49 +32,28 @@ namespace engine {
 
 using sched::SampledToken;
 
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0;
-  std::vector<std::pair<int32_t, float>> top;
-};
-
-struct RequestOutput {
-  std::string request_id;
-  std::vector<int32_t> new_token_ids;
-  std::vector<TokenLogprob> new_logprobs;  // when the request asked for logprobs
-  std::string new_text;
-  bool finished = false;
-  sched::FinishReason finish_reason = sched::FinishReason::kNone;
-  std::variant<std::monostate, std::string, int32_t> stop_reason;
-  int64_t num_prompt_tokens = 0;
-  int64_t num_output_tokens = 0;
-  int64_t num_cached_tokens = 0;
-  std::string error;  // set when the engine failed (finish_reason is then abort)
-};
-
-using OutputCallback = std::function<void(const RequestOutput&)>;
-
-class EngineCore {
+// The in-process engine: EngineClient's implementation for one engine in this process.
+class EngineCore : public EngineClient {
  public:
   // The executor runs the steps (one process, or a pipeline with up to its depth of steps in
   // flight: vLLM's batch queue, outputs consumed oldest first).
   EngineCore(std::unique_ptr<Executor> executor, const tokenizer::Tokenizer& tokenizer,
              const EngineConfig& config);
-  ~EngineCore();
+  ~EngineCore() override;
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
 
-  void add_request(std::unique_ptr<sched::Request> request, OutputCallback callback);
-  void abort_request(const std::string& request_id);
+  void add_request(EngineRequest request, OutputCallback callback) override;
+  void abort_request(const std::string& request_id) override;
   // Stops accepting work, aborts everything in flight (their callbacks get finished=abort)
   // and joins the engine thread. Idempotent.
   void shutdown();
 
-  MetricsSnapshot metrics() const;
+  MetricsSnapshot metrics() const override;
   // The CPP predictor (null without profiling_chunk); read it only while the engine is idle.
   const sched::ChunkSizePredictor* chunk_predictor() const { return predictor_.get(); }
   const EngineConfig& config() const { return config_; }
-  bool alive() const {
+  bool is_healthy() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return !dead_;
   }

@@ -108,7 +108,7 @@ std::optional<api::ApiError> validate_tools(const json& tools) {
 
 }  // namespace
 
-ApiServer::ApiServer(ServerConfig config, engine::EngineCore& engine,
+ApiServer::ApiServer(ServerConfig config, engine::EngineClient& engine,
                      const tokenizer::Tokenizer& tokenizer,
                      const tokenizer::ChatTemplate& chat_template)
     : config_(std::move(config)),
@@ -219,7 +219,7 @@ void ApiServer::handle(std::shared_ptr<HttpExchange> ex) {
   const std::string path = req.path;
   if (path == "/health" || path == "/ping") {
     HttpResponse r;
-    r.status = engine_.alive() ? 200 : 503;
+    r.status = engine_.is_healthy() ? 200 : 503;
     return ex->respond(std::move(r));
   }
   if (path == "/version") return ex->respond(json_response(200, {{"version", "0.10.1.1"}}));
@@ -520,12 +520,12 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
         c.tools = api::ToolCallParser::create(tool_parser,
                                               "chatcmpl-tool-" + random_hex().substr(0, 24) + "-");
       }
-      auto r = std::make_unique<sched::Request>();
-      r->request_id = c.engine_id;
-      r->prompt_token_ids = prompts[p];
-      r->sampling = f.sampling;
-      r->sampling.max_tokens = max_tokens_per_prompt[p];
-      if (r->sampling.seed && f.n > 1) *r->sampling.seed += k;  // distinct samples per choice
+      engine::EngineRequest r;
+      r.request_id = c.engine_id;
+      r.prompt_token_ids = prompts[p];
+      r.sampling = f.sampling;
+      r.sampling.max_tokens = max_tokens_per_prompt[p];
+      if (r.sampling.seed && f.n > 1) *r.sampling.seed += k;  // distinct samples per choice
       plan.choices.push_back(std::move(c));
       plan.requests.push_back(std::move(r));
     }

@@ -15,9 +15,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/engine_core.h"
+#include "engine/engine_client.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace server {
@@ -48,8 +49,8 @@ struct ServerConfig {
 
 class ApiServer {
  public:
-  ApiServer(ServerConfig config, engine::EngineCore& engine, const tokenizer::Tokenizer& tokenizer,
-            const tokenizer::ChatTemplate& chat_template);
+  ApiServer(ServerConfig config, engine::EngineClient& engine,
+            const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate& chat_template);
   ~ApiServer();
 
   // Binds and serves until stop(); false when the address cannot be bound.
@@ -73,7 +74,7 @@ class ApiServer {
   size_t live_sessions() const;
 
   ServerConfig config_;
-  engine::EngineCore& engine_;
+  engine::EngineClient& engine_;
   const tokenizer::Tokenizer& tokenizer_;
   const tokenizer::ChatTemplate& chat_template_;
   const int64_t created_;

@@ -39,7 +39,8 @@ json tool_delta_json(const api::ToolCallDelta& d) {
 
 }  // namespace
 
-GenerateSession::GenerateSession(engine::EngineCore& engine, const tokenizer::Tokenizer& tokenizer,
+GenerateSession::GenerateSession(engine::EngineClient& engine,
+                                 const tokenizer::Tokenizer& tokenizer,
                                  std::shared_ptr<HttpExchange> exchange, GeneratePlan plan,
                                  std::shared_ptr<WorkerPool::Serial> serial,
                                  std::function<void(const GenerateSession*)> on_done)

@@ -12,9 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "api/tool_parser.h"
-#include "engine/engine_core.h"
+#include "engine/engine_client.h"
 #include "server/http_server.h"
 #include "server/worker_pool.h"
+#include "tokenizer/detokenizer.h"
 #include "tokenizer/reasoning_parser.h"
 #include "tokenizer/tokenizer.h"
 
@@ -47,13 +48,13 @@ struct GeneratePlan {
   std::string model_name;
   int64_t created = 0;
   std::vector<GenerateChoice> choices;
-  std::vector<std::unique_ptr<sched::Request>> requests;  // one per choice, same order
+  std::vector<engine::EngineRequest> requests;  // one per choice, same order
 };
 
 class GenerateSession : public std::enable_shared_from_this<GenerateSession> {
  public:
   // `on_done` runs once, on the serial queue, when the session has nothing more to do.
-  GenerateSession(engine::EngineCore& engine, const tokenizer::Tokenizer& tokenizer,
+  GenerateSession(engine::EngineClient& engine, const tokenizer::Tokenizer& tokenizer,
                   std::shared_ptr<HttpExchange> exchange, GeneratePlan plan,
                   std::shared_ptr<WorkerPool::Serial> serial,
                   std::function<void(const GenerateSession*)> on_done);
@@ -79,7 +80,7 @@ class GenerateSession : public std::enable_shared_from_this<GenerateSession> {
   nlohmann::json logprobs_json(const std::vector<engine::TokenLogprob>& lps) const;
   nlohmann::json chunk_envelope(nlohmann::json choices) const;
 
-  engine::EngineCore& engine_;
+  engine::EngineClient& engine_;
   const tokenizer::Tokenizer& tokenizer_;
   const std::shared_ptr<HttpExchange> exchange_;
   GeneratePlan plan_;

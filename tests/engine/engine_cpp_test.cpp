@@ -41,22 +41,22 @@ std::vector<std::vector<int32_t>> generate(engine::EngineCore& core,
   std::vector<std::vector<int32_t>> out(prompts.size());
   size_t finished = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    auto r = std::make_unique<sched::Request>();
-    r->request_id =
+    engine::EngineRequest r;
+    r.request_id =
         "r" + std::to_string(i) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&out));
-    r->prompt_token_ids = prompts[i];
-    r->sampling.temperature = 0;
-    r->sampling.ignore_eos = true;
-    r->sampling.max_tokens = 6;
+    r.prompt_token_ids = prompts[i];
+    r.sampling.temperature = 0;
+    r.sampling.ignore_eos = true;
+    r.sampling.max_tokens = 6;
     if (sampled) {
-      r->sampling.temperature = 0.9;
-      r->sampling.top_k = 50;
-      r->sampling.repetition_penalty = 1.1;
-      r->sampling.presence_penalty = 0.5;
-      r->sampling.min_tokens = 3;
-      r->sampling.ignore_eos = false;
-      r->sampling.logprobs = 2;
-      r->sampling.seed = 1000 + i;
+      r.sampling.temperature = 0.9;
+      r.sampling.top_k = 50;
+      r.sampling.repetition_penalty = 1.1;
+      r.sampling.presence_penalty = 0.5;
+      r.sampling.min_tokens = 3;
+      r.sampling.ignore_eos = false;
+      r.sampling.logprobs = 2;
+      r.sampling.seed = 1000 + i;
     }
     core.add_request(std::move(r), [&, i](const engine::RequestOutput& o) {
       std::lock_guard<std::mutex> lock(mu);

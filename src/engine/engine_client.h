@@ -1,0 +1,61 @@
+// EngineClient: all the API server needs of an engine (vLLM's EngineClient): add a request,
+// abort it, read metrics and health. Requests and outputs are plain, serializable data, apart
+// from scheduler state, so that an engine in another process or a data-parallel client that
+// spreads requests over several engines can stand behind it without a change to server/.
+// Implementations are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "engine/metrics.h"
+#include "sched/sampling_params.h"
+
+namespace engine {
+
+struct EngineRequest {
+  std::string request_id;  // unique among the engine's live requests
+  std::vector<int32_t> prompt_token_ids;
+  sched::SamplingParams sampling;
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;
+  std::vector<TokenLogprob> new_logprobs;  // when the request asked for logprobs
+  std::string new_text;
+  bool finished = false;
+  sched::FinishReason finish_reason = sched::FinishReason::kNone;
+  std::variant<std::monostate, std::string, int32_t> stop_reason;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_output_tokens = 0;
+  int64_t num_cached_tokens = 0;
+  std::string error;  // set when the engine failed (finish_reason is then abort)
+};
+
+using OutputCallback = std::function<void(const RequestOutput&)>;
+
+class EngineClient {
+ public:
+  virtual ~EngineClient() = default;
+  // Outputs arrive through `callback` in order, the last with `finished` set (finish_reason
+  // abort and `error` when the engine fails). It runs on an engine thread: it must not block.
+  virtual void add_request(EngineRequest request, OutputCallback callback) = 0;
+  // Unknown or finished ids are ignored.
+  virtual void abort_request(const std::string& request_id) = 0;
+  virtual MetricsSnapshot metrics() const = 0;
+  // False once the engine has failed (e.g. a pipeline stage died); it then takes no more work.
+  virtual bool is_healthy() const = 0;
+};
+
+}  // namespace engine

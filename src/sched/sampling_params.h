@@ -1,0 +1,55 @@
+// SamplingParams (how a request's tokens are chosen and when it stops) and FinishReason: plain
+// data shared by the API layer, the engine and the workers' sampler.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sched {
+
+struct SamplingParams {
+  double temperature = 1.0;  // < 1e-5 means greedy
+  double top_p = 1.0;
+  int32_t top_k = 0;  // 0 or -1: off
+  double min_p = 0.0;
+  std::optional<uint64_t> seed;
+  double repetition_penalty = 1.0;
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  int32_t max_tokens = 16;
+  int32_t min_tokens = 0;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool include_stop_str_in_output = false;
+  bool ignore_eos = false;
+  std::optional<int32_t> logprobs;  // top-N logprobs per generated token
+  bool skip_special_tokens = true;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
+  // stop_token_ids plus EOS unless ignore_eos (resolved by the engine at intake): the ids the
+  // sampler masks while the output is shorter than min_tokens.
+  std::vector<int32_t> all_stop_token_ids;
+
+  bool greedy() const { return temperature < 1e-5; }
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+
+// vLLM's finish_reason strings ("stop", "length", "abort"); nullptr for kNone.
+inline const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kNone:
+      break;
+  }
+  return nullptr;
+}
+
+}  // namespace sched
