@@ -426,8 +426,8 @@ extern "C" void on_stop_signal(int sig) {
   if (write(g_signal_pipe[1], &byte, 1) < 0) _exit(1);
 }
 
-engine::PipelineOptions pipeline_options(const ServePlan& plan) {
-  engine::PipelineOptions o;
+worker::PipelineOptions pipeline_options(const ServePlan& plan) {
+  worker::PipelineOptions o;
   o.model_dir = plan.model_dir;
   o.num_stages = plan.pipeline_parallel_size;
   o.layer_counts = plan.layer_partition;
@@ -443,13 +443,13 @@ engine::PipelineOptions pipeline_options(const ServePlan& plan) {
 // A --headless node of a multi-node pipeline: starts this node's stages, which connect to
 // node 0, and waits. Exits 0 once they all pass the shutdown message, 1 if one fails.
 int run_headless_node(const ServePlan& plan) {
-  const engine::PipelineOptions o = pipeline_options(plan);
+  const worker::PipelineOptions o = pipeline_options(plan);
   auto config = model::load_model_config(plan.model_dir);
   if (!config.ok()) {
     LOG(ERROR) << config.status().message();
     return 1;
   }
-  auto specs = engine::stage_specs(o, *config);
+  auto specs = worker::stage_specs(o, *config);
   if (!specs.ok()) {
     LOG(ERROR) << specs.status().message();
     return 1;

@@ -21,44 +21,19 @@
 
 #include "common/status.h"
 #include "engine/executor.h"
-#include "model/config.h"
 #include "worker/stage_launcher.h"
+#include "worker/stage_plan.h"
 #include "worker/stage_protocol.h"
 
 namespace engine {
 
-using worker::PipelineTopology;
-using worker::StageSpec;
-
-// Layer ranges [begin, end) per stage: explicit counts, or near-equal with the remainder given
-// to the first stages. Errors name the problem (counts that do not add up, empty stages).
-common::Result<std::vector<std::pair<int, int>>> partition_layers(int num_layers, int num_stages,
-                                                                  const std::vector<int>& counts);
-
-struct PipelineOptions {
-  std::string model_dir;
-  int num_stages = 2;
-  std::vector<int> layer_counts;  // empty: even split
-  int threads_per_stage = 1;
-  int64_t num_blocks = 0;
-  int block_size = 16;
-  bool pin_stages = false;  // stage s on cores [s·t, (s+1)·t) of its host
-  bool expanded_kv_cache = false;
-  PipelineTopology topology;       // num_stages is copied from above
-  std::string worker_binary;       // empty: this binary
-  double startup_timeout_s = 900;  // all stages (also remote ones) must be up by then
-};
-
-// Stage s's StageSpec under `options` (shared by the engine node and --headless nodes).
-common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& options,
-                                                   const model::ModelConfig& config);
+using worker::PipelineOptions;
 
 class PipelineExecutor : public Executor {
  public:
   static common::Result<std::unique_ptr<PipelineExecutor>> create(const PipelineOptions& options);
   ~PipelineExecutor() override;
 
-  const model::ModelConfig& config() const { return config_; }
   const std::vector<std::pair<int, int>>& layer_ranges() const { return ranges_; }
   int num_stages() const { return static_cast<int>(ranges_.size()); }
 
@@ -104,7 +79,6 @@ class PipelineExecutor : public Executor {
     double start_s, duration_s, predicted_ms;
     int64_t tokens, history, sequences;
   };
-  model::ModelConfig config_;
   std::vector<std::pair<int, int>> ranges_;
   worker::LocalStages local_;
   std::thread receiver_, monitor_;

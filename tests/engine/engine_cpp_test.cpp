@@ -127,7 +127,7 @@ engine::EngineConfig small_engine_config() {
 // Two pipeline stages as processes of the chunkpipe binary, sized like `config`'s cache.
 common::Result<std::unique_ptr<engine::PipelineExecutor>> two_stages(
     const std::string& dir, const std::vector<int>& partition, const engine::EngineConfig& config) {
-  engine::PipelineOptions po;
+  worker::PipelineOptions po;
   po.model_dir = dir;
   po.num_stages = 2;
   po.layer_counts = partition;
@@ -263,15 +263,15 @@ TEST(EnginePipelineTest, SeededSamplingOnTheLastStageMatchesOneStage) {
 }
 
 TEST(EnginePipelineTest, LayerPartitionErrors) {
-  EXPECT_EQ(engine::partition_layers(4, 2, {}).value(),
+  EXPECT_EQ(worker::partition_layers(4, 2, {}).value(),
             (std::vector<std::pair<int, int>>{{0, 2}, {2, 4}}));
-  EXPECT_EQ(engine::partition_layers(5, 2, {}).value(),
+  EXPECT_EQ(worker::partition_layers(5, 2, {}).value(),
             (std::vector<std::pair<int, int>>{{0, 3}, {3, 5}}));
-  EXPECT_EQ(engine::partition_layers(4, 2, {1, 2}).status().message(),
+  EXPECT_EQ(worker::partition_layers(4, 2, {1, 2}).status().message(),
             "the layer partition covers 3 layers but the model has 4");
-  EXPECT_EQ(engine::partition_layers(4, 2, {4, 0}).status().message(),
+  EXPECT_EQ(worker::partition_layers(4, 2, {4, 0}).status().message(),
             "every pipeline stage needs at least one layer");
-  EXPECT_EQ(engine::partition_layers(4, 3, {2, 2}).status().message(),
+  EXPECT_EQ(worker::partition_layers(4, 3, {2, 2}).status().message(),
             "the layer partition has 2 entries for 3 pipeline stages");
 }
 

@@ -1,0 +1,42 @@
+// Stage planning for pipeline parallelism: which decoder layers each stage runs and the
+// StageSpec every stage process starts with (shared by the engine's node and --headless
+// nodes). Pure functions of the options and the model's config.json.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "model/config.h"
+#include "worker/stage_launcher.h"
+
+namespace worker {
+
+// Layer ranges [begin, end) per stage: explicit counts, or near-equal with the remainder given
+// to the first stages. Errors name the problem (counts that do not add up, empty stages).
+common::Result<std::vector<std::pair<int, int>>> partition_layers(int num_layers, int num_stages,
+                                                                  const std::vector<int>& counts);
+
+struct PipelineOptions {
+  std::string model_dir;
+  int num_stages = 2;
+  std::vector<int> layer_counts;  // empty: even split
+  int threads_per_stage = 1;
+  int64_t num_blocks = 0;
+  int block_size = 16;
+  bool pin_stages = false;  // stage s on cores [s·t, (s+1)·t) of its host
+  bool expanded_kv_cache = false;
+  PipelineTopology topology;       // num_stages is copied from above
+  std::string worker_binary;       // empty: this binary
+  double startup_timeout_s = 900;  // all stages (also remote ones) must be up by then
+};
+
+// Stage s's StageSpec under `options`, for a model with `config`.
+common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& options,
+                                                   const model::ModelConfig& config);
+
+// The stage specs of `options.model_dir`'s model (reads its config.json).
+common::Result<std::vector<StageSpec>> plan_stages(const PipelineOptions& options);
+
+}  // namespace worker

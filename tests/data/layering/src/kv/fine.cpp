@@ -1,0 +1,2 @@
+// Fixture for the layering check: an allowed include.
+#include "common/status.h"
