@@ -16,6 +16,7 @@ declare -A allowed=(
   [sched]="common kv"
   [dist]="common"
   [worker]="common tensor kernels model sched dist"
+  [transfer]="common dist kv sched worker model"
   [engine]="common sched kv tokenizer dist worker"
   [api]="common sched tokenizer"
   [server]="common api tokenizer engine"

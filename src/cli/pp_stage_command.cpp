@@ -8,6 +8,8 @@
 
 #include "cli/commands.h"
 #include "common/logging.h"
+#include "transfer/kv_connector_factory.h"
+#include "transfer/kv_transfer_config.h"
 #include "worker/stage_launcher.h"
 #include "worker/stage_worker.h"
 
@@ -41,7 +43,19 @@ int run_pp_stage_command(int argc, char** argv) {
     dist::Communicator comm;
     comm.set_recv_link(worker::upstream_peer(spec), std::move(in).value());
     comm.set_send_link(worker::downstream_peer(spec), std::move(out).value());
-    exit_code = worker::run_stage_worker(spec, comm);
+    std::shared_ptr<worker::KvConnectorWorker> connector;
+    if (!spec.kv_transfer_config.empty()) {
+      auto config = transfer::parse_kv_transfer_config(spec.kv_transfer_config);
+      auto made = config.ok()
+                      ? transfer::make_worker_connector(*config)
+                      : common::Result<std::shared_ptr<worker::KvConnectorWorker>>(config.status());
+      if (!made.ok()) {
+        LOG(ERROR) << made.status().message();
+        return 1;
+      }
+      connector = std::move(made).value();
+    }
+    exit_code = worker::run_stage_worker(spec, comm, std::move(connector));
   }
   dist::flush_tcp_links();  // the forwarded shutdown must reach the next host before we exit
   return exit_code;

@@ -32,6 +32,8 @@
 #include "server/api_server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "transfer/kv_connector_factory.h"
+#include "transfer/kv_transfer_config.h"
 #include "worker/model_runner.h"
 #include "worker/stage_launcher.h"
 
@@ -190,6 +192,8 @@ struct ServePlan {
   std::vector<int> layer_partition;   // empty: even split
   worker::PipelineTopology topology;  // hosts of a multi-node pipeline
   bool headless = false;              // this node runs stages only (node_rank > 0)
+  std::string kv_transfer_config;     // --kv-transfer-config as given (empty: none)
+  transfer::KvTransferConfig kv_transfer;
 };
 
 namespace {
@@ -285,8 +289,15 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
       return unbuilt("--headless data-parallel serving", "planned with data parallelism");
     }
   }
-  if (p.given("kv-transfer-config"))
-    return unbuilt("prefill-decode disaggregation (--kv-transfer-config)", "planned: PD");
+  if (p.given("kv-transfer-config")) {
+    plan->kv_transfer_config = p.option("kv-transfer-config").value_or("");
+    CP_ASSIGN_OR_RETURN(plan->kv_transfer,
+                        transfer::parse_kv_transfer_config(plan->kv_transfer_config));
+    if (plan->kv_transfer.kv_connector != "SharedStorageConnector")
+      return unbuilt(
+          "prefill-decode disaggregation (kv_connector " + plan->kv_transfer.kv_connector + ")",
+          "planned: PD");
+  }
   if (p.given("speculative-config"))
     return unbuilt("speculative decoding (--speculative-config)", "planned: MTP");
   if (p.flag("enable-expert-parallel"))
@@ -437,6 +448,7 @@ worker::PipelineOptions pipeline_options(const ServePlan& plan) {
   o.pin_stages = true;
   o.expanded_kv_cache = plan.engine.expanded_kv_cache;
   o.topology = plan.topology;
+  o.kv_transfer_config = plan.kv_transfer_config;
   return o;
 }
 
@@ -690,12 +702,24 @@ int run_serve_command(int argc, char** argv) {
     const char byte = 0;
     if (write(g_signal_pipe[1], &byte, 1) < 0) _exit(1);
   };
+  worker::RunnerOptions runner = engine::runner_options(plan.engine);
+  if (!plan.kv_transfer_config.empty()) {
+    auto sched_side =
+        transfer::make_scheduler_connector(plan.kv_transfer, mc, plan.engine.block_size);
+    auto worker_side = transfer::make_worker_connector(plan.kv_transfer);
+    if (!sched_side.ok() || !worker_side.ok()) {
+      LOG(ERROR) << (sched_side.ok() ? worker_side.status() : sched_side.status()).message();
+      return 1;
+    }
+    plan.engine.kv_connector = std::move(sched_side).value();
+    runner.kv_connector = std::move(worker_side).value();
+    LOG(INFO) << "KV connector: " << plan.kv_transfer.kv_connector << " ("
+              << plan.kv_transfer.kv_role << ")";
+  }
   std::unique_ptr<engine::EngineCore> engine_ptr;
   if (plan.pipeline_parallel_size == 1) {
-    engine_ptr =
-        std::make_unique<engine::EngineCore>(std::make_unique<engine::UniProcExecutor>(
-                                                 *whole_model, engine::runner_options(plan.engine)),
-                                             **tok, plan.engine);
+    engine_ptr = std::make_unique<engine::EngineCore>(
+        std::make_unique<engine::UniProcExecutor>(*whole_model, runner), **tok, plan.engine);
   } else {
     auto pipeline = engine::PipelineExecutor::create(pipeline_options(plan));
     if (!pipeline.ok()) {

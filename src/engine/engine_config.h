@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "sched/kv_connector.h"
 #include "sched/profiling_chunk_config.h"
 #include "sched/scheduler.h"
 
@@ -29,6 +31,8 @@ struct EngineConfig {
   // Keep each token's expanded k_nope ‖ v beside the latent (model/kv_cache.h): more memory per
   // block, no per-chunk re-expansion of the history. chunkpipe extension, off by default.
   bool expanded_kv_cache = false;
+  // The scheduler side of a KV connector (sched/kv_connector.h); null: none.
+  std::shared_ptr<sched::KvConnectorScheduler> kv_connector;
   // Called once, from the engine thread, if the engine fails (a pipeline stage died): every
   // request has then been finished with the error, and the engine accepts no more work.
   std::function<void(const std::string&)> on_fatal;

@@ -27,6 +27,7 @@ EngineCore::EngineCore(std::unique_ptr<Executor> executor, const tokenizer::Toke
           config.enable_prefix_caching),
       scheduler_(config.scheduler, &kv_),
       seed_rng_(config.seed) {
+  scheduler_.set_kv_connector(config_.kv_connector.get());
   start();
 }
 
@@ -257,6 +258,7 @@ void EngineCore::finish(const std::string& id, sched::FinishReason reason, Reque
   out->num_prompt_tokens = t.num_prompt_tokens;
   out->num_output_tokens = r ? static_cast<int64_t>(r->output_token_ids.size()) : 0;
   out->num_cached_tokens = t.num_cached_tokens;
+  if (r) out->kv_transfer_params = r->kv_transfer_params;
   if (reason != sched::FinishReason::kAbort) {
     // A matched stop string already cut the text; bytes held by the detokenizer lie past it.
     if (!std::holds_alternative<std::string>(out->stop_reason)) t.text += t.detokenizer->flush();
@@ -342,6 +344,7 @@ sched::SchedulerOutput EngineCore::schedule_step() {
       metrics_.prompt_tokens +=
           std::min(s.num_scheduled_tokens, r->num_prompt_tokens() - s.num_computed_tokens);
     }
+    if (s.new_request) metrics_.external_prefix_cache_hits += r->num_external_tokens;
     auto it = tracked_.find(s.req_id);
     if (it != tracked_.end()) it->second.num_cached_tokens = r->num_cached_tokens;
   }
@@ -412,6 +415,7 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
   {
     std::lock_guard<std::mutex> lock(mu_);
     appended = scheduler_.update(so, sampled);
+    scheduler_.update_kv_transfers(result.finished_sending, result.finished_recving);
   }
   const double now = common::now_seconds();
   for (size_t i = 0; i < so.scheduled.size(); ++i) {

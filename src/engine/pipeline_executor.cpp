@@ -197,6 +197,8 @@ common::Result<sched::ModelRunnerOutput> PipelineExecutor::take_oldest() {
   sched::ModelRunnerOutput out;
   out.sampled = std::move(step.sampled);
   out.sampled.resize(f.samples.size());
+  out.finished_sending = std::move(step.finished_sending);
+  out.finished_recving = std::move(step.finished_recving);
   for (size_t i = 0; i < out.sampled.size(); ++i) {
     if (f.samples[i] && !out.sampled[i])
       return common::data_loss("the last stage sent no token for a sampling sequence");

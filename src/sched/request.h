@@ -11,7 +11,8 @@
 
 namespace sched {
 
-enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
+// kWaitingForRemoteKvs: blocks allocated, the KV connector is loading them asynchronously.
+enum class RequestStatus { kWaiting, kWaitingForRemoteKvs, kRunning, kPreempted, kFinished };
 
 struct Request {
   std::string request_id;
@@ -24,6 +25,8 @@ struct Request {
   FinishReason finish_reason = FinishReason::kNone;
   double arrival_time = 0;
   int32_t num_preemptions = 0;
+  int64_t num_external_tokens = 0;  // of num_cached_tokens, those a KV connector provided
+  std::string kv_transfer_params;   // the KV connector's handoff at finish (JSON), if any
 
   // What the workers hold of this request: the scheduler's bookkeeping for SchedulerOutput's
   // deltas (sched/scheduler_output.h).

@@ -26,8 +26,10 @@ std::unique_ptr<Request> Scheduler::abort_request(const std::string& request_id)
   Request* r = it->second.get();
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
-  kv_->free(request_id);
-  forget(r);
+  waiting_for_remote_kvs_.erase(
+      std::remove(waiting_for_remote_kvs_.begin(), waiting_for_remote_kvs_.end(), r),
+      waiting_for_remote_kvs_.end());
+  release(r);
   r->status = RequestStatus::kFinished;
   r->finish_reason = FinishReason::kAbort;
   auto out = std::move(it->second);
@@ -35,9 +37,42 @@ std::unique_ptr<Request> Scheduler::abort_request(const std::string& request_id)
   return out;
 }
 
-void Scheduler::forget(Request* r) {
+void Scheduler::release(Request* r) {
+  bool delay_free = false;
+  if (connector_ != nullptr) {
+    FinishedHandoff h = connector_->request_finished(*r, kv_->block_table(r->request_id));
+    delay_free = h.delay_free;
+    r->kv_transfer_params = std::move(h.kv_transfer_params);
+  }
+  if (delay_free) {
+    delayed_free_.insert(r->request_id);  // freed when the connector reports it sent
+  } else {
+    kv_->free(r->request_id);
+  }
   if (r->known_to_workers) finished_req_ids_.push_back(r->request_id);
   r->known_to_workers = false;
+}
+
+void Scheduler::update_kv_transfers(const std::vector<std::string>& finished_sending,
+                                    const std::vector<std::string>& finished_recving) {
+  for (const std::string& id : finished_sending) {
+    if (delayed_free_.erase(id)) kv_->free(id);
+  }
+  for (const std::string& id : finished_recving) {
+    auto it = std::find_if(waiting_for_remote_kvs_.begin(), waiting_for_remote_kvs_.end(),
+                           [&](const Request* r) { return r->request_id == id; });
+    if (it == waiting_for_remote_kvs_.end()) continue;
+    Request* r = *it;
+    waiting_for_remote_kvs_.erase(it);
+    // vLLM's rule: the loaded blocks count as computed, short of the last token, which must
+    // run to produce the first output.
+    const int64_t loaded = std::min<int64_t>(
+        static_cast<int64_t>(kv_->block_table(id).size()) * kv_->block_size(), r->num_tokens());
+    r->num_computed_tokens = loaded == r->num_tokens() ? loaded - 1 : loaded;
+    r->num_cached_tokens = r->num_computed_tokens;
+    r->status = RequestStatus::kWaiting;
+    waiting_.push_front(r);
+  }
 }
 
 ScheduledRequest Scheduler::make_entry(Request* r, int64_t n) {
@@ -159,10 +194,30 @@ SchedulerOutput Scheduler::schedule() {
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
     int64_t hits = r->num_computed_tokens;
-    if (r->num_computed_tokens == 0 && kv_->block_table(r->request_id).empty()) {
+    int64_t external = 0;  // tokens a KV connector provides past the local hits
+    bool load_async = false;
+    const bool fresh = r->num_computed_tokens == 0 && kv_->block_table(r->request_id).empty();
+    if (fresh) {
       const auto ids = r->all_token_ids();
       hits = kv_->acquire_cached_prefix(r->request_id, ids);
+      if (connector_ != nullptr) {
+        const auto matched = connector_->get_num_new_matched_tokens(*r, hits);
+        if (!matched) break;  // the connector asks us to wait: keep the queue's order
+        // At least the last token is computed here: it produces the first output.
+        external = std::clamp<int64_t>(matched->num_tokens, 0, r->num_tokens() - 1 - hits);
+        load_async = matched->load_async && external > 0;
+      }
     }
+    if (load_async) {  // the blocks now, the KV over later steps
+      if (!kv_->allocate_slots(r->request_id, hits + external)) break;
+      waiting_.pop_front();
+      connector_->update_state_after_alloc(*r, kv_->block_table(r->request_id), external);
+      r->status = RequestStatus::kWaitingForRemoteKvs;
+      r->num_external_tokens = external;
+      waiting_for_remote_kvs_.push_back(r);
+      continue;
+    }
+    hits += external;
     int64_t n = std::min(r->num_tokens() - hits, budget);
     // Prediction counts prefix hits as history; the predicate sees the request's own counter.
     auto sized = dynamic_chunk(*r, hits, n, time_budget, target);
@@ -170,6 +225,10 @@ SchedulerOutput Scheduler::schedule() {
     n = *sized;
     if (!kv_->allocate_slots(r->request_id, hits + n)) break;  // wait for blocks
     waiting_.pop_front();
+    if (fresh && connector_ != nullptr) {
+      connector_->update_state_after_alloc(*r, kv_->block_table(r->request_id), external);
+      r->num_external_tokens = external;
+    }
     r->status = RequestStatus::kRunning;
     running_.push_back(r);
     r->num_computed_tokens = hits;
@@ -178,6 +237,8 @@ SchedulerOutput Scheduler::schedule() {
   }
   for (const auto& s : out.scheduled) out.total_num_scheduled_tokens += s.num_scheduled_tokens;
   if (!out.empty()) {
+    if (connector_ != nullptr)
+      out.kv_connector_metadata = connector_->build_connector_meta(out, *kv_);
     out.finished_req_ids.swap(finished_req_ids_);
     in_flight_epochs_.push_back(std::move(epochs));
   }
@@ -220,8 +281,7 @@ std::unique_ptr<Request> Scheduler::finish_request(const std::string& request_id
   Request* r = it->second.get();
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
-  kv_->free(request_id);
-  forget(r);
+  release(r);
   r->status = RequestStatus::kFinished;
   r->finish_reason = reason;
   auto out = std::move(it->second);

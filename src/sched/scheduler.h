@@ -9,10 +9,12 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
 #include "sched/chunk_predictor.h"
+#include "sched/kv_connector.h"
 #include "sched/request.h"
 #include "sched/scheduler_output.h"
 
@@ -40,6 +42,8 @@ class Scheduler {
   // Dynamic chunk sizing for prefills (CPP). The predictor must outlive the scheduler; null
   // (the default) gives fixed chunks bounded by the token budget.
   void set_chunk_predictor(ChunkSizePredictor* predictor) { predictor_ = predictor; }
+  // A KV connector (sched/kv_connector.h) that must outlive the scheduler; null: none.
+  void set_kv_connector(KvConnectorScheduler* connector) { connector_ = connector; }
 
   void add_request(std::unique_ptr<Request> request);
   // Removes a request wherever it is and frees its blocks; returns it (nullptr if unknown).
@@ -55,12 +59,18 @@ class Scheduler {
   // is true when scheduled[i]'s token was appended: not for a request that finished, was aborted
   // or was preempted while the step was in flight.
   std::vector<bool> update(const SchedulerOutput& output, const std::vector<int32_t>& sampled);
+  // The KV connector's completed transfers: blocks held for sending are freed; requests whose
+  // KV arrived go back to waiting with it counted as computed.
+  void update_kv_transfers(const std::vector<std::string>& finished_sending,
+                           const std::vector<std::string>& finished_recving);
   // Marks a running request finished and frees its blocks; returns it.
   std::unique_ptr<Request> finish_request(const std::string& request_id, FinishReason reason);
 
   // The request (nullptr when it is not waiting or running).
   Request* find_request(const std::string& request_id) const;
-  bool has_unfinished_requests() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_unfinished_requests() const {
+    return !waiting_.empty() || !running_.empty() || !waiting_for_remote_kvs_.empty();
+  }
   SchedulerStats stats() const;
   const kv::KvCacheManager& kv_cache() const { return *kv_; }
 
@@ -68,13 +78,15 @@ class Scheduler {
   void preempt(Request* r);
   // The entry for `r` after its slots for n more tokens are allocated; books what was sent.
   ScheduledRequest make_entry(Request* r, int64_t n);
-  // A request leaves: the workers drop their state of it with the next step.
-  void forget(Request* r);
+  // A request leaves: the connector gets it (and may keep its blocks), the workers drop their
+  // state of it with the next step.
+  void release(Request* r);
   // CPP: the chunk for a prefill of `r` given the remaining time budget; nullopt = stop
   // scheduling prefills this step. `n` is the upstream (fixed) size.
   std::optional<int64_t> dynamic_chunk(const Request& r, int64_t history, int64_t n,
                                        double time_budget, double target) const;
   ChunkSizePredictor* predictor_ = nullptr;
+  KvConnectorScheduler* connector_ = nullptr;
 
   SchedulerConfig config_;
   kv::KvCacheManager* kv_;
@@ -83,6 +95,8 @@ class Scheduler {
   std::vector<Request*> running_;
   int64_t num_preemptions_ = 0;
   std::vector<std::string> finished_req_ids_;  // for the next step's SchedulerOutput
+  std::deque<Request*> waiting_for_remote_kvs_;
+  std::unordered_set<std::string> delayed_free_;  // blocks the connector is still sending
   // Per step not yet updated, oldest first: each entry's preemption count when it was scheduled,
   // so that a result computed before a preemption is not applied after the request resumed.
   std::deque<std::vector<int32_t>> in_flight_epochs_;

@@ -36,8 +36,9 @@ struct ScheduledRequest {
 };
 
 struct SchedulerOutput {
-  std::vector<ScheduledRequest> scheduled;    // in the order the forward batches them
-  std::vector<std::string> finished_req_ids;  // workers drop these requests' state
+  std::vector<ScheduledRequest> scheduled;     // in the order the forward batches them
+  std::vector<std::string> finished_req_ids;   // workers drop these requests' state
+  std::vector<uint8_t> kv_connector_metadata;  // for the workers' KV connector (opaque)
   int64_t total_num_scheduled_tokens = 0;
   int32_t num_preempted = 0;
   bool empty() const { return scheduled.empty(); }
@@ -53,6 +54,9 @@ struct ModelRunnerOutput {
   std::vector<std::optional<SampledToken>> sampled;  // entry i: scheduled[i]'s token, if it samples
   double last_stage_ms = 0;  // the last pipeline stage's own time for the step
   double max_stage_ms = 0;   // the slowest stage's time for the step
+  // KV connector transfers that completed (worker/kv_connector.h).
+  std::vector<std::string> finished_sending;
+  std::vector<std::string> finished_recving;
 };
 
 }  // namespace sched

@@ -74,6 +74,10 @@ std::string render_metrics(const engine::MetricsSnapshot& s, const std::string& 
             double(m.prefix_cache_queries));
   w.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
             double(m.prefix_cache_hits));
+  w.counter("vllm:external_prefix_cache_hits",
+            "External prefix cache hits from KV connector cross-instance cache sharing, in terms "
+            "of number of cached tokens.",
+            double(m.external_prefix_cache_hits));
   w.counter("vllm:gpu_prefix_cache_queries", "Deprecated alias of vllm:prefix_cache_queries.",
             double(m.prefix_cache_queries));
   w.counter("vllm:gpu_prefix_cache_hits", "Deprecated alias of vllm:prefix_cache_hits.",

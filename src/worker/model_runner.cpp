@@ -17,7 +17,10 @@ ModelRunner::ModelRunner(const model::DeepseekV3Model& model, const RunnerOption
              o.block_size, model.config().kv_cache_row_dim(),
              o.expanded_kv_cache ? model.config().expanded_kv_row_dim() : 0),
       pool_(o.num_threads),
-      states_(model.config().vocab_size, o.num_blocks, o.block_size) {}
+      states_(model.config().vocab_size, o.num_blocks, o.block_size),
+      connector_(o.kv_connector) {
+  if (connector_) connector_->register_kv_cache(&cache_, layer_begin_, layer_end_);
+}
 
 int64_t ModelRunner::kv_bytes_per_block(const model::ModelConfig& c, int block_size,
                                         bool expanded_kv_cache) {
@@ -27,7 +30,7 @@ int64_t ModelRunner::kv_bytes_per_block(const model::ModelConfig& c, int block_s
 }
 
 common::Result<std::vector<float>> ModelRunner::run(const model::ForwardBatch& batch,
-                                                    std::vector<float> hidden) {
+                                                    std::vector<float> hidden, bool connected) {
   const int64_t H = model_.config().hidden_size;
   const int64_t rows = batch.num_tokens();
   if (first()) {
@@ -39,7 +42,16 @@ common::Result<std::vector<float>> ModelRunner::run(const model::ForwardBatch& b
                              std::to_string(hidden.size()) + " hidden values for " +
                              std::to_string(rows) + " tokens");
   }
-  model_.run_layers(batch, layer_begin_, layer_end_, hidden.data(), cache_, pool_);
+  if (!connected) {
+    model_.run_layers(batch, layer_begin_, layer_end_, hidden.data(), cache_, pool_);
+    return hidden;
+  }
+  for (int l = layer_begin_; l < layer_end_; ++l) {  // one layer at a time, for the hooks
+    connector_->wait_for_layer_load(l);
+    model_.run_layers(batch, l, l + 1, hidden.data(), cache_, pool_);
+    CP_RETURN_IF_ERROR(connector_->save_kv_layer(l));
+  }
+  CP_RETURN_IF_ERROR(connector_->wait_for_save());
   return hidden;
 }
 
@@ -64,8 +76,10 @@ common::Result<StepResult> ModelRunner::execute_model(const sched::SchedulerOutp
   CP_RETURN_IF_ERROR(states_.apply(output, &states));
   StepResult result;
   if (output.empty()) return result;
+  if (connector_) CP_RETURN_IF_ERROR(connector_->start_load_kv(output.kv_connector_metadata));
   const model::ForwardBatch batch = RequestStates::forward_batch(output, states);
-  CP_ASSIGN_OR_RETURN(hidden, run(batch, std::move(hidden)));
+  CP_ASSIGN_OR_RETURN(hidden, run(batch, std::move(hidden), connector_ != nullptr));
+  if (connector_) result.transfers = connector_->get_finished(output.finished_req_ids);
   if (!last()) {
     result.hidden = std::move(hidden);
     return result;
@@ -102,7 +116,7 @@ double ModelRunner::profile_ms(int64_t num_tokens) {
   batch.sequences.push_back({tokens, 0, blocks});
   std::vector<float> hidden(first() ? 0 : n * c.hidden_size, 0.0f);
   const double t0 = common::now_seconds();
-  auto out = run(batch, std::move(hidden));
+  auto out = run(batch, std::move(hidden), /*connected=*/false);
   if (out.ok() && last()) logits_of_rows(*out, {n - 1});
   return (common::now_seconds() - t0) * 1000.0;
 }

@@ -2,7 +2,8 @@
 // embedding on the first slice and the final norm and head on the last, its paged latent cache,
 // its thread pool and the request states the SchedulerOutput deltas build (request_states.h).
 // The same runner serves one process (the whole model) and each pipeline stage. The last slice
-// samples. Not thread-safe: one step at a time.
+// samples. A KV connector, if any, loads and saves KV around each forward (kv_connector.h).
+// Not thread-safe: one step at a time.
 #pragma once
 
 #include <memory>
@@ -13,6 +14,7 @@
 #include "common/thread_pool.h"
 #include "model/deepseek_v3.h"
 #include "sched/scheduler_output.h"
+#include "worker/kv_connector.h"
 #include "worker/request_states.h"
 
 namespace worker {
@@ -24,11 +26,13 @@ struct RunnerOptions {
   int block_size = 16;
   int num_threads = 1;
   bool expanded_kv_cache = false;
+  std::shared_ptr<KvConnectorWorker> kv_connector;  // null: no KV connector
 };
 
 struct StepResult {
   std::vector<float> hidden;  // not the last slice: for the next stage
   std::vector<std::optional<sched::SampledToken>> sampled;  // the last slice: per request
+  FinishedTransfers transfers;                              // the KV connector's, if any
 };
 
 class ModelRunner {
@@ -55,9 +59,9 @@ class ModelRunner {
                                     bool expanded_kv_cache = false);
 
  private:
-  // Runs the slice on `batch`; the last slice returns the logits of the given rows' ends.
+  // Runs the slice on `batch` (with the KV connector's per-layer hooks when `connected`).
   common::Result<std::vector<float>> run(const model::ForwardBatch& batch,
-                                         std::vector<float> hidden);
+                                         std::vector<float> hidden, bool connected);
   std::vector<float> logits_of_rows(const std::vector<float>& hidden,
                                     const std::vector<int64_t>& rows);
 
@@ -66,6 +70,7 @@ class ModelRunner {
   model::LatentKvCache cache_;
   common::ThreadPool pool_;
   RequestStates states_;
+  std::shared_ptr<KvConnectorWorker> connector_;
 };
 
 }  // namespace worker

@@ -156,6 +156,10 @@ std::vector<std::string> stage_worker_args(const StageSpec& spec, const std::str
     a.push_back(join_ints(spec.cpus));
   }
   if (spec.expanded_kv_cache) a.push_back("--expanded-kv-cache");
+  if (!spec.kv_transfer_config.empty()) {
+    a.push_back("--kv-transfer-config");
+    a.push_back(spec.kv_transfer_config);
+  }
   return a;
 }
 
@@ -178,7 +182,9 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
     }
     if (i + 1 >= args.size()) return common::invalid_argument("pp-stage: " + f + " needs a value");
     const std::string& v = args[++i];
-    if (f == "--model") {
+    if (f == "--kv-transfer-config") {
+      out.spec.kv_transfer_config = v;
+    } else if (f == "--model") {
       out.spec.model_dir = v;
     } else if (f == "--recv") {
       out.recv_link = v;

@@ -65,6 +65,7 @@ common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
     spec.num_blocks = o.num_blocks;
     spec.block_size = o.block_size;
     spec.expanded_kv_cache = o.expanded_kv_cache;
+    spec.kv_transfer_config = o.kv_transfer_config;
     if (o.pin_stages) {  // the node's k-th stage on cores [k·t, (k+1)·t), wrapping
       const int k = s % per_node;
       for (int t = 0; t < o.threads_per_stage; ++t)

@@ -60,6 +60,19 @@ bool get_sampling(dist::WireReader& r, sched::SamplingParams* p) {
   return r.ok();
 }
 
+void put_strings(dist::WireWriter& w, const std::vector<std::string>& v) {
+  w.put<uint64_t>(v.size());
+  for (const auto& x : v) w.put_string(x);
+}
+
+bool get_strings(dist::WireReader& r, size_t limit, std::vector<std::string>* v) {
+  uint64_t n = 0;
+  if (!r.get(&n) || n > limit) return false;
+  v->resize(n);
+  for (auto& x : *v) r.get_string(&x);
+  return r.ok();
+}
+
 void put_output(dist::WireWriter& w, const sched::SchedulerOutput& so) {
   w.put<uint64_t>(so.scheduled.size());
   for (const auto& s : so.scheduled) {
@@ -75,8 +88,8 @@ void put_output(dist::WireWriter& w, const sched::SchedulerOutput& so) {
     w.put(s.num_computed_tokens);
     w.put(s.num_scheduled_tokens);
   }
-  w.put<uint64_t>(so.finished_req_ids.size());
-  for (const auto& id : so.finished_req_ids) w.put_string(id);
+  put_strings(w, so.finished_req_ids);
+  w.put_vector(so.kv_connector_metadata);
   w.put(so.total_num_scheduled_tokens);
   w.put(so.num_preempted);
 }
@@ -101,9 +114,8 @@ bool get_output(dist::WireReader& r, size_t limit, sched::SchedulerOutput* so) {
     r.get(&s.num_computed_tokens);
     r.get(&s.num_scheduled_tokens);
   }
-  if (!r.get(&n) || n > limit) return false;
-  so->finished_req_ids.resize(n);
-  for (auto& id : so->finished_req_ids) r.get_string(&id);
+  if (!get_strings(r, limit, &so->finished_req_ids)) return false;
+  r.get_vector(&so->kv_connector_metadata);
   r.get(&so->total_num_scheduled_tokens);
   r.get(&so->num_preempted);
   return r.ok();
@@ -145,6 +157,8 @@ dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload) 
     w.put_vector(ids);
     w.put_vector(lps);
   }
+  put_strings(w, step.finished_sending);
+  put_strings(w, step.finished_recving);
   m.data = std::move(payload);
   return m;
 }
@@ -175,6 +189,9 @@ common::Status decode_step(const dist::Message& m, StepEnvelope* step) {
     for (size_t k = 0; k < ids.size(); ++k) tok.top_logprobs.emplace_back(ids[k], lps[k]);
     t = std::move(tok);
   }
+  if (!get_strings(r, m.meta.size(), &step->finished_sending) ||
+      !get_strings(r, m.meta.size(), &step->finished_recving))
+    return truncated("step");
   return r.at_end() ? common::Status{} : truncated("step");
 }
 

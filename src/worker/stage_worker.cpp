@@ -56,7 +56,8 @@ class Inbox {
 
 }  // namespace
 
-int run_stage_worker(const StageSpec& spec, dist::Communicator& comm) {
+int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
+                     std::shared_ptr<KvConnectorWorker> kv_connector) {
   const std::string name = "pipeline stage " + std::to_string(spec.stage);
   model::LoadOptions opts;
   opts.layer_begin = spec.layer_begin;
@@ -77,6 +78,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm) {
   ro.block_size = spec.block_size;
   ro.num_threads = spec.threads;
   ro.expanded_kv_cache = spec.expanded_kv_cache;
+  ro.kv_connector = std::move(kv_connector);
   ModelRunner runner(*slice, ro);
   runner.pin_threads(spec.cpus);
 
@@ -130,6 +132,8 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm) {
         step.timings.push_back({spec.stage, t0, common::now_seconds() - t0});
         if (result.ok()) {
           step.sampled = std::move(result->sampled);
+          step.finished_sending = std::move(result->transfers.finished_sending);
+          step.finished_recving = std::move(result->transfers.finished_recving);
           // Only the tokens go back to the engine, which remembers its own steps.
           if (spec.stage + 1 == spec.num_stages) step.output = {};
           st = comm.send(downstream_peer(spec), encode_step(step, std::move(result->hidden)));

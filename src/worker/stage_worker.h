@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dist/communicator.h"
+#include "worker/kv_connector.h"
 
 namespace worker {
 
@@ -25,6 +27,7 @@ struct StageSpec {
   int64_t num_blocks = 0;
   int block_size = 16;
   bool expanded_kv_cache = false;
+  std::string kv_transfer_config;  // --kv-transfer-config JSON (empty: no KV connector)
 };
 
 inline int upstream_peer(const StageSpec& s) {
@@ -36,6 +39,8 @@ inline int downstream_peer(const StageSpec& s) {
 
 // Returns the process exit code: 0 after a shutdown message, 1 when loading fails or a link
 // breaks (the peer died), with the reason logged.
-int run_stage_worker(const StageSpec& spec, dist::Communicator& comm);
+// `kv_connector` (may be null) is the stage's side of the KV connector.
+int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
+                     std::shared_ptr<KvConnectorWorker> kv_connector = nullptr);
 
 }  // namespace worker

@@ -345,3 +345,90 @@ TEST(CppSchedulerTest, DecodesAreNotChargedAndFailedProfilingGivesFixedChunks) {
 }
 
 }  // namespace
+
+namespace {
+
+// A connector that offers `offered` tokens of every prompt, synchronously or not, and records
+// the calls the scheduler makes.
+class FakeConnector : public sched::KvConnectorScheduler {
+ public:
+  int64_t offered = 0;
+  bool async = false;
+  bool delay_free = false;
+  std::vector<std::string> calls;
+
+  std::optional<sched::MatchedTokens> get_num_new_matched_tokens(const sched::Request& r,
+                                                                 int64_t computed) override {
+    calls.push_back("match " + r.request_id + " " + std::to_string(computed));
+    return sched::MatchedTokens{offered, async};
+  }
+  void update_state_after_alloc(const sched::Request& r, const std::vector<kv::BlockId>& blocks,
+                                int64_t external) override {
+    calls.push_back("alloc " + r.request_id + " " + std::to_string(blocks.size()) + " " +
+                    std::to_string(external));
+  }
+  std::vector<uint8_t> build_connector_meta(const sched::SchedulerOutput& so,
+                                            const kv::KvCacheManager&) override {
+    return {static_cast<uint8_t>(so.scheduled.size())};
+  }
+  sched::FinishedHandoff request_finished(const sched::Request& r,
+                                          const std::vector<kv::BlockId>&) override {
+    calls.push_back("finished " + r.request_id);
+    return {delay_free, delay_free ? R"({"do_remote_prefill": true})" : ""};
+  }
+};
+
+TEST(KvConnectorSchedulerTest, SyncLoadCountsAsComputedAndLeavesTheLastToken) {
+  kv::KvCacheManager kv(16, 4, false);
+  sched::Scheduler s({100, 4, 64}, &kv);
+  FakeConnector c;
+  c.offered = 100;  // more than the prompt: clamped so the last token still runs
+  s.set_kv_connector(&c);
+  s.add_request(make_request("a", 10));
+  auto so = s.schedule();
+  ASSERT_EQ(so.scheduled.size(), 1u);
+  EXPECT_EQ(so.scheduled[0].num_computed_tokens, 9);
+  EXPECT_EQ(so.scheduled[0].num_scheduled_tokens, 1);
+  EXPECT_EQ(so.kv_connector_metadata, (std::vector<uint8_t>{1}));
+  EXPECT_EQ(c.calls, (std::vector<std::string>{"match a 0", "alloc a 3 9"}));
+  EXPECT_EQ(s.find_request("a")->num_external_tokens, 9);
+}
+
+TEST(KvConnectorSchedulerTest, AsyncLoadWaitsForRemoteKvThenRuns) {
+  kv::KvCacheManager kv(16, 4, false);
+  sched::Scheduler s({100, 4, 64}, &kv);
+  FakeConnector c;
+  c.offered = 8;
+  c.async = true;
+  s.set_kv_connector(&c);
+  s.add_request(make_request("a", 10));
+  EXPECT_TRUE(s.schedule().empty());  // blocks allocated, nothing runs while the KV arrives
+  EXPECT_EQ(s.find_request("a")->status, sched::RequestStatus::kWaitingForRemoteKvs);
+  EXPECT_EQ(kv.num_free_blocks(), 14);
+  EXPECT_TRUE(s.has_unfinished_requests());
+  EXPECT_TRUE(s.schedule().empty());
+  s.update_kv_transfers({}, {"a"});
+  auto so = s.schedule();
+  ASSERT_EQ(so.scheduled.size(), 1u);
+  EXPECT_EQ(so.scheduled[0].num_computed_tokens, 8);  // the two loaded blocks
+  EXPECT_EQ(so.scheduled[0].num_scheduled_tokens, 2);
+  EXPECT_EQ(c.calls, (std::vector<std::string>{"match a 0", "alloc a 2 8"}));
+}
+
+TEST(KvConnectorSchedulerTest, DelayedFreeHoldsBlocksUntilSent) {
+  kv::KvCacheManager kv(16, 4, false);
+  sched::Scheduler s({100, 4, 64}, &kv);
+  FakeConnector c;
+  c.delay_free = true;
+  s.set_kv_connector(&c);
+  s.add_request(make_request("a", 8));
+  auto so = s.schedule();
+  s.update(so, {5});
+  auto r = s.finish_request("a", sched::FinishReason::kLength);
+  EXPECT_EQ(r->kv_transfer_params, R"({"do_remote_prefill": true})");
+  EXPECT_EQ(kv.num_free_blocks(), 14);  // the connector still owns them
+  s.update_kv_transfers({"a"}, {});
+  EXPECT_EQ(kv.num_free_blocks(), 16);
+}
+
+}  // namespace

@@ -1,0 +1,130 @@
+// The KV connector seam end to end, with vLLM's SharedStorageConnector: server A serves a
+// prompt and saves its KV; server B (and a two-stage pipeline C), started later on the same
+// directory, serve the same prompt with the same greedy output while computing only the tokens
+// that were not stored. Bad --kv-transfer-config values stop the server with a message naming
+// the field.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server_process.h"
+#include "test_model.h"
+
+namespace {
+
+using nlohmann::json;
+
+std::vector<std::string> storage_flags(const std::string& dir) {
+  auto flags = e2e::base_flags();
+  const json config = {{"kv_connector", "SharedStorageConnector"},
+                       {"kv_role", "kv_both"},
+                       {"kv_connector_extra_config", {{"shared_storage_path", dir}}}};
+  flags.insert(flags.end(), {"--kv-transfer-config", config.dump()});
+  return flags;
+}
+
+json complete(const e2e::ServerProcess& s, const std::string& prompt) {
+  const json body = {
+      {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+  auto r = s.client().Post("/v1/completions", body.dump(), "application/json");
+  if (!r || r->status != 200) return json();
+  return json::parse(r->body);
+}
+
+double metric(const e2e::ServerProcess& s, const std::string& name) {
+  auto r = s.client().Get("/metrics");
+  if (!r) return -1;
+  size_t pos = r->body.find("\n" + name + "{");
+  if (pos == std::string::npos) return -1;
+  pos = r->body.find("} ", pos);
+  return std::stod(r->body.substr(pos + 2));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(SharedStorageConnectorTest, SecondServerLoadsWhatTheFirstSaved) {
+  const std::string dir = "/tmp/chunkpipe_kvstore_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::string prompt;
+  for (int i = 0; i < 30; ++i) prompt += "word" + std::to_string(i) + " ";
+  json first;
+  {
+    e2e::ServerProcess a(e2e::model_dir(), storage_flags(dir), "/tmp/chunkpipe_kv_a.log");
+    ASSERT_TRUE(a.ready()) << "see /tmp/chunkpipe_kv_a.log";
+    first = complete(a, prompt);
+    ASSERT_TRUE(first.is_object());
+    EXPECT_EQ(metric(a, "vllm:external_prefix_cache_hits_total"), 0);
+    EXPECT_EQ(a.stop(), 0);
+  }
+  const int64_t prompt_tokens = first["usage"]["prompt_tokens"].get<int64_t>();
+  const int64_t stored = (prompt_tokens - 1) / 16 * 16;  // whole blocks before the last token
+  ASSERT_GT(stored, 0) << "the prompt must span more than a block";
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir))
+    files += entry.path().extension() == ".kv";
+  EXPECT_EQ(files, 2u) << "one file per decoder layer";
+
+  e2e::ServerProcess b(e2e::model_dir(), storage_flags(dir), "/tmp/chunkpipe_kv_b.log");
+  ASSERT_TRUE(b.ready()) << "see /tmp/chunkpipe_kv_b.log";
+  const json second = complete(b, prompt);
+  ASSERT_TRUE(second.is_object());
+  EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
+  EXPECT_EQ(metric(b, "vllm:external_prefix_cache_hits_total"), double(stored));
+  EXPECT_EQ(metric(b, "vllm:prompt_tokens_total"), double(prompt_tokens - stored))
+      << "B computes only the tokens that were not stored";
+  std::printf("    prompt %lld tokens: A computed all, B loaded %.0f and computed %.0f\n",
+              static_cast<long long>(prompt_tokens),
+              metric(b, "vllm:external_prefix_cache_hits_total"),
+              metric(b, "vllm:prompt_tokens_total"));
+  EXPECT_EQ(b.stop(), 0);
+
+  auto flags = storage_flags(dir);  // each pipeline stage loads its own layers' files
+  flags.insert(flags.end(), {"--pipeline-parallel-size", "2"});
+  e2e::ServerProcess c(e2e::model_dir(), flags, "/tmp/chunkpipe_kv_c.log");
+  ASSERT_TRUE(c.ready()) << "see /tmp/chunkpipe_kv_c.log";
+  const json third = complete(c, prompt);
+  ASSERT_TRUE(third.is_object());
+  EXPECT_EQ(third["choices"][0]["text"], first["choices"][0]["text"]);
+  EXPECT_EQ(metric(c, "vllm:external_prefix_cache_hits_total"), double(stored));
+  EXPECT_EQ(c.stop(), 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SharedStorageConnectorTest, BadConfigNamesTheField) {
+  struct Case {
+    std::string config, expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"({"kv_connector":"SharedStorageConnector","kv_role":"both"})", "'kv_role'"},
+           {R"({"kv_role":"kv_both"})", "'kv_connector' is required"},
+           {R"({"kv_connector":"SharedStorageConnector","kv_role":"kv_both","kv_port":[1]})",
+            "'kv_port'"},
+           {R"({"kv_connector":"SharedStorageConnector","kv_role":"kv_both",)"
+            R"("kv_connector_extra_config":{"shared_storage_path":7}})",
+            "shared_storage_path"},
+           {"not json", "not a JSON object"}}) {
+    auto flags = e2e::base_flags();
+    flags.insert(flags.end(), {"--kv-transfer-config", c.config});
+    e2e::ServerProcess s(e2e::model_dir(), flags, "/tmp/chunkpipe_kv_bad.log");
+    EXPECT_FALSE(s.ready()) << c.config;
+    EXPECT_NE(s.wait_exit(30), 0) << c.config;
+    const std::string log = read_file("/tmp/chunkpipe_kv_bad.log");
+    EXPECT_NE(log.find(c.expected), std::string::npos) << c.config << "\n" << log;
+  }
+}
+
+}  // namespace
