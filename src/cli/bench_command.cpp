@@ -25,6 +25,7 @@
 #include "bench/summary.h"
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
+#include "cli/engine_sizing.h"
 #include "common/logging.h"
 #include "common/timer.h"
 #include "engine/engine_core.h"
@@ -449,23 +450,29 @@ common::Result<LocalEngine> start_engine(const ArgParser& p) {
   CP_ASSIGN_OR_RETURN(
       e.tok, tokenizer::Tokenizer::load(p.option("tokenizer").value_or(p.positional("MODEL"))));
   engine::EngineConfig c;
-  CP_ASSIGN_OR_RETURN(c.scheduler.max_num_batched_tokens,
-                      p.int_option("max-num-batched-tokens", 1));
+  // Sized as `serve` sizes an engine (cli/engine_sizing.h), from an explicit KV cache size.
+  SizingInput in;
+  in.max_position_embeddings = e.model->config().max_position_embeddings;
+  CP_ASSIGN_OR_RETURN(in.max_model_len, p.int_option("max-model-len", 1));
+  in.allow_long_max_model_len = true;  // a benchmark may ask for more than the checkpoint says
+  CP_ASSIGN_OR_RETURN(in.max_num_batched_tokens, p.int_option("max-num-batched-tokens", 1));
   CP_ASSIGN_OR_RETURN(int64_t seqs, p.int_option("max-num-seqs", 1));
-  c.scheduler.max_num_seqs = static_cast<int32_t>(seqs);
-  CP_ASSIGN_OR_RETURN(c.scheduler.max_model_len, p.int_option("max-model-len", 1));
+  in.max_num_seqs = static_cast<int32_t>(seqs);
   CP_ASSIGN_OR_RETURN(int64_t bs, p.int_option("block-size", 1));
-  c.block_size = static_cast<int>(bs);
-  CP_ASSIGN_OR_RETURN(int64_t kv, p.int_option("kv-cache-memory", 1));
-  c.num_kv_blocks = kv / worker::ModelRunner::kv_bytes_per_block(e.model->config(), c.block_size);
+  in.block_size = static_cast<int>(bs);
+  in.kv_bytes_per_block = worker::ModelRunner::kv_bytes_per_block(e.model->config(), in.block_size);
+  CP_ASSIGN_OR_RETURN(in.kv_cache_bytes, p.int_option("kv-cache-memory", 1));
+  CP_ASSIGN_OR_RETURN(Sizing sizing, plan_sizing(in));
+  c.scheduler.max_num_batched_tokens = sizing.max_num_batched_tokens;
+  c.scheduler.max_num_seqs = in.max_num_seqs;
+  c.scheduler.max_model_len = sizing.max_model_len;
+  c.block_size = in.block_size;
+  c.num_kv_blocks = sizing.num_kv_blocks;
   CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1));
   c.num_threads = static_cast<int>(threads);
   CP_ASSIGN_OR_RETURN(int64_t seed, p.int_option("seed", 0));
   c.seed = static_cast<uint64_t>(seed);
   c.enable_prefix_caching = false;  // as vLLM's latency benchmark forces
-  if (c.num_kv_blocks * c.block_size < c.scheduler.max_model_len) {
-    return common::invalid_argument("--kv-cache-memory holds fewer tokens than --max-model-len");
-  }
   c.model_eos_token_id = static_cast<int32_t>(e.model->config().eos_token_id);
   e.core = std::make_unique<engine::EngineCore>(
       std::make_unique<engine::UniProcExecutor>(*e.model, engine::runner_options(c)), *e.tok, c);

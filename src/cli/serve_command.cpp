@@ -21,6 +21,7 @@
 
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
+#include "cli/engine_sizing.h"
 #include "common/logging.h"
 #include "common/timer.h"
 #include "dist/process.h"
@@ -614,79 +615,45 @@ int run_serve_command(int argc, char** argv) {
                                            ? plan.tokenizer_dir + "/tokenizer_config.json"
                                            : plan.chat_template_file));
 
-  // max_model_len and the token budget, with vLLM's validation.
-  const int64_t derived_len = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096;
-  int64_t max_model_len = derived_len;
+  // max_model_len, the token budget and the KV cache, with vLLM's defaults and validation.
+  SizingInput sizing_in;
+  sizing_in.max_position_embeddings = mc.max_position_embeddings;
   if (p.given("max-model-len")) {
     auto v = max_model_len_value(p);
     if (!v.ok()) return usage_error(v.status().message());
-    max_model_len = *v;
-    if (max_model_len > derived_len && !std::getenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN")) {
-      LOG(ERROR) << "User-specified max_model_len (" << max_model_len
-                 << ") is greater than the derived max_model_len "
-                 << "(max_position_embeddings=" << derived_len
-                 << " in model's config.json). To allow overriding this maximum, "
-                 << "set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1";
-      return 1;
-    }
+    sizing_in.max_model_len = *v;
   }
-  const bool chunked = !p.given("enable-chunked-prefill") || p.flag("enable-chunked-prefill");
-  int64_t batched = chunked ? 2048 : std::max<int64_t>(max_model_len, 2048);
+  sizing_in.allow_long_max_model_len = std::getenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN") != nullptr;
+  if (p.given("enable-chunked-prefill"))
+    sizing_in.enable_chunked_prefill = p.flag("enable-chunked-prefill");
   if (p.given("max-num-batched-tokens")) {
     auto v = p.int_option("max-num-batched-tokens", 1);
     if (!v.ok()) return usage_error(v.status().message());
-    batched = *v;
+    sizing_in.max_num_batched_tokens = *v;
   }
-  if (!chunked && batched < max_model_len) {
-    LOG(ERROR)
-        << "max_num_batched_tokens (" << batched << ") is smaller than max_model_len ("
-        << max_model_len
-        << "). This effectively limits the maximum sequence length to max_num_batched_tokens and "
-           "makes vLLM reject "
-           "longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.";
+  sizing_in.max_num_seqs = plan.engine.scheduler.max_num_seqs;
+  sizing_in.block_size = plan.engine.block_size;
+  sizing_in.kv_bytes_per_block = worker::ModelRunner::kv_bytes_per_block(
+      mc, plan.engine.block_size, plan.engine.expanded_kv_cache);
+  if (plan.kv_cache_bytes >= 0) sizing_in.kv_cache_bytes = plan.kv_cache_bytes;
+  sizing_in.memory_utilization = plan.memory_utilization;
+  sizing_in.host_memory_bytes = host_memory_bytes();
+  sizing_in.weight_bytes = checkpoint_bytes(plan.model_dir);
+  auto sizing = plan_sizing(sizing_in);
+  if (!sizing.ok()) {
+    LOG(ERROR) << sizing.status().message();
     return 1;
   }
-  if (batched < plan.engine.scheduler.max_num_seqs) {
-    LOG(ERROR) << "max_num_batched_tokens (" << batched
-               << ") must be greater than or equal to max_num_seqs ("
-               << plan.engine.scheduler.max_num_seqs << ").";
-    return 1;
-  }
+  const int64_t max_model_len = sizing->max_model_len;
   plan.engine.scheduler.max_model_len = max_model_len;
-  plan.engine.scheduler.max_num_batched_tokens = batched;
+  plan.engine.scheduler.max_num_batched_tokens = sizing->max_num_batched_tokens;
   plan.server.max_model_len = max_model_len;
   plan.server.model_vocab_size = mc.vocab_size;
   LOG(INFO) << "Using max model len " << max_model_len;
-  if (chunked)
-    LOG(INFO) << "Chunked prefill is enabled with max_num_batched_tokens=" << batched << ".";
-
-  // KV cache size: explicit bytes, or the memory fraction left after the weights.
-  const int64_t per_block = worker::ModelRunner::kv_bytes_per_block(mc, plan.engine.block_size,
-                                                                    plan.engine.expanded_kv_cache);
-  int64_t kv_bytes = plan.kv_cache_bytes;
-  if (kv_bytes < 0) {
-    kv_bytes =
-        static_cast<int64_t>(plan.memory_utilization * static_cast<double>(host_memory_bytes())) -
-        checkpoint_bytes(plan.model_dir);
-  }
-  int64_t num_blocks = kv_bytes / per_block;
-  const int64_t blocks_per_seq =
-      (max_model_len + plan.engine.block_size - 1) / plan.engine.block_size;
-  num_blocks = std::min<int64_t>(num_blocks, blocks_per_seq * plan.engine.scheduler.max_num_seqs);
-  num_blocks = std::min<int64_t>(num_blocks, INT32_MAX);
-  if (num_blocks < blocks_per_seq) {
-    const double need_gib = double(blocks_per_seq * per_block) / (1 << 30),
-                 have_gib = double(std::max<int64_t>(kv_bytes, 0)) / (1 << 30);
-    LOG(ERROR) << "To serve at least one request with the models's max seq len (" << max_model_len
-               << "), (" << need_gib
-               << " GiB KV cache is needed, which is larger than the available KV cache memory ("
-               << have_gib
-               << " GiB). Based on the available memory, the estimated maximum model length is "
-               << std::max<int64_t>(num_blocks, 0) * plan.engine.block_size
-               << ". Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
-                  "initializing the engine.";
-    return 1;
-  }
+  if (sizing->chunked_prefill)
+    LOG(INFO) << "Chunked prefill is enabled with max_num_batched_tokens="
+              << sizing->max_num_batched_tokens << ".";
+  const int64_t num_blocks = sizing->num_kv_blocks;
   plan.engine.num_kv_blocks = num_blocks;
   plan.engine.model_eos_token_id = static_cast<int32_t>(mc.eos_token_id);
   const int64_t kv_tokens = num_blocks * plan.engine.block_size;

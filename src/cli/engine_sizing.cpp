@@ -1,0 +1,62 @@
+// vLLM's checks on max_model_len and max_num_batched_tokens, and the KV cache's size.
+#include "cli/engine_sizing.h"
+
+#include <algorithm>
+#include <climits>
+#include <sstream>
+
+namespace cli {
+
+common::Result<Sizing> plan_sizing(const SizingInput& in) {
+  Sizing s;
+  const int64_t derived = in.max_position_embeddings > 0 ? in.max_position_embeddings : 4096;
+  s.max_model_len = in.max_model_len.value_or(derived);
+  if (s.max_model_len > derived && !in.allow_long_max_model_len) {
+    return common::invalid_argument(
+        "User-specified max_model_len (" + std::to_string(s.max_model_len) +
+        ") is greater than the derived max_model_len (max_position_embeddings=" +
+        std::to_string(derived) +
+        " in model's config.json). To allow overriding this maximum, set the env var "
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1");
+  }
+  s.chunked_prefill = in.enable_chunked_prefill.value_or(true);
+  s.max_num_batched_tokens = in.max_num_batched_tokens.value_or(
+      s.chunked_prefill ? 2048 : std::max<int64_t>(s.max_model_len, 2048));
+  if (!s.chunked_prefill && s.max_num_batched_tokens < s.max_model_len) {
+    return common::invalid_argument(
+        "max_num_batched_tokens (" + std::to_string(s.max_num_batched_tokens) +
+        ") is smaller than max_model_len (" + std::to_string(s.max_model_len) +
+        "). This effectively limits the maximum sequence length to max_num_batched_tokens and "
+        "makes vLLM reject longer sequences. Please increase max_num_batched_tokens or decrease "
+        "max_model_len.");
+  }
+  if (s.max_num_batched_tokens < in.max_num_seqs) {
+    return common::invalid_argument("max_num_batched_tokens (" +
+                                    std::to_string(s.max_num_batched_tokens) +
+                                    ") must be greater than or equal to max_num_seqs (" +
+                                    std::to_string(in.max_num_seqs) + ").");
+  }
+  const int64_t kv_bytes = in.kv_cache_bytes.value_or(
+      static_cast<int64_t>(in.memory_utilization * static_cast<double>(in.host_memory_bytes)) -
+      in.weight_bytes);
+  const int64_t per_block = std::max<int64_t>(in.kv_bytes_per_block, 1);
+  const int64_t blocks_per_seq = (s.max_model_len + in.block_size - 1) / in.block_size;
+  int64_t blocks = kv_bytes / per_block;
+  blocks = std::min<int64_t>({blocks, blocks_per_seq * in.max_num_seqs, INT32_MAX});
+  if (blocks < blocks_per_seq) {
+    std::ostringstream m;
+    m << "To serve at least one request with the models's max seq len (" << s.max_model_len
+      << "), (" << double(blocks_per_seq * per_block) / (1 << 30)
+      << " GiB KV cache is needed, which is larger than the available KV cache memory ("
+      << double(std::max<int64_t>(kv_bytes, 0)) / (1 << 30)
+      << " GiB). Based on the available memory, the estimated maximum model length is "
+      << std::max<int64_t>(blocks, 0) * in.block_size
+      << ". Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+         "initializing the engine.";
+    return common::invalid_argument(m.str());
+  }
+  s.num_kv_blocks = blocks;
+  return s;
+}
+
+}  // namespace cli
