@@ -478,38 +478,21 @@ int run_headless_node(const ServePlan& plan) {
   for (int s : local->stages) stages += (stages.empty() ? "" : ", ") + std::to_string(s);
   LOG(INFO) << "Headless node " << topo.node_rank << " of " << topo.nnodes << ": pipeline stage(s) "
             << stages << ", linked to node 0 at " << topo.master_addr << ":" << topo.master_port;
-  std::vector<bool> done(local->pids.size(), false);
-  auto kill_all = [&] {
-    for (size_t i = 0; i < local->pids.size(); ++i) {
-      if (done[i]) continue;
-      kill(local->pids[i], SIGKILL);
-      waitpid(local->pids[i], nullptr, 0);
-    }
-  };
+  worker::StageMonitor monitor(*local);
   while (true) {
     pollfd pfd{g_signal_pipe[0], POLLIN, 0};
     if (poll(&pfd, 1, 50) > 0) {
       LOG(INFO) << "Stopping the headless node";
-      kill_all();
+      monitor.kill_remaining();
       return 0;
     }
-    size_t finished = 0;
-    for (size_t i = 0; i < local->pids.size(); ++i) {
-      if (!done[i]) {
-        if (auto how = dist::reap_if_exited(local->pids[i])) {
-          done[i] = true;
-          if (*how != "exited with status 0") {
-            LOG(ERROR) << "pipeline stage " << local->stages[i] << " (pid " << local->pids[i]
-                       << ") " << *how;
-            local->close_all();
-            kill_all();
-            return 1;
-          }
-        }
-      }
-      finished += done[i] ? 1 : 0;
+    if (auto failed = monitor.poll()) {
+      LOG(ERROR) << *failed;
+      local->close_all();
+      monitor.kill_remaining();
+      return 1;
     }
-    if (finished == done.size()) {
+    if (monitor.all_exited()) {
       LOG(INFO) << "The pipeline shut down; headless node exiting";
       return 0;
     }

@@ -29,7 +29,7 @@ common::Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(
   const std::string binary =
       options.worker_binary.empty() ? dist::self_binary() : options.worker_binary;
   CP_ASSIGN_OR_RETURN(ex->local_, launch_local_stages(specs, topo, binary));
-  ex->reaped_.assign(ex->local_.pids.size(), false);
+  ex->stage_monitor_ = std::make_unique<worker::StageMonitor>(ex->local_);
   ex->receiver_ = std::thread([raw = ex.get()] { raw->receive_loop(); });
   ex->monitor_ = std::thread([raw = ex.get()] { raw->monitor_loop(); });
 
@@ -72,23 +72,12 @@ PipelineExecutor::~PipelineExecutor() {
     // Orderly stop: the shutdown message travels the ring and each stage exits after passing it.
     (void)local_.driver_send->send(encode_shutdown());
     const double deadline = common::now_seconds() + 10.0;
-    while (common::now_seconds() < deadline) {
-      bool all = true;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (bool r : reaped_) all = all && r;
-      }
-      if (all) break;
+    while (common::now_seconds() < deadline && !stage_monitor_->all_exited())
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
   }
   stopping_ = true;
   if (monitor_.joinable()) monitor_.join();
-  for (size_t i = 0; i < local_.pids.size(); ++i) {
-    if (reaped_[i]) continue;
-    kill(local_.pids[i], SIGKILL);
-    waitpid(local_.pids[i], nullptr, 0);
-  }
+  if (stage_monitor_) stage_monitor_->kill_remaining();
   local_.close_all();
   if (receiver_.joinable()) receiver_.join();
 }
@@ -130,22 +119,7 @@ void PipelineExecutor::receive_loop() {
 
 void PipelineExecutor::monitor_loop() {
   while (!stopping_) {
-    for (size_t i = 0; i < local_.pids.size(); ++i) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (reaped_[i]) continue;
-      }
-      auto how = dist::reap_if_exited(local_.pids[i]);
-      if (!how) continue;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        reaped_[i] = true;
-      }
-      if (!stopping_ && !how->starts_with("exited with status 0")) {
-        fail("pipeline stage " + std::to_string(local_.stages[i]) + " (pid " +
-             std::to_string(local_.pids[i]) + ") " + *how);
-      }
-    }
+    if (auto failed = stage_monitor_->poll(); failed && !stopping_) fail(*failed);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }

@@ -81,6 +81,7 @@ class PipelineExecutor : public Executor {
   };
   std::vector<std::pair<int, int>> ranges_;
   worker::LocalStages local_;
+  std::unique_ptr<worker::StageMonitor> stage_monitor_;  // watches local_'s processes
   std::thread receiver_, monitor_;
   std::atomic<bool> stopping_{false};
 
@@ -88,7 +89,6 @@ class PipelineExecutor : public Executor {
   std::condition_variable cv_;
   std::deque<dist::Message> inbox_;  // from the last stage, oldest first
   std::string failure_;
-  std::vector<bool> reaped_;  // per local pid
   std::vector<double> busy_seconds_;
   std::vector<TraceEvent> trace_;
   std::atomic<bool> tracing_{false};

@@ -3,6 +3,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <csignal>
 #include <thread>
 
@@ -248,6 +249,42 @@ common::Result<std::unique_ptr<dist::Link>> open_link(const std::string& link, b
   if (link.rfind("tcp-connect:", 0) == 0)
     return dist::make_tcp_link(link.substr(12), /*bind=*/false, sending, what);
   return common::invalid_argument(what + ": unknown link " + link);
+}
+
+std::optional<std::string> StageMonitor::poll() {
+  std::optional<std::string> failure;
+  for (size_t i = 0; i < stages_.pids.size(); ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (reaped_[i]) continue;
+    }
+    auto how = dist::reap_if_exited(stages_.pids[i]);
+    if (!how) continue;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reaped_[i] = true;
+    }
+    if (!failure && !how->starts_with("exited with status 0")) {
+      failure = "pipeline stage " + std::to_string(stages_.stages[i]) + " (pid " +
+                std::to_string(stages_.pids[i]) + ") " + *how;
+    }
+  }
+  return failure;
+}
+
+bool StageMonitor::all_exited() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::all_of(reaped_.begin(), reaped_.end(), [](bool r) { return r; });
+}
+
+void StageMonitor::kill_remaining() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < stages_.pids.size(); ++i) {
+    if (reaped_[i]) continue;
+    kill(stages_.pids[i], SIGKILL);
+    waitpid(stages_.pids[i], nullptr, 0);
+    reaped_[i] = true;
+  }
 }
 
 }  // namespace worker

@@ -8,6 +8,8 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,24 @@ struct LocalStages {
   std::unique_ptr<dist::Link> driver_send, driver_recv;  // node 0: to stage 0, from the last
   // Closes every link this node holds, so that blocked ranks wake up and fail.
   void close_all();
+};
+
+// Watches this node's stage processes (the engine's node and --headless nodes alike): reaps
+// each one that exits and says which failed. Thread-safe.
+class StageMonitor {
+ public:
+  explicit StageMonitor(const LocalStages& stages) : stages_(stages), reaped_(stages.pids.size()) {}
+  // Reaps the stages that exited since the last call; the first that did not exit with status
+  // 0 comes back as "pipeline stage S (pid P) <how>".
+  std::optional<std::string> poll();
+  bool all_exited() const;
+  // SIGKILLs and reaps every stage still running.
+  void kill_remaining();
+
+ private:
+  const LocalStages& stages_;
+  mutable std::mutex mu_;
+  std::vector<bool> reaped_;
 };
 
 // specs[s] describes stage s (all stages; only this node's are started).
