@@ -14,6 +14,7 @@
 
 #include "engine/metrics.h"
 #include "sched/sampling_params.h"
+#include "sched/scheduler_output.h"
 
 namespace engine {
 
@@ -23,11 +24,8 @@ struct EngineRequest {
   sched::SamplingParams sampling;
 };
 
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0;
-  std::vector<std::pair<int32_t, float>> top;
-};
+// A generated token with its logprob and the top alternatives (when asked for).
+using TokenLogprob = sched::SampledToken;
 
 struct RequestOutput {
   std::string request_id;

@@ -9,7 +9,9 @@
 #include <thread>
 
 #include "api/json_fields.h"
+#include "api/prompt_input.h"
 #include "api/protocol.h"
+#include "api/tool_request.h"
 #include "common/logging.h"
 #include "server/generate_session.h"
 #include "server/metrics_text.h"
@@ -80,29 +82,6 @@ std::optional<api::ApiError> read_template_kwargs(const json& body, json* out) {
   if (!body["chat_template_kwargs"].is_object())
     return api::bad_request("'chat_template_kwargs' must be an object");
   *out = body["chat_template_kwargs"];
-  return std::nullopt;
-}
-
-// `tools`: a list of {"type": "function", "function": {"name": str, "description": str?,
-// "parameters": object?}}, as vLLM's request model types it. The error names the entry.
-std::optional<api::ApiError> validate_tools(const json& tools) {
-  const char* shape =
-      "must be {\"type\": \"function\", \"function\": {\"name\": ..., \"description\": ..., "
-      "\"parameters\": {...}}}";
-  if (!tools.is_array()) return api::bad_request(std::string("'tools' ") + shape + " entries");
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const std::string where = "'tools[" + std::to_string(i) + "]";
-    const json& t = tools[i];
-    if (!t.is_object() || !t.contains("function") || !t["function"].is_object())
-      return api::bad_request(where + "' " + shape);
-    const json& f = t["function"];
-    if (!f.contains("name") || !f["name"].is_string())
-      return api::bad_request(where + ".function.name' must be a string");
-    if (f.contains("description") && !f["description"].is_null() && !f["description"].is_string())
-      return api::bad_request(where + ".function.description' must be a string");
-    if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
-      return api::bad_request(where + ".function.parameters' must be an object");
-  }
   return std::nullopt;
 }
 
@@ -294,7 +273,7 @@ HttpResponse ApiServer::handle_tokenize(const HttpRequest& req) const {
       return error_response(*e);
     if (auto e = read_template_kwargs(body, &o.chat_template_kwargs)) return error_response(*e);
     if (body.contains("tools") && !body["tools"].is_null()) {
-      if (auto e = validate_tools(body["tools"])) return error_response(*e);
+      if (auto e = api::validate_tools(body["tools"])) return error_response(*e);
       o.tools = body["tools"];
     }
     bool add_special = false;
@@ -354,59 +333,27 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   // Tool calling (chat only): which parser reads the output, if any.
   std::string tool_parser;
   if (chat) {
-    const bool has_tools = body.contains("tools") && !body["tools"].is_null();
-    if (has_tools) {
-      if (auto e = validate_tools(body["tools"])) return fail(*e);
-    }
-    std::string choice = has_tools ? "auto" : "none";
-    std::string named;
-    if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
-      const json& tc = body["tool_choice"];
-      if (tc.is_string()) {
-        choice = tc.get<std::string>();
-        if (choice != "none" && choice != "auto" && choice != "required")
-          return fail(
-              api::bad_request("'tool_choice' must be 'none', 'auto', 'required' or "
-                               "{\"type\": \"function\", \"function\": {\"name\": ...}}"));
-      } else if (tc.is_object() && tc.contains("function") && tc["function"].is_object() &&
-                 tc["function"].contains("name") && tc["function"]["name"].is_string()) {
-        choice = "named";
-        named = tc["function"]["name"].get<std::string>();
-      } else {
-        return fail(
-            api::bad_request("'tool_choice' must be 'none', 'auto', 'required' or "
-                             "{\"type\": \"function\", \"function\": {\"name\": ...}}"));
-      }
-      if (choice != "none" && !has_tools)
-        return fail(api::bad_request("When using `tool_choice`, `tools` must be set."));
-    }
-    if (choice == "named" &&
-        std::none_of(body["tools"].begin(), body["tools"].end(),
-                     [&](const json& t) { return t["function"]["name"] == named; })) {
-      return fail(api::bad_request("Tool choice function name '" + named +
-                                   "' doesn't match any tool in 'tools'"));
-    }
+    api::ToolChoice choice;
+    if (auto e = api::parse_tool_request(body, &choice)) return fail(*e);
+    using Mode = api::ToolChoice::Mode;
     const bool parser_on = config_.enable_auto_tool_choice && !config_.tool_call_parser.empty();
-    if (choice == "auto" && !parser_on) {
+    if (choice.mode == Mode::kAuto && !parser_on) {
       return fail(api::bad_request(
           "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be "
           "set"));
     }
-    if ((choice == "required" || choice == "named") && config_.tool_call_parser.empty()) {
+    if ((choice.mode == Mode::kRequired || choice.mode == Mode::kNamed) &&
+        config_.tool_call_parser.empty()) {
       return fail(api::bad_request(
-          "tool_choice '" + choice +
+          std::string("tool_choice '") + choice.text() +
           "' needs --tool-call-parser: chunkpipe reads the model's tool-call markup and has no "
           "constrained decoding yet"));
     }
-    if (choice != "none") tool_parser = config_.tool_call_parser;
+    if (choice.mode != Mode::kNone) tool_parser = config_.tool_call_parser;
   }
 
   // How many engine requests this asks for, before any tokenizing.
-  int64_t num_prompts = 1;
-  if (!chat && body.contains("prompt") && body["prompt"].is_array() && !body["prompt"].empty() &&
-      (body["prompt"][0].is_string() || body["prompt"][0].is_array())) {
-    num_prompts = static_cast<int64_t>(body["prompt"].size());
-  }
+  const int64_t num_prompts = chat ? 1 : api::count_completion_prompts(body);
   if (num_prompts * f.n > config_.max_completions_per_request) {
     return fail(api::bad_request(
         "The request asks for " + std::to_string(num_prompts * f.n) + " completions (" +
@@ -433,41 +380,18 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
     prompts.push_back(tokenizer_.encode(*text, f.add_special_tokens && tokenizer_.add_bos_token()));
     prompt_texts.push_back(*text);
   } else {
-    if (!body.contains("prompt")) return fail(api::bad_request("'prompt' is required"));
-    const json& p = body["prompt"];
-    auto add_text = [&](const std::string& s) {
-      prompts.push_back(tokenizer_.encode(s, f.add_special_tokens && tokenizer_.add_bos_token()));
-      prompt_texts.push_back(s);
-    };
-    auto valid_ids = [&](const json& a) {
-      return a.is_array() && !a.empty() && std::all_of(a.begin(), a.end(), [&](const json& x) {
-               return x.is_number_integer() &&
-                      !(x.is_number_unsigned() && x.get<uint64_t>() > INT32_MAX) &&
-                      x.get<int64_t>() >= 0 && x.get<int64_t>() < tokenizer_.vocab_size();
-             });
-    };
-    const char* kBadIds = "'prompt' token ids must be integers in [0, vocab size)";
-    if (p.is_string()) {
-      add_text(p.get<std::string>());
-    } else if (p.is_array() && !p.empty() && p[0].is_string()) {
-      for (const json& s : p) {
-        if (!s.is_string()) return fail(api::bad_request("'prompt' list must hold only strings"));
-        add_text(s.get<std::string>());
+    std::vector<api::PromptInput> inputs;
+    if (auto e = api::parse_completion_prompts(body, tokenizer_.vocab_size(), &inputs))
+      return fail(*e);
+    for (api::PromptInput& in : inputs) {
+      if (in.is_text) {
+        prompts.push_back(
+            tokenizer_.encode(in.text, f.add_special_tokens && tokenizer_.add_bos_token()));
+        prompt_texts.push_back(std::move(in.text));
+      } else {
+        prompt_texts.push_back(tokenizer::sanitize_utf8(tokenizer_.decode(in.token_ids)));
+        prompts.push_back(std::move(in.token_ids));
       }
-    } else if (p.is_array() && !p.empty() && p[0].is_number()) {
-      if (!valid_ids(p)) return fail(api::bad_request(kBadIds));
-      prompts.push_back(p.get<std::vector<int32_t>>());
-      prompt_texts.push_back(tokenizer::sanitize_utf8(tokenizer_.decode(prompts.back())));
-    } else if (p.is_array() && !p.empty() && p[0].is_array()) {
-      for (const json& ids : p) {
-        if (!valid_ids(ids)) return fail(api::bad_request(kBadIds));
-        prompts.push_back(ids.get<std::vector<int32_t>>());
-        prompt_texts.push_back(tokenizer::sanitize_utf8(tokenizer_.decode(prompts.back())));
-      }
-    } else {
-      return fail(
-          api::bad_request("'prompt' must be a string, a list of strings, a "
-                           "list of token ids, or a list of token id lists"));
     }
   }
   // Validate every prompt before queueing anything.

@@ -3,6 +3,7 @@
 #include "server/generate_session.h"
 
 #include "api/protocol.h"
+#include "api/response.h"
 
 namespace server {
 namespace {
@@ -11,30 +12,6 @@ using nlohmann::json;
 
 std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-json stop_reason_json(const std::variant<std::monostate, std::string, int32_t>& v) {
-  if (std::holds_alternative<std::string>(v)) return std::get<std::string>(v);
-  if (std::holds_alternative<int32_t>(v)) return std::get<int32_t>(v);
-  return nullptr;
-}
-
-json tool_call_json(const api::ToolCall& c) {
-  return {{"id", c.id},
-          {"type", "function"},
-          {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
-}
-
-json tool_delta_json(const api::ToolCallDelta& d) {
-  json j = {{"index", d.index}};
-  if (d.first) {
-    j["id"] = d.id;
-    j["type"] = "function";
-    j["function"] = {{"name", d.name}, {"arguments", d.arguments}};
-  } else {
-    j["function"] = {{"arguments", d.arguments}};
-  }
-  return j;
 }
 
 }  // namespace
@@ -124,13 +101,8 @@ void GenerateSession::on_client_gone() {
 }
 
 json GenerateSession::chunk_envelope(json choices) const {
-  json chunk = {{"id", plan_.response_id},
-                {"object", plan_.chat ? "chat.completion.chunk" : "text_completion"},
-                {"created", plan_.created},
-                {"model", plan_.model_name},
-                {"choices", std::move(choices)}};
-  if (!plan_.chat) chunk["usage"] = nullptr;
-  return chunk;
+  return api::chunk_envelope(plan_.response_id, plan_.chat, plan_.created, plan_.model_name,
+                             std::move(choices));
 }
 
 bool GenerateSession::send_chunk(const json& chunk) {
@@ -144,39 +116,11 @@ void GenerateSession::send_stream_error(const std::string& message, const char* 
 }
 
 json GenerateSession::logprobs_json(const std::vector<engine::TokenLogprob>& lps) const {
-  auto token_str = [this](int32_t id) {
+  if (lps.empty() && !plan_.want_logprobs) return nullptr;
+  const api::TokenText text = [this](int32_t id) {
     return tokenizer::sanitize_utf8(tokenizer_.token_bytes(id));
   };
-  if (lps.empty() && !plan_.want_logprobs) return nullptr;
-  if (plan_.chat) {
-    json content = json::array();
-    for (const auto& lp : lps) {
-      json top = json::array();
-      for (const auto& [id, v] : lp.top)
-        top.push_back({{"token", token_str(id)}, {"logprob", v}, {"bytes", nullptr}});
-      content.push_back({{"token", token_str(lp.token)},
-                         {"logprob", lp.logprob},
-                         {"bytes", nullptr},
-                         {"top_logprobs", top}});
-    }
-    return {{"content", content}};
-  }
-  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
-       offsets = json::array();
-  size_t offset = 0;  // bytes into the generated text
-  for (const auto& lp : lps) {
-    tokens.push_back(token_str(lp.token));
-    token_logprobs.push_back(lp.logprob);
-    json t = json::object();
-    for (const auto& [id, v] : lp.top) t[token_str(id)] = v;
-    top.push_back(t);
-    offsets.push_back(offset);
-    offset += tokens.back().get_ref<const std::string&>().size();
-  }
-  return {{"text_offset", offsets},
-          {"token_logprobs", token_logprobs},
-          {"tokens", tokens},
-          {"top_logprobs", top}};
+  return plan_.chat ? api::chat_logprobs_json(lps, text) : api::completion_logprobs_json(lps, text);
 }
 
 void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
@@ -225,7 +169,7 @@ void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
     c.logprobs.insert(c.logprobs.end(), o.new_logprobs.begin(), o.new_logprobs.end());
   if (o.finished) {
     c.finish_reason = o.finish_reason;
-    c.stop_reason = stop_reason_json(o.stop_reason);
+    c.stop_reason = api::stop_reason_json(o.stop_reason);
     c.error = o.error;
   }
 
@@ -263,7 +207,7 @@ void GenerateSession::stream_delta(size_t index, const engine::RequestOutput& o,
     if (!d.content.empty()) delta["content"] = d.content;
     if (!tools.calls.empty()) {
       json calls = json::array();
-      for (const auto& t : tools.calls) calls.push_back(tool_delta_json(t));
+      for (const auto& t : tools.calls) calls.push_back(api::tool_delta_json(t));
       delta["tool_calls"] = calls;
     }
     if (delta.empty() && new_lps.empty() && !o.finished) return;  // no empty deltas
@@ -324,7 +268,7 @@ void GenerateSession::respond_whole() {
     if (plan_.chat) {
       json tool_calls = json::array();
       if (c.tools) {
-        for (const auto& call : c.tools->calls()) tool_calls.push_back(tool_call_json(call));
+        for (const auto& call : c.tools->calls()) tool_calls.push_back(api::tool_call_json(call));
       }
       const bool called = !tool_calls.empty();
       json message = {{"role", "assistant"},
