@@ -20,7 +20,8 @@ declare -A allowed=(
   [engine]="common sched kv tokenizer dist worker"
   [api]="common sched tokenizer"
   [server]="common api tokenizer engine"
-  [bench]="common tokenizer"
+  [httpclient]="common"
+  [bench]="common tokenizer httpclient"
   [cli]="*"
 )
 violations=0

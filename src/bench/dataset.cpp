@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/http_util.h"
+#include "httpclient/http_json.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,14 +40,14 @@ class ServerTokenizer : public TokenizerAccess {
       : base_(std::move(base)), headers_(std::move(headers)) {}
   Result<std::vector<int32_t>> encode(const std::string& text) override {
     CP_ASSIGN_OR_RETURN(
-        json r,
-        http_json(base_ + "/tokenize",
-                  json({{"prompt", text}, {"add_special_tokens", false}}).dump(), headers_));
+        json r, httpclient::http_json(
+                    base_ + "/tokenize",
+                    json({{"prompt", text}, {"add_special_tokens", false}}).dump(), headers_));
     return r["tokens"].get<std::vector<int32_t>>();
   }
   Result<std::string> decode(const std::vector<int32_t>& ids) override {
-    CP_ASSIGN_OR_RETURN(json r,
-                        http_json(base_ + "/detokenize", json({{"tokens", ids}}).dump(), headers_));
+    CP_ASSIGN_OR_RETURN(json r, httpclient::http_json(base_ + "/detokenize",
+                                                      json({{"tokens", ids}}).dump(), headers_));
     return r["prompt"].get<std::string>();
   }
   int32_t vocab_size() const override { return 128000; }

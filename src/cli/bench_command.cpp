@@ -19,9 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/dataset.h"
-#include "bench/http_util.h"
 #include "bench/report.h"
-#include "bench/sse_client.h"
+#include "bench/serve_run.h"
 #include "bench/summary.h"
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
@@ -30,6 +29,7 @@
 #include "common/timer.h"
 #include "engine/engine_core.h"
 #include "engine/uniproc_executor.h"
+#include "httpclient/http_json.h"
 #include "model/deepseek_v3.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/model_runner.h"
@@ -226,7 +226,7 @@ int run_bench_serve(int argc, char** argv) {
   // Model name from the server unless given.
   std::string model = p.option("model").value_or("");
   if (model.empty()) {
-    auto models = bench::http_json(base + "/v1/models", "", headers);
+    auto models = httpclient::http_json(base + "/v1/models", "", headers);
     if (!models.ok()) return fail(p, "serve", models.status(), false);
     if (!(*models)["data"].is_array() || (*models)["data"].empty()) {
       return fail(p, "serve", common::invalid_argument(base + "/v1/models lists no model"), false);
@@ -298,90 +298,39 @@ int run_bench_serve(int argc, char** argv) {
   if (!samples.ok()) return fail(p, "serve", samples.status(), false);
   sc.num_prompts = static_cast<int64_t>(samples->size());
 
-  // Requests and their arrival times (gamma inter-arrivals; shape = burstiness).
-  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
-  const std::string id_prefix = *p.option("request-id-prefix");
-  auto make_body = [&](const bench::SampleRequest& s) {
-    json body = extra_body;
-    body["model"] = served_name;
-    body["stream"] = true;
-    body["stream_options"] = {{"include_usage", true}};
-    if (chat) {
-      body["messages"] = json::array(
-          {{{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", s.prompt}}})}}});
-      body["max_completion_tokens"] = s.expected_output_len;
-    } else {
-      body["prompt"] = s.prompt;
-      body["max_tokens"] = s.expected_output_len;
-      body["repetition_penalty"] = 1.0;
-      body["logprobs"] = nullptr;
-    }
-    if (p.flag("ignore-eos")) body["ignore_eos"] = true;
-    for (const char* k : {"temperature", "top-p"}) {
-      if (p.given(k)) body[std::string(k) == "top-p" ? "top_p" : k] = std::stod(*p.option(k));
-    }
-    if (p.given("top-k")) body["top_k"] = std::stoi(*p.option("top-k"));
-    return body.dump();
-  };
-  const std::string url = base + endpoint;
-  std::vector<bench::HttpRequestSpec> specs;
-  double t = 0;
-  std::gamma_distribution<double> gap(*burstiness, rate > 0 ? 1.0 / (rate * *burstiness) : 1.0);
-  for (size_t i = 0; i < samples->size(); ++i) {
-    bench::HttpRequestSpec spec{url, make_body((*samples)[i]), headers, rate > 0 ? t : 0.0};
-    spec.headers.push_back("x-request-id: " + id_prefix + "-" + std::to_string(i));
-    specs.push_back(std::move(spec));
-    if (rate > 0) t += gap(rng);
+  bench::ServeRunOptions run;
+  run.chat = chat;
+  run.url = base + endpoint;
+  run.headers = headers;
+  run.model = served_name;
+  run.extra_body = extra_body;
+  run.ignore_eos = p.flag("ignore-eos");
+  for (const char* k : {"temperature", "top-p"}) {
+    if (!p.given(k)) continue;
+    auto v = double_option(p, k);
+    if (!v.ok()) return fail(p, "serve", v.status(), true);
+    (std::string(k) == "top-p" ? run.top_p : run.temperature) = *v;
   }
-
-  bench::SseClient client;
-  if (*warmups > 0) {
-    std::printf("Warming up with %lld requests...\n", static_cast<long long>(*warmups));
-    std::vector<bench::HttpRequestSpec> warm(
-        specs.begin(), specs.begin() + std::min<size_t>(*warmups, specs.size()));
-    for (auto& w : warm) w.send_at = 0;
-    client.run(warm, max_concurrency.value_or(0), {});
-    std::printf("Warmup run completed.\n");
+  if (p.given("top-k")) {
+    auto v = p.int_option("top-k", -1);
+    if (!v.ok()) return fail(p, "serve", v.status(), true);
+    run.top_k = static_cast<int>(*v);
   }
-  std::printf("Skipping endpoint ready check.\n");
-  // Python's float repr, as vLLM prints it (20.0, 0.5).
-  const std::string rate_str = rate < 0 ? "inf" : json(rate).dump();
-  std::printf("Traffic request rate: %s\n", rate_str.c_str());
-  std::printf("Burstiness factor: %.1f (%s)\n", *burstiness,
-              *burstiness == 1.0 ? "Poisson process" : "Gamma distribution");
-  std::printf("Maximum request concurrency: %s\n",
-              max_concurrency ? std::to_string(*max_concurrency).c_str() : "None");
-  std::fflush(stdout);
-  const bool progress = !p.flag("disable-tqdm") && isatty(STDERR_FILENO);
-  rusage usage_before{};
-  getrusage(RUSAGE_SELF, &usage_before);
-  const size_t total = specs.size();
-  const double start = common::now_seconds();
-  auto results = client.run(specs, max_concurrency.value_or(0), [&](size_t done) {
-    if (!progress) return;
-    const int width = 40, filled = static_cast<int>(width * done / total);
-    std::fprintf(stderr, "\r%3d%%|%s%s| %zu/%zu [%.1fs]", static_cast<int>(100 * done / total),
-                 std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(), done,
-                 total, common::now_seconds() - start);
-    if (done == total) std::fprintf(stderr, "\n");
-  });
-  const double duration = common::now_seconds() - start;
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].success && results[i].prompt_len == 0)
-      results[i].prompt_len = (*samples)[i].prompt_len;
-  }
+  run.request_id_prefix = *p.option("request-id-prefix");
+  run.request_rate = rate;
+  run.burstiness = *burstiness;
+  run.max_concurrency = max_concurrency;
+  run.num_warmups = *warmups;
+  run.seed = static_cast<uint64_t>(*seed);
+  run.progress = !p.flag("disable-tqdm") && isatty(STDERR_FILENO);
+  bench::ServeRunResult ran = bench::run_serve_benchmark(*samples, run);
+  auto& results = ran.results;
+  const double duration = ran.duration_s;
   int printed = 0;
   for (size_t i = 0; i < results.size() && printed < 10; ++i) {
     if (!results[i].success) std::printf("Error %zu: %s\n", i, results[i].error.c_str()), ++printed;
   }
-  rusage usage_after{};
-  getrusage(RUSAGE_SELF, &usage_after);
-  auto cpu_seconds = [](const rusage& u) {
-    return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-           double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-  };
-  const double client_cpu_ms =
-      (cpu_seconds(usage_after) - cpu_seconds(usage_before)) * 1000 / double(results.size());
+  const double client_cpu_ms = ran.client_cpu_ms_per_request;
   bench::Summary s = bench::summarize(results, duration, sc);
   s.result["client_cpu_ms_per_request"] = client_cpu_ms;
   std::printf("%s", s.text.c_str());

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
-#include "bench/sse_client.h"
+#include <algorithm>
+
+#include "bench/serve_run.h"
+#include "httpclient/sse_client.h"
 
 namespace {
 
@@ -82,11 +85,13 @@ TEST(SummaryTest, VllmDefinitions) {
 TEST(SseParseTest, ChoicesUsageErrorsAndDone) {
   bench::RequestResult r;
   bool done = false;
-  bench::apply_sse_event(R"({"choices":[{"index":0,"text":"Hel"}],"usage":null})", 0.05, &r, &done);
-  bench::apply_sse_event(R"({"choices":[{"index":0,"delta":{"content":"lo"}}]})", 0.07, &r, &done);
-  bench::apply_sse_event(R"({"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2}})",
-                         0.08, &r, &done);
-  bench::apply_sse_event("[DONE]", 0.09, &r, &done);
+  httpclient::apply_sse_event(R"({"choices":[{"index":0,"text":"Hel"}],"usage":null})", 0.05, &r,
+                              &done);
+  httpclient::apply_sse_event(R"({"choices":[{"index":0,"delta":{"content":"lo"}}]})", 0.07, &r,
+                              &done);
+  httpclient::apply_sse_event(R"({"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2}})",
+                              0.08, &r, &done);
+  httpclient::apply_sse_event("[DONE]", 0.09, &r, &done);
   EXPECT_TRUE(done);
   EXPECT_DOUBLE_EQ(r.ttft, 0.05);
   EXPECT_EQ(r.generated_text, "Hello");
@@ -94,7 +99,7 @@ TEST(SseParseTest, ChoicesUsageErrorsAndDone) {
   EXPECT_NEAR(r.itl[0], 0.02, 1e-12);
   EXPECT_EQ(r.output_tokens, 2);
   EXPECT_EQ(r.prompt_len, 4);
-  bench::apply_sse_event(R"({"error":{"message":"boom","code":500}})", 0.1, &r, &done);
+  httpclient::apply_sse_event(R"({"error":{"message":"boom","code":500}})", 0.1, &r, &done);
   EXPECT_EQ(r.error, "boom");
 }
 
@@ -123,6 +128,34 @@ TEST(ReportTest, SelfContainedWithFourPlots) {
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("src="), std::string::npos);
   EXPECT_EQ(html.find("href="), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// The bodies `bench serve` sends, and its arrival times.
+TEST(ServeRunTest, BodiesAndArrivals) {
+  bench::SampleRequest s{"hello", 1, 8};
+  bench::ServeRunOptions o;
+  o.model = "m";
+  o.temperature = 0.5;
+  o.extra_body = {{"seed", 3}};
+  const auto body = nlohmann::json::parse(bench::request_body(s, o));
+  EXPECT_EQ(body["prompt"], "hello");
+  EXPECT_EQ(body["max_tokens"], 8);
+  EXPECT_EQ(body["temperature"], 0.5);
+  EXPECT_EQ(body["seed"], 3);
+  EXPECT_TRUE(body["stream"].get<bool>());
+  o.chat = true;
+  const auto chat = nlohmann::json::parse(bench::request_body(s, o));
+  EXPECT_EQ(chat["max_completion_tokens"], 8);
+  EXPECT_EQ(chat["messages"][0]["content"][0]["text"], "hello");
+  EXPECT_EQ(bench::arrival_times(3, -1, 1.0, 0), (std::vector<double>{0, 0, 0}));
+  const auto at = bench::arrival_times(2000, 100.0, 1.0, 7);
+  EXPECT_EQ(at[0], 0.0);
+  EXPECT_TRUE(std::is_sorted(at.begin(), at.end()));
+  EXPECT_NEAR(at.back() / 2000, 0.01, 0.001);  // mean gap 1 / rate
 }
 
 }  // namespace

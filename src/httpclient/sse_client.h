@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/request_result.h"
+#include "httpclient/stream_result.h"
 
-namespace bench {
+namespace httpclient {
 
 struct HttpRequestSpec {
   std::string url;
@@ -29,8 +29,8 @@ class SseClient {
 
   // Runs all requests; results[i] belongs to requests[i]. `on_done` (may be empty) is called
   // after each request finishes, for progress display.
-  std::vector<RequestResult> run(const std::vector<HttpRequestSpec>& requests, int max_concurrency,
-                                 const std::function<void(size_t done)>& on_done);
+  std::vector<StreamResult> run(const std::vector<HttpRequestSpec>& requests, int max_concurrency,
+                                const std::function<void(size_t done)>& on_done);
 
  private:
   void* multi_;
@@ -38,6 +38,6 @@ class SseClient {
 
 // Applies one SSE `data:` payload (a JSON chunk of a completions or chat stream) to `r`.
 // `now` is seconds since the request started.
-void apply_sse_event(const std::string& payload, double now, RequestResult* r, bool* saw_done);
+void apply_sse_event(const std::string& payload, double now, StreamResult* r, bool* saw_done);
 
-}  // namespace bench
+}  // namespace httpclient

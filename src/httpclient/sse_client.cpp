@@ -1,6 +1,6 @@
 // libcurl multi event loop. libcurl rather than a hand-written HTTP client: it is the Debian
 // library built for exactly this (thousands of transfers per thread, chunked decoding, keep-alive).
-#include "bench/sse_client.h"
+#include "httpclient/sse_client.h"
 
 #include <curl/curl.h>
 
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace bench {
+namespace httpclient {
 namespace {
 
 double now_s() {
@@ -27,7 +27,7 @@ struct Transfer {
   std::string raw_error_body;
   double started = 0;
   bool saw_done = false;
-  RequestResult* result = nullptr;
+  StreamResult* result = nullptr;
 };
 
 size_t on_data(char* ptr, size_t size, size_t nmemb, void* userdata) {
@@ -61,7 +61,7 @@ size_t on_data(char* ptr, size_t size, size_t nmemb, void* userdata) {
 
 }  // namespace
 
-void apply_sse_event(const std::string& payload, double now, RequestResult* r, bool* saw_done) {
+void apply_sse_event(const std::string& payload, double now, StreamResult* r, bool* saw_done) {
   if (payload == "[DONE]") {
     *saw_done = true;
     return;
@@ -116,10 +116,10 @@ SseClient::~SseClient() {
   curl_multi_cleanup(multi_);
 }
 
-std::vector<RequestResult> SseClient::run(const std::vector<HttpRequestSpec>& requests,
-                                          int max_concurrency,
-                                          const std::function<void(size_t)>& on_done) {
-  std::vector<RequestResult> results(requests.size());
+std::vector<StreamResult> SseClient::run(const std::vector<HttpRequestSpec>& requests,
+                                         int max_concurrency,
+                                         const std::function<void(size_t)>& on_done) {
+  std::vector<StreamResult> results(requests.size());
   std::vector<std::unique_ptr<Transfer>> transfers(requests.size());
   const double t0 = now_s();
   size_t next = 0, done = 0;
@@ -164,7 +164,7 @@ std::vector<RequestResult> SseClient::run(const std::vector<HttpRequestSpec>& re
       curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
       long status = 0;
       curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
-      RequestResult& r = *t->result;
+      StreamResult& r = *t->result;
       if (msg->data.result != CURLE_OK) {
         r.error = std::string("transport error: ") + curl_easy_strerror(msg->data.result);
       } else if (status != 200) {
@@ -193,4 +193,4 @@ std::vector<RequestResult> SseClient::run(const std::vector<HttpRequestSpec>& re
   return results;
 }
 
-}  // namespace bench
+}  // namespace httpclient

@@ -1,9 +1,9 @@
 // libcurl easy request with the response body collected in memory.
-#include "bench/http_util.h"
+#include "httpclient/http_json.h"
 
 #include <curl/curl.h>
 
-namespace bench {
+namespace httpclient {
 namespace {
 
 size_t collect(char* ptr, size_t size, size_t nmemb, void* userdata) {
@@ -46,4 +46,4 @@ common::Result<nlohmann::json> http_json(const std::string& url, const std::stri
   return j;
 }
 
-}  // namespace bench
+}  // namespace httpclient

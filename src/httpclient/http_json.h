@@ -9,10 +9,10 @@
 
 #include "common/status.h"
 
-namespace bench {
+namespace httpclient {
 
 // GET when body is empty, else POST. Non-200 answers are errors naming the status and body.
 common::Result<nlohmann::json> http_json(const std::string& url, const std::string& body,
                                          const std::vector<std::string>& headers);
 
-}  // namespace bench
+}  // namespace httpclient
