@@ -40,14 +40,7 @@ json complete(const e2e::ServerProcess& s, const std::string& prompt) {
   return json::parse(r->body);
 }
 
-double metric(const e2e::ServerProcess& s, const std::string& name) {
-  auto r = s.client().Get("/metrics");
-  if (!r) return -1;
-  size_t pos = r->body.find("\n" + name + "{");
-  if (pos == std::string::npos) return -1;
-  pos = r->body.find("} ", pos);
-  return std::stod(r->body.substr(pos + 2));
-}
+using e2e::metric;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);

@@ -273,14 +273,7 @@ std::vector<std::string> greedy_texts(const e2e::ServerProcess& s, bool parallel
   return out;
 }
 
-double metric(const e2e::ServerProcess& s, const std::string& name) {
-  auto r = s.client().Get("/metrics");
-  if (!r) return -1;
-  size_t pos = r->body.find("\n" + name + "{");
-  if (pos == std::string::npos) return -1;
-  pos = r->body.find("} ", pos);
-  return std::stod(r->body.substr(pos + 2));
-}
+using e2e::metric;
 
 TEST_F(ServeTest, GreedyOutputsAreInvariant) {
   ASSERT_TRUE(server_->ready());

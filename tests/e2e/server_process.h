@@ -121,4 +121,14 @@ class ServerProcess {
   int exit_code_ = -1;
 };
 
+// The value of a labelled Prometheus sample `name{...} v` on /metrics; -1 when absent.
+inline double metric(const ServerProcess& s, const std::string& name) {
+  auto r = s.client().Get("/metrics");
+  if (!r) return -1;
+  size_t pos = r->body.find("\n" + name + "{");
+  if (pos == std::string::npos) return -1;
+  pos = r->body.find("} ", pos);
+  return std::stod(r->body.substr(pos + 2));
+}
+
 }  // namespace e2e
