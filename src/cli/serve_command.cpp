@@ -294,10 +294,23 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     plan->kv_transfer_config = p.option("kv-transfer-config").value_or("");
     CP_ASSIGN_OR_RETURN(plan->kv_transfer,
                         transfer::parse_kv_transfer_config(plan->kv_transfer_config));
-    if (plan->kv_transfer.kv_connector != "SharedStorageConnector")
-      return unbuilt(
-          "prefill-decode disaggregation (kv_connector " + plan->kv_transfer.kv_connector + ")",
-          "planned: PD");
+    const transfer::KvTransferConfig& kt = plan->kv_transfer;
+    if (kt.kv_connector == transfer::kMooncakeConnector) {
+      LOG(INFO) << "kv_connector MooncakeConnectorV1 maps to chunkpipe's pull connector (D reads "
+                   "the prompt's KV blocks from P)";
+      const int pp = plan->pipeline_parallel_size;
+      if (kt.is_producer() && kt.prefill->pp_size != pp)
+        return common::invalid_argument(
+            "--kv-transfer-config: 'kv_connector_extra_config.prefill.pp_size' is " +
+            std::to_string(kt.prefill->pp_size) + " but --pipeline-parallel-size is " +
+            std::to_string(pp));
+      return unbuilt("prefill-decode disaggregation (the pull connector's KV transfer)",
+                     "planned: PD");
+    }
+    if (kt.kv_connector != "SharedStorageConnector")
+      return common::invalid_argument("--kv-transfer-config: kv_connector '" + kt.kv_connector +
+                                      "' is not available; chunkpipe has SharedStorageConnector "
+                                      "and MooncakeConnectorV1");
   }
   if (p.given("speculative-config"))
     return unbuilt("speculative decoding (--speculative-config)", "planned: MTP");
