@@ -220,6 +220,19 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
         sched::ProfilingChunkConfig pcc,
         sched::parse_profiling_chunk_config(extra, static_cast<int>(pp), batched, &warnings));
     for (const std::string& w : warnings) LOG(WARNING) << w;
+    // vllm-ascend reads the recompute scheduler's switch at the top level and under
+    // scheduler_config; its role checks follow the --kv-transfer-config parse below.
+    for (const json* where :
+         {&extra, extra.contains("scheduler_config") && extra["scheduler_config"].is_object()
+                      ? &extra["scheduler_config"]
+                      : nullptr}) {
+      if (where == nullptr || !where->contains("recompute_scheduler_enable")) continue;
+      if (!(*where)["recompute_scheduler_enable"].is_boolean())
+        return common::invalid_argument(
+            "additional_config.recompute_scheduler_enable must be a boolean");
+      plan->engine.scheduler.recompute_scheduler_enable |=
+          (*where)["recompute_scheduler_enable"].get<bool>();
+    }
     if (extra.contains("expanded_kv_cache")) {  // chunkpipe extension key, see EngineConfig
       if (!extra["expanded_kv_cache"].is_boolean())
         return common::invalid_argument("additional_config.expanded_kv_cache must be a boolean");
@@ -236,6 +249,11 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     } else {
       json unused = extra;
       unused.erase("expanded_kv_cache");
+      unused.erase("recompute_scheduler_enable");
+      if (unused.contains("scheduler_config") && unused["scheduler_config"].is_object()) {
+        unused["scheduler_config"].erase("recompute_scheduler_enable");
+        if (unused["scheduler_config"].empty()) unused.erase("scheduler_config");
+      }
       if (!unused.empty())
         LOG(INFO) << "--additional-config keys accepted and not used on CPU: " << unused.dump();
     }
@@ -311,6 +329,21 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
       return common::invalid_argument("--kv-transfer-config: kv_connector '" + kt.kv_connector +
                                       "' is not available; chunkpipe has SharedStorageConnector "
                                       "and MooncakeConnectorV1");
+  }
+  if (plan->engine.scheduler.recompute_scheduler_enable) {
+    if (plan->kv_transfer_config.empty())  // as vllm-ascend: the recompute scheduler is PD's
+      return common::invalid_argument(
+          "recompute_scheduler_enable needs prefill-decode disaggregation: a --kv-transfer-config "
+          "with kv_role kv_consumer");
+    if (plan->kv_transfer.kv_role != "kv_consumer") {
+      LOG(WARNING) << "recompute_scheduler_enable is only effective on a kv_consumer; it is "
+                      "ignored on this "
+                   << plan->kv_transfer.kv_role;
+      plan->engine.scheduler.recompute_scheduler_enable = false;
+    } else {
+      LOG(INFO) << "Recompute scheduler: a request without KV slots finishes with stop_reason "
+                   "\"recomputed\" for the proxy to re-prefill";
+    }
   }
   if (p.given("speculative-config"))
     return unbuilt("speculative decoding (--speculative-config)", "planned: MTP");

@@ -359,6 +359,7 @@ void EngineCore::step() {
   const size_t depth = static_cast<size_t>(executor_->max_concurrent_batches());
   while (in_flight_.size() < depth && scheduler_.has_unfinished_requests()) {
     InFlight f{schedule_step(), 0.0};
+    if (f.output.num_recomputed > 0) finish_recomputed();
     if (f.output.empty()) break;
     if (predictor_ && predictor_->ready()) {
       for (const auto& s : f.output.scheduled) {
@@ -389,6 +390,42 @@ void EngineCore::step() {
     ++metrics_.cpp_steps;
   }
   complete_step(f.output, *result);
+}
+
+void EngineCore::finish_recomputed() {
+  std::vector<std::unique_ptr<sched::Request>> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone = scheduler_.take_recomputed();
+    metrics_.recomputed_requests += static_cast<int64_t>(gone.size());
+  }
+  for (auto& r : gone) {
+    auto it = tracked_.find(r->request_id);
+    if (it == tracked_.end()) continue;
+    Tracked& t = it->second;
+    // vllm-ascend's recompute scheduler: finish_reason stop, stop_reason "recomputed", no new
+    // token; the proxy re-prefills the request on another pair from what it has received.
+    RequestOutput out;
+    out.request_id = r->request_id;
+    out.finished = true;
+    out.finish_reason = sched::FinishReason::kStop;
+    t.text += t.detokenizer->flush();
+    if (t.text.size() > t.sent) out.new_text = t.text.substr(t.sent);
+    out.stop_reason = std::string("recomputed");
+    out.num_prompt_tokens = t.num_prompt_tokens;
+    out.num_output_tokens = static_cast<int64_t>(r->output_token_ids.size());
+    out.num_cached_tokens = t.num_cached_tokens;
+    out.kv_transfer_params = r->kv_transfer_params;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      metrics_.request_success["stop"]++;
+      metrics_.e2e.observe(common::now_seconds() - t.arrival);
+    }
+    LOG(INFO) << "Request " << r->request_id << " recomputed: no KV slots for it on this decoder";
+    OutputCallback cb = std::move(t.callback);
+    tracked_.erase(it);
+    cb(out);
+  }
 }
 
 void EngineCore::complete_step(const sched::SchedulerOutput& so,

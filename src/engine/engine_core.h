@@ -78,6 +78,8 @@ class EngineCore : public EngineClient {
   void run_profiling_chunk_init();
   // Schedules one step and books its metrics; empty when nothing fits.
   sched::SchedulerOutput schedule_step();
+  // Reports the requests the recompute scheduler finished (stop_reason "recomputed").
+  void finish_recomputed();
   // The step loop: fill the executor up to its depth, then complete the oldest step.
   void step();
   // Updates the scheduler and delivers outputs for an executed step.

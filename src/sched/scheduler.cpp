@@ -114,6 +114,16 @@ void Scheduler::preempt(Request* r) {
   ++num_preemptions_;
 }
 
+void Scheduler::recompute(Request* r) {
+  running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
+  release(r);
+  r->status = RequestStatus::kFinished;
+  r->finish_reason = FinishReason::kStop;
+  auto it = requests_.find(r->request_id);
+  recomputed_.push_back(std::move(it->second));
+  requests_.erase(it);
+}
+
 std::optional<int64_t> Scheduler::dynamic_chunk(const Request& r, int64_t history, int64_t n,
                                                 double time_budget, double target) const {
   // The first chunk of a fresh request keeps the full budget while calibrating, so the
@@ -177,8 +187,13 @@ SchedulerOutput Scheduler::schedule() {
       const bool self = victim == r;
       // A victim scheduled earlier this step keeps its slot in `out`; only unscheduled ones go.
       if (std::find(scheduled.begin(), scheduled.end(), victim) != scheduled.end()) break;
-      preempt(victim);
-      ++out.num_preempted;
+      if (config_.recompute_scheduler_enable) {
+        recompute(victim);
+        ++out.num_recomputed;
+      } else {
+        preempt(victim);
+        ++out.num_preempted;
+      }
       if (self) break;
       fits = kv_->allocate_slots(r->request_id, r->num_computed_tokens + n);
     }
@@ -190,8 +205,8 @@ SchedulerOutput Scheduler::schedule() {
     emit(r, n, r->num_computed_tokens);
     ++i;
   }
-  while (out.num_preempted == 0 && !waiting_.empty() && budget > 0 && time_budget > 0 &&
-         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+  while (out.num_preempted == 0 && out.num_recomputed == 0 && !waiting_.empty() && budget > 0 &&
+         time_budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
     int64_t hits = r->num_computed_tokens;
     int64_t external = 0;  // tokens a KV connector provides past the local hits

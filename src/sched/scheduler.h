@@ -27,6 +27,11 @@ struct SchedulerConfig {
   // CPP: charge a new request's first chunk with its prefix-cache hits as history (better
   // than vllm-ascend, which charges history 0). Off reproduces upstream.
   bool charge_prefix_hits = false;
+  // vllm-ascend's recompute scheduler (a PD decoder): when a running request's slots do not
+  // fit, the newest running request is finished with stop_reason "recomputed" (the proxy
+  // re-prefills it elsewhere) instead of being preempted and re-prefilled here, and no waiting
+  // request is admitted in that step.
+  bool recompute_scheduler_enable = false;
 };
 
 struct SchedulerStats {
@@ -68,6 +73,9 @@ class Scheduler {
 
   // The request (nullptr when it is not waiting or running).
   Request* find_request(const std::string& request_id) const;
+  // Requests the recompute scheduler finished since the last call (finish_reason stop), for
+  // the engine to report with stop_reason "recomputed".
+  std::vector<std::unique_ptr<Request>> take_recomputed() { return std::move(recomputed_); }
   bool has_unfinished_requests() const {
     return !waiting_.empty() || !running_.empty() || !waiting_for_remote_kvs_.empty();
   }
@@ -76,6 +84,8 @@ class Scheduler {
 
  private:
   void preempt(Request* r);
+  // The recompute scheduler's alternative to preempt(): r leaves with finish_reason stop.
+  void recompute(Request* r);
   // The entry for `r` after its slots for n more tokens are allocated; books what was sent.
   ScheduledRequest make_entry(Request* r, int64_t n);
   // A request leaves: the connector gets it (and may keep its blocks), the workers drop their
@@ -96,6 +106,7 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   std::vector<std::string> finished_req_ids_;  // for the next step's SchedulerOutput
   std::deque<Request*> waiting_for_remote_kvs_;
+  std::vector<std::unique_ptr<Request>> recomputed_;
   std::unordered_set<std::string> delayed_free_;  // blocks the connector is still sending
   // Per step not yet updated, oldest first: each entry's preemption count when it was scheduled,
   // so that a result computed before a preemption is not applied after the request resumed.

@@ -41,6 +41,7 @@ struct SchedulerOutput {
   std::vector<uint8_t> kv_connector_metadata;  // for the workers' KV connector (opaque)
   int64_t total_num_scheduled_tokens = 0;
   int32_t num_preempted = 0;
+  int32_t num_recomputed = 0;  // finished by the recompute scheduler this step
   bool empty() const { return scheduled.empty(); }
 };
 

@@ -82,6 +82,10 @@ std::string render_metrics(const engine::MetricsSnapshot& s, const std::string& 
             double(m.prefix_cache_queries));
   w.counter("vllm:gpu_prefix_cache_hits", "Deprecated alias of vllm:prefix_cache_hits.",
             double(m.prefix_cache_hits));
+  w.counter("chunkpipe:recomputed_requests",
+            "Requests a PD decoder without KV slots finished with stop_reason \"recomputed\" "
+            "for the proxy to re-prefill (vllm-ascend's recompute scheduler).",
+            double(m.recomputed_requests));
   w.counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
             double(m.preemptions));
   w.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", double(m.prompt_tokens));

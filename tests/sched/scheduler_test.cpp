@@ -432,3 +432,39 @@ TEST(KvConnectorSchedulerTest, DelayedFreeHoldsBlocksUntilSent) {
 }
 
 }  // namespace
+
+namespace {
+
+// vllm-ascend's recompute scheduler: the newest running request leaves with finish_reason stop
+// (the engine reports stop_reason "recomputed") and nothing waiting is admitted that step.
+TEST(RecomputeSchedulerTest, NewestRunningRequestIsHandedBackInsteadOfPreempted) {
+  kv::KvCacheManager kv(4, 4, false);  // 16 tokens of cache
+  sched::SchedulerConfig config{100, 4, 64};
+  config.recompute_scheduler_enable = true;
+  sched::Scheduler s(config, &kv);
+  s.add_request(make_request("a", 8));
+  s.add_request(make_request("b", 8));
+  auto first = s.schedule();
+  s.update(first, {7, 8});
+  s.add_request(make_request("c", 2));
+  auto second = s.schedule();  // a needs a third block: b goes, and c must wait
+  EXPECT_EQ(second.num_recomputed, 1);
+  EXPECT_EQ(second.num_preempted, 0);
+  ASSERT_EQ(second.scheduled.size(), 1u);
+  EXPECT_EQ(second.scheduled[0].req_id, "a");
+  EXPECT_EQ(second.finished_req_ids, (std::vector<std::string>{"b"}));  // workers drop it now
+  auto gone = s.take_recomputed();
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0]->request_id, "b");
+  EXPECT_EQ(gone[0]->finish_reason, sched::FinishReason::kStop);
+  EXPECT_EQ(gone[0]->output_token_ids, (std::vector<int32_t>{8}));
+  EXPECT_EQ(s.find_request("b"), nullptr);
+  EXPECT_EQ(s.stats().num_preemptions, 0);
+  EXPECT_EQ(s.stats().num_waiting, 1);  // c waits for the next step
+  s.update(second, {9});
+  auto third = s.schedule();  // c is admitted once no request was handed back
+  EXPECT_EQ(third.num_recomputed, 0);
+  EXPECT_TRUE(s.take_recomputed().empty());
+}
+
+}  // namespace
