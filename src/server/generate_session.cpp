@@ -68,7 +68,13 @@ void GenerateSession::begin() {
                            {"logprobs", nullptr},
                            {"finish_reason", nullptr}});
       }
-      for (json& c : choices) send_chunk(chunk_envelope(json::array({c})));
+      for (size_t i = 0; i < choices.size(); ++i) {
+        json chunk = chunk_envelope(json::array({choices[i]}));
+        // vLLM's return_token_ids: the stream's first chunk carries the prompt's ids.
+        if (plan_.return_token_ids && i == 0)
+          chunk["prompt_token_ids"] = plan_.choices[0].prompt_token_ids;
+        send_chunk(chunk);
+      }
     }
   }
   unfinished_ = plan_.choices.size();
@@ -161,6 +167,8 @@ void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
   }
   c.text += d.content;
   c.reasoning_text += d.reasoning;
+  if (plan_.return_token_ids)
+    c.token_ids.insert(c.token_ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
   c.completion_tokens = o.finished
                             ? o.num_output_tokens
                             : c.completion_tokens + static_cast<int64_t>(o.new_token_ids.size());
@@ -210,22 +218,30 @@ void GenerateSession::stream_delta(size_t index, const engine::RequestOutput& o,
       for (const auto& t : tools.calls) calls.push_back(api::tool_delta_json(t));
       delta["tool_calls"] = calls;
     }
-    if (delta.empty() && new_lps.empty() && !o.finished) return;  // no empty deltas
+    const bool ids = plan_.return_token_ids && !o.new_token_ids.empty();
+    if (delta.empty() && new_lps.empty() && !ids && !o.finished) return;  // no empty deltas
     if (delta.empty()) delta["content"] = "";
     choice = {{"index", index}, {"delta", delta}, {"logprobs", lps}, {"finish_reason", reason}};
     if (o.finished) choice["stop_reason"] = c.stop_reason;
+    if (plan_.return_token_ids) choice["token_ids"] = o.new_token_ids;
   } else {
     std::string text = d.content;
     if (!c.echo.empty()) {
       text = c.echo + text;
       c.echo.clear();
     }
-    if (text.empty() && new_lps.empty() && !o.finished) return;
+    const bool ids = plan_.return_token_ids && !o.new_token_ids.empty();
+    if (text.empty() && new_lps.empty() && !ids && !o.finished) return;
     choice = {{"index", index},
               {"text", text},
               {"logprobs", lps},
               {"finish_reason", reason},
               {"stop_reason", o.finished ? c.stop_reason : json(nullptr)}};
+    if (plan_.return_token_ids) {
+      choice["token_ids"] = o.new_token_ids;
+      if (!c.sent_prompt_ids) choice["prompt_token_ids"] = c.prompt_token_ids;
+      c.sent_prompt_ids = true;
+    }
   }
   send_chunk(chunk_envelope(json::array({choice})));
 }
@@ -281,18 +297,23 @@ void GenerateSession::respond_whole() {
       message["reasoning_content"] = c.reasoning ? json(c.reasoning_text) : json(nullptr);
       json reason = fr ? json(fr) : json("stop");
       if (called && c.finish_reason != sched::FinishReason::kAbort) reason = "tool_calls";
-      choices.push_back({{"index", i},
-                         {"message", message},
-                         {"logprobs", logprobs_json(c.logprobs)},
-                         {"finish_reason", reason},
-                         {"stop_reason", c.stop_reason}});
+      choices.push_back(
+          {{"index", i},
+           {"message", message},
+           {"logprobs", logprobs_json(c.logprobs)},
+           {"finish_reason", reason},
+           {"stop_reason", c.stop_reason},
+           {"token_ids", plan_.return_token_ids ? json(c.token_ids) : json(nullptr)}});
     } else {
       choices.push_back({{"index", i},
                          {"text", c.echo + c.text},
                          {"logprobs", logprobs_json(c.logprobs)},
                          {"finish_reason", fr ? json(fr) : json(nullptr)},
                          {"stop_reason", c.stop_reason},
-                         {"prompt_logprobs", nullptr}});
+                         {"token_ids", plan_.return_token_ids ? json(c.token_ids) : json(nullptr)},
+                         {"prompt_logprobs", nullptr},
+                         {"prompt_token_ids",
+                          plan_.return_token_ids ? json(c.prompt_token_ids) : json(nullptr)}});
     }
   }
   json out = {{"id", plan_.response_id},
@@ -305,6 +326,9 @@ void GenerateSession::respond_whole() {
               {"usage", api::usage_json(prompt_total, completion_total)},
               {"prompt_logprobs", nullptr},
               {"kv_transfer_params", nullptr}};
+  if (plan_.chat)  // chat puts the prompt's ids at the top level
+    out["prompt_token_ids"] =
+        plan_.return_token_ids ? json(plan_.choices.front().prompt_token_ids) : json(nullptr);
   HttpResponse r;
   r.body = dump(out);
   const std::string rid = exchange_->request().header("X-Request-Id");

@@ -24,6 +24,7 @@ namespace server {
 struct GenerateChoice {
   std::string engine_id;  // unique per engine request, whatever the client's X-Request-Id
   int64_t prompt_tokens = 0;
+  std::vector<int32_t> prompt_token_ids;  // with return_token_ids
   std::string echo;
   std::unique_ptr<tokenizer::ReasoningParser> reasoning;
   std::unique_ptr<api::ToolCallParser> tools;  // chat with a tool parser and tool_choice != none
@@ -31,6 +32,8 @@ struct GenerateChoice {
   std::string text;
   std::string reasoning_text;
   std::vector<engine::TokenLogprob> logprobs;
+  std::vector<int32_t> token_ids;  // with return_token_ids: every generated id
+  bool sent_prompt_ids = false;    // streamed completions: the first chunk carries them
   int64_t completion_tokens = 0;
   bool finished = false;
   sched::FinishReason finish_reason = sched::FinishReason::kNone;
@@ -43,6 +46,7 @@ struct GeneratePlan {
   bool stream = false;
   bool include_usage = false;
   bool want_logprobs = false;
+  bool return_token_ids = false;  // vLLM's: prompt and generated token ids in the response
   int n = 1;
   std::string response_id;
   std::string model_name;

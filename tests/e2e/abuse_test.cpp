@@ -455,6 +455,70 @@ TEST_F(AbuseTest, ToolsAreRenderedIntoThePrompt) {
   expect_alive(port());
 }
 
+// return_token_ids (vLLM >= 0.10.2, which the PD proxy's exact recompute retry uses): the
+// prompt's ids and the generated ids come back, whole or streamed, and a token-array prompt made
+// from them continues exactly.
+TEST_F(AbuseTest, ReturnTokenIdsWholeAndStreamed) {
+  ASSERT_TRUE(server_->ready());
+  const json request = {{"prompt", "the token ids of this prompt"},
+                        {"max_tokens", 5},
+                        {"temperature", 0},
+                        {"ignore_eos", true},
+                        {"return_token_ids", true}};
+  Reply r = post(port(), "/v1/completions", request.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json whole = json::parse(r.body)["choices"][0];
+  const json tokenized = json::parse(
+      post(port(), "/tokenize", json{{"prompt", "the token ids of this prompt"}}.dump()).body);
+  EXPECT_EQ(whole["prompt_token_ids"], tokenized["tokens"]);
+  ASSERT_EQ(whole["token_ids"].size(), 5u);
+
+  json streamed = request;
+  streamed["stream"] = true;
+  r = post(port(), "/v1/completions", streamed.dump());
+  ASSERT_EQ(r.status, 200);
+  json ids = json::array();
+  int with_prompt_ids = 0;
+  for (size_t pos = 0; (pos = r.body.find("data: {", pos)) != std::string::npos; ++pos) {
+    const json chunk = json::parse(r.body.substr(pos + 6, r.body.find("\n", pos) - pos - 6));
+    const json& choice = chunk["choices"][0];
+    for (const json& id : choice["token_ids"]) ids.push_back(id);
+    if (choice.contains("prompt_token_ids")) {
+      ++with_prompt_ids;
+      EXPECT_EQ(choice["prompt_token_ids"], tokenized["tokens"]);
+    }
+  }
+  EXPECT_EQ(ids, whole["token_ids"]);
+  EXPECT_EQ(with_prompt_ids, 1) << "only the first chunk carries the prompt's ids";
+
+  // Prompt ids plus the first two generated ids, as a token-array prompt: the rest follows.
+  json retry_prompt = whole["prompt_token_ids"];
+  retry_prompt.push_back(whole["token_ids"][0]);
+  retry_prompt.push_back(whole["token_ids"][1]);
+  json retry = request;
+  retry["prompt"] = retry_prompt;
+  retry["max_tokens"] = 3;
+  r = post(port(), "/v1/completions", retry.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json continued = json::parse(r.body)["choices"][0]["token_ids"];
+  EXPECT_EQ(continued,
+            json(std::vector<json>(whole["token_ids"].begin() + 2, whole["token_ids"].end())));
+
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                     {"max_tokens", 3},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"return_token_ids", true}};
+  r = post(port(), "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json chat_whole = json::parse(r.body);
+  EXPECT_FALSE(chat_whole["prompt_token_ids"].empty());
+  EXPECT_EQ(chat_whole["choices"][0]["token_ids"].size(), 3u);
+  r = post(port(), "/v1/completions", json{{"prompt", "x"}, {"max_tokens", 1}}.dump());
+  EXPECT_TRUE(json::parse(r.body)["choices"][0]["token_ids"].is_null());
+  expect_alive(port());
+}
+
 // 15. The tool-call path end to end: logit_bias with a repetition penalty forces the model to
 // emit the DeepSeek-V3.1 markup token by token (each biased token is 7 below the previous one,
 // more than the random model's own logits differ; once emitted, the repetition penalty halves
