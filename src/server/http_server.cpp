@@ -53,7 +53,8 @@ struct Work {
   int status = 200;
   std::string content_type;
   HttpHeaders headers;
-  std::string data;
+  std::vector<std::string> data;  // one HTTP chunk each: a streamed SSE event is never split or
+                                  // merged (clients such as the PD proxy parse chunk by chunk)
   bool end = false;
 };
 
@@ -83,14 +84,15 @@ class Exchange final : public HttpExchange {
   bool send(std::string data) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || !streaming_ || ended_) return false;
-    if (queued_.size() + data.size() > limit_) {
-      LOG(WARNING) << "client of " << request_.path << " is " << queued_.size() + data.size()
+    if (queued_bytes_ + data.size() > limit_) {
+      LOG(WARNING) << "client of " << request_.path << " is " << queued_bytes_ + data.size()
                    << " bytes behind (limit " << limit_ << "): dropping the connection";
       closed_ = true;  // the connection sees it, closes the socket and runs on_close
       notify_locked();
       return false;
     }
-    queued_ += data;
+    queued_bytes_ += data.size();
+    queued_.push_back(std::move(data));
     notify_locked();
     return true;
   }
@@ -133,6 +135,7 @@ class Exchange final : public HttpExchange {
       w.headers = std::move(headers_);
     }
     w.data.swap(queued_);
+    queued_bytes_ = 0;
     if (ended_ && !end_taken_) w.end = end_taken_ = true;
     return w;
   }
@@ -169,7 +172,8 @@ class Exchange final : public HttpExchange {
   int status_ = 200;
   std::string content_type_;
   HttpHeaders headers_;
-  std::string queued_;
+  std::vector<std::string> queued_;  // sends not yet taken by the connection
+  size_t queued_bytes_ = 0;
   std::function<void()> on_close_;
 };
 
@@ -360,11 +364,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
         auto [ec, n] = co_await http::async_write_header(stream_, sr, kNoThrow);
         if (ec) co_return false;
       }
-      if (!w.data.empty()) {
+      for (const std::string& piece : w.data) {
         stream_.expires_after(o.write_timeout);
         auto [ec, n] = chunked ? co_await net::async_write(
-                                     stream_, http::make_chunk(net::buffer(w.data)), kNoThrow)
-                               : co_await net::async_write(stream_, net::buffer(w.data), kNoThrow);
+                                     stream_, http::make_chunk(net::buffer(piece)), kNoThrow)
+                               : co_await net::async_write(stream_, net::buffer(piece), kNoThrow);
         if (ec) co_return false;
       }
       if (w.end) {

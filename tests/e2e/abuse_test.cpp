@@ -519,6 +519,35 @@ TEST_F(AbuseTest, ReturnTokenIdsWholeAndStreamed) {
   expect_alive(port());
 }
 
+// One SSE event per HTTP chunk, as vLLM writes them: the upstream PD proxy parses each chunk it
+// reads as one event.
+TEST_F(AbuseTest, EachSseEventIsItsOwnChunk) {
+  ASSERT_TRUE(server_->ready());
+  const json request = {{"prompt", "one event per chunk"},
+                        {"max_tokens", 6},
+                        {"temperature", 0},
+                        {"ignore_eos", true},
+                        {"stream", true},
+                        {"stream_options", {{"include_usage", true}}}};
+  const Reply r = post(port(), "/v1/completions", request.dump());
+  ASSERT_EQ(r.status, 200);
+  size_t pos = 0, chunks = 0;
+  while (pos < r.body.size()) {
+    const size_t eol = r.body.find("\r\n", pos);
+    ASSERT_NE(eol, std::string::npos);
+    const size_t size = std::stoul(r.body.substr(pos, eol - pos), nullptr, 16);
+    if (size == 0) break;
+    const std::string data = r.body.substr(eol + 2, size);
+    EXPECT_EQ(data.rfind("data: ", 0), 0u) << data;
+    EXPECT_EQ(data.find("data: ", 1), std::string::npos) << "two events in one chunk: " << data;
+    EXPECT_EQ(data.substr(data.size() - 2), "\n\n");
+    ++chunks;
+    pos = eol + 2 + size + 2;
+  }
+  EXPECT_GE(chunks, 8u);  // 6 tokens (or fewer text chunks), the usage chunk and [DONE]
+  expect_alive(port());
+}
+
 // 15. The tool-call path end to end: logit_bias with a repetition penalty forces the model to
 // emit the DeepSeek-V3.1 markup token by token (each biased token is 7 below the previous one,
 // more than the random model's own logits differ; once emitted, the repetition penalty halves
