@@ -231,6 +231,16 @@ std::optional<ApiError> resolve_max_tokens(int64_t n_prompt, int64_t max_model_l
   return std::nullopt;
 }
 
+std::optional<ApiError> check_prompt_bytes(size_t text_bytes, size_t max_token_bytes,
+                                           int64_t max_model_len) {
+  const int64_t at_least = static_cast<int64_t>(text_bytes / std::max<size_t>(max_token_bytes, 1));
+  if (at_least < max_model_len) return std::nullopt;
+  return bad_request("This model's maximum context length is " + std::to_string(max_model_len) +
+                     " tokens. However, your request has at least " + std::to_string(at_least) +
+                     " input tokens (" + std::to_string(text_bytes) +
+                     " bytes). Please reduce the length of the input messages.");
+}
+
 json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"total_tokens", prompt_tokens + completion_tokens},

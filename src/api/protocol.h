@@ -50,6 +50,12 @@ std::optional<ApiError> parse_common_fields(const nlohmann::json& body, Endpoint
 std::optional<ApiError> resolve_max_tokens(int64_t num_prompt_tokens, int64_t max_model_len,
                                            Endpoint endpoint, CommonRequestFields* out);
 
+// Before tokenizing: a prompt text of text_bytes bytes encodes to at least
+// text_bytes / max_token_bytes ids, so one at or past max_model_len by that bound is refused at
+// once (a long hostile prompt costs no tokenizer time; vLLM's message, with "at least").
+std::optional<ApiError> check_prompt_bytes(size_t text_bytes, size_t max_token_bytes,
+                                           int64_t max_model_len);
+
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
 }  // namespace api

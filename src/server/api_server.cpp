@@ -377,12 +377,21 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
                (kw.contains("enable_thinking") && kw["enable_thinking"] == true);
     auto text = chat_template_.render(body["messages"], o);
     if (!text.ok()) return fail(api::bad_request(text.status().message()));
+    if (auto e = api::check_prompt_bytes(text->size(), tokenizer_.max_token_bytes(),
+                                         config_.max_model_len))
+      return fail(*e);
     prompts.push_back(tokenizer_.encode(*text, f.add_special_tokens && tokenizer_.add_bos_token()));
     prompt_texts.push_back(*text);
   } else {
     std::vector<api::PromptInput> inputs;
     if (auto e = api::parse_completion_prompts(body, tokenizer_.vocab_size(), &inputs))
       return fail(*e);
+    for (const api::PromptInput& in : inputs) {
+      if (!in.is_text) continue;
+      if (auto e = api::check_prompt_bytes(in.text.size(), tokenizer_.max_token_bytes(),
+                                           config_.max_model_len))
+        return fail(*e);
+    }
     for (api::PromptInput& in : inputs) {
       if (in.is_text) {
         prompts.push_back(

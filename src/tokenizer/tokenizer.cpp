@@ -215,6 +215,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::parse_tokenizer_json(const std::st
     }
     t->trie_token_[node] = a.id;
   }
+  for (const std::string& b : t->token_bytes_)
+    t->max_token_bytes_ = std::max(t->max_token_bytes_, b.size());
   return t;
 }
 

@@ -43,6 +43,8 @@ class Tokenizer {
   bool is_special(int32_t id) const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
   int32_t vocab_size() const { return static_cast<int32_t>(token_bytes_.size()); }
+  // The longest token's byte count: a text of B bytes encodes to at least B / this many ids.
+  size_t max_token_bytes() const { return max_token_bytes_; }
   // Bytes held by the BPE word cache (bounded; see BpeModel).
   size_t word_cache_bytes() const { return bpe_ ? bpe_->cache_bytes() : 0; }
   void set_word_cache_limit_bytes(size_t limit) const {
@@ -73,6 +75,7 @@ class Tokenizer {
   std::vector<std::vector<std::pair<unsigned char, int32_t>>> trie_children_;
   std::vector<int32_t> trie_token_;
   std::vector<std::string> token_bytes_;
+  size_t max_token_bytes_ = 1;
   std::vector<bool> special_;
   std::optional<int32_t> bos_id_, eos_id_;
   std::string bos_token_, eos_token_, chat_template_;

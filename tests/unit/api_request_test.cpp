@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "api/prompt_input.h"
+#include "api/protocol.h"
 #include "api/response.h"
 #include "api/tool_request.h"
 
@@ -75,6 +76,20 @@ TEST(ResponseTest, LogprobLayouts) {
   EXPECT_EQ(api::stop_reason_json(std::string("END")), "END");
   EXPECT_TRUE(api::stop_reason_json({}).is_null());
   EXPECT_TRUE(api::chunk_envelope("x", false, 1, "m", json::array())["usage"].is_null());
+}
+
+}  // namespace
+
+namespace {
+
+TEST(PromptBytesTest, RefusesOnlyWhatMustExceedTheContext) {
+  EXPECT_FALSE(api::check_prompt_bytes(1000, 2, 512));  // at least 500 tokens: tokenize it
+  auto e = api::check_prompt_bytes(1024, 2, 512);       // at least 512: refused unread
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 400);
+  EXPECT_NE(e->message.find("maximum context length is 512 tokens. However, your request has at "
+                            "least 512 input tokens (1024 bytes)"),
+            std::string::npos);
 }
 
 }  // namespace
