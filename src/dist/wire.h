@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace dist {
@@ -28,6 +29,18 @@ class WireWriter {
   void put_string(const std::string& s) {
     put<uint64_t>(s.size());
     append(s.data(), s.size());
+  }
+  void put_strings(const std::vector<std::string>& v) {
+    put<uint64_t>(v.size());
+    for (const auto& s : v) put_string(s);
+  }
+  // (id, value) pairs as two parallel vectors.
+  void put_pairs(const std::vector<std::pair<int32_t, float>>& v) {
+    std::vector<int32_t> ids;
+    std::vector<float> values;
+    for (const auto& [id, x] : v) ids.push_back(id), values.push_back(x);
+    put_vector(ids);
+    put_vector(values);
   }
 
  private:
@@ -67,6 +80,24 @@ class WireReader {
     if (!get(&n) || n > in_.size() - pos_) return ok_ = false;
     s->assign(reinterpret_cast<const char*>(in_.data() + pos_), n);
     pos_ += n;
+    return true;
+  }
+  bool get_strings(std::vector<std::string>* v) {
+    uint64_t n = 0;
+    // Each string takes at least its 8-byte length.
+    if (!get(&n) || n > (in_.size() - pos_) / sizeof(uint64_t)) return ok_ = false;
+    v->resize(n);
+    for (auto& s : *v) get_string(&s);
+    return ok_;
+  }
+  bool get_pairs(std::vector<std::pair<int32_t, float>>* v) {
+    std::vector<int32_t> ids;
+    std::vector<float> values;
+    get_vector(&ids);
+    get_vector(&values);
+    if (!ok_ || ids.size() != values.size()) return ok_ = false;
+    v->clear();
+    for (size_t i = 0; i < ids.size(); ++i) v->emplace_back(ids[i], values[i]);
     return true;
   }
   bool ok() const { return ok_; }

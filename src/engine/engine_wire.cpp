@@ -6,19 +6,6 @@
 namespace engine {
 namespace {
 
-void put_strings(dist::WireWriter& w, const std::vector<std::string>& v) {
-  w.put<uint64_t>(v.size());
-  for (const auto& s : v) w.put_string(s);
-}
-
-bool get_strings(dist::WireReader& r, size_t limit, std::vector<std::string>* v) {
-  uint64_t n = 0;
-  if (!r.get(&n) || n > limit) return false;
-  v->resize(n);
-  for (auto& s : *v) r.get_string(&s);
-  return r.ok();
-}
-
 template <typename T>
 void put_optional(dist::WireWriter& w, const std::optional<T>& v) {
   w.put<uint8_t>(v ? 1 : 0);
@@ -32,25 +19,6 @@ void get_optional(dist::WireReader& r, std::optional<T>* v) {
   r.get(&has);
   r.get(&x);
   if (has) *v = x;
-}
-
-void put_pairs(dist::WireWriter& w, const std::vector<std::pair<int32_t, float>>& v) {
-  std::vector<int32_t> ids;
-  std::vector<float> values;
-  for (const auto& [id, x] : v) ids.push_back(id), values.push_back(x);
-  w.put_vector(ids);
-  w.put_vector(values);
-}
-
-bool get_pairs(dist::WireReader& r, std::vector<std::pair<int32_t, float>>* v) {
-  std::vector<int32_t> ids;
-  std::vector<float> values;
-  r.get_vector(&ids);
-  r.get_vector(&values);
-  if (!r.ok() || ids.size() != values.size()) return false;
-  v->clear();
-  for (size_t i = 0; i < ids.size(); ++i) v->emplace_back(ids[i], values[i]);
-  return true;
 }
 
 common::Status malformed(const char* what) {
@@ -75,12 +43,12 @@ std::vector<uint8_t> encode_request(const EngineRequest& q) {
   w.put(p.frequency_penalty);
   w.put(p.max_tokens);
   w.put(p.min_tokens);
-  put_strings(w, p.stop);
+  w.put_strings(p.stop);
   w.put_vector(p.stop_token_ids);
   w.put<uint8_t>((p.include_stop_str_in_output ? 1 : 0) | (p.ignore_eos ? 2 : 0) |
                  (p.skip_special_tokens ? 4 : 0));
   put_optional(w, p.logprobs);
-  put_pairs(w, p.logit_bias);
+  w.put_pairs(p.logit_bias);
   return out;
 }
 
@@ -101,14 +69,14 @@ common::Result<EngineRequest> decode_request(const std::vector<uint8_t>& bytes) 
   r.get(&p.frequency_penalty);
   r.get(&p.max_tokens);
   r.get(&p.min_tokens);
-  if (!get_strings(r, bytes.size(), &p.stop)) return malformed("request");
+  if (!r.get_strings(&p.stop)) return malformed("request");
   r.get_vector(&p.stop_token_ids);
   r.get(&flags);
   p.include_stop_str_in_output = flags & 1;
   p.ignore_eos = flags & 2;
   p.skip_special_tokens = flags & 4;
   get_optional(r, &p.logprobs);
-  if (!get_pairs(r, &p.logit_bias) || !r.at_end()) return malformed("request");
+  if (!r.get_pairs(&p.logit_bias) || !r.at_end()) return malformed("request");
   return q;
 }
 
@@ -121,7 +89,7 @@ std::vector<uint8_t> encode_output(const RequestOutput& o) {
   for (const auto& lp : o.new_logprobs) {
     w.put(lp.token);
     w.put(lp.logprob);
-    put_pairs(w, lp.top_logprobs);
+    w.put_pairs(lp.top_logprobs);
   }
   w.put_string(o.new_text);
   w.put<uint8_t>(o.finished ? 1 : 0);
@@ -149,7 +117,7 @@ common::Result<RequestOutput> decode_output(const std::vector<uint8_t>& bytes) {
   for (auto& lp : o.new_logprobs) {
     r.get(&lp.token);
     r.get(&lp.logprob);
-    if (!get_pairs(r, &lp.top_logprobs)) return malformed("output");
+    if (!r.get_pairs(&lp.top_logprobs)) return malformed("output");
   }
   r.get_string(&o.new_text);
   r.get(&finished);

@@ -23,11 +23,7 @@ void put_sampling(dist::WireWriter& w, const sched::SamplingParams& p) {
   w.put(p.frequency_penalty);
   w.put(p.min_tokens);
   w.put<int32_t>(p.logprobs ? *p.logprobs : -1);
-  std::vector<int32_t> bias_ids;
-  std::vector<float> bias_values;
-  for (const auto& [t, v] : p.logit_bias) bias_ids.push_back(t), bias_values.push_back(v);
-  w.put_vector(bias_ids);
-  w.put_vector(bias_values);
+  w.put_pairs(p.logit_bias);
   w.put_vector(p.all_stop_token_ids);
 }
 
@@ -48,28 +44,8 @@ bool get_sampling(dist::WireReader& r, sched::SamplingParams* p) {
   r.get(&p->min_tokens);
   r.get(&logprobs);
   if (logprobs >= 0) p->logprobs = logprobs;
-  std::vector<int32_t> bias_ids;
-  std::vector<float> bias_values;
-  r.get_vector(&bias_ids);
-  r.get_vector(&bias_values);
-  if (bias_ids.size() != bias_values.size()) return false;
-  p->logit_bias.clear();
-  for (size_t i = 0; i < bias_ids.size(); ++i)
-    p->logit_bias.emplace_back(bias_ids[i], bias_values[i]);
+  if (!r.get_pairs(&p->logit_bias)) return false;
   r.get_vector(&p->all_stop_token_ids);
-  return r.ok();
-}
-
-void put_strings(dist::WireWriter& w, const std::vector<std::string>& v) {
-  w.put<uint64_t>(v.size());
-  for (const auto& x : v) w.put_string(x);
-}
-
-bool get_strings(dist::WireReader& r, size_t limit, std::vector<std::string>* v) {
-  uint64_t n = 0;
-  if (!r.get(&n) || n > limit) return false;
-  v->resize(n);
-  for (auto& x : *v) r.get_string(&x);
   return r.ok();
 }
 
@@ -88,7 +64,7 @@ void put_output(dist::WireWriter& w, const sched::SchedulerOutput& so) {
     w.put(s.num_computed_tokens);
     w.put(s.num_scheduled_tokens);
   }
-  put_strings(w, so.finished_req_ids);
+  w.put_strings(so.finished_req_ids);
   w.put_vector(so.kv_connector_metadata);
   w.put(so.total_num_scheduled_tokens);
   w.put(so.num_preempted);
@@ -114,7 +90,7 @@ bool get_output(dist::WireReader& r, size_t limit, sched::SchedulerOutput* so) {
     r.get(&s.num_computed_tokens);
     r.get(&s.num_scheduled_tokens);
   }
-  if (!get_strings(r, limit, &so->finished_req_ids)) return false;
+  if (!r.get_strings(&so->finished_req_ids)) return false;
   r.get_vector(&so->kv_connector_metadata);
   r.get(&so->total_num_scheduled_tokens);
   r.get(&so->num_preempted);
@@ -148,17 +124,10 @@ dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload) 
     if (!t) continue;
     w.put(t->token);
     w.put(t->logprob);
-    std::vector<int32_t> ids;
-    std::vector<float> lps;
-    for (const auto& [id, lp] : t->top_logprobs) {
-      ids.push_back(id);
-      lps.push_back(lp);
-    }
-    w.put_vector(ids);
-    w.put_vector(lps);
+    w.put_pairs(t->top_logprobs);
   }
-  put_strings(w, step.finished_sending);
-  put_strings(w, step.finished_recving);
+  w.put_strings(step.finished_sending);
+  w.put_strings(step.finished_recving);
   m.data = std::move(payload);
   return m;
 }
@@ -179,18 +148,12 @@ common::Status decode_step(const dist::Message& m, StepEnvelope* step) {
     if (!r.get(&has)) return truncated("step");
     if (!has) continue;
     sched::SampledToken tok;
-    std::vector<int32_t> ids;
-    std::vector<float> lps;
     r.get(&tok.token);
     r.get(&tok.logprob);
-    r.get_vector(&ids);
-    r.get_vector(&lps);
-    if (!r.ok() || ids.size() != lps.size()) return truncated("step");
-    for (size_t k = 0; k < ids.size(); ++k) tok.top_logprobs.emplace_back(ids[k], lps[k]);
+    if (!r.get_pairs(&tok.top_logprobs)) return truncated("step");
     t = std::move(tok);
   }
-  if (!get_strings(r, m.meta.size(), &step->finished_sending) ||
-      !get_strings(r, m.meta.size(), &step->finished_recving))
+  if (!r.get_strings(&step->finished_sending) || !r.get_strings(&step->finished_recving))
     return truncated("step");
   return r.at_end() ? common::Status{} : truncated("step");
 }
