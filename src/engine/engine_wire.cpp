@@ -2,24 +2,10 @@
 #include "engine/engine_wire.h"
 
 #include "dist/wire.h"
+#include "sched/sampling_params_codec.h"
 
 namespace engine {
 namespace {
-
-template <typename T>
-void put_optional(dist::WireWriter& w, const std::optional<T>& v) {
-  w.put<uint8_t>(v ? 1 : 0);
-  w.put<T>(v.value_or(T{}));
-}
-
-template <typename T>
-void get_optional(dist::WireReader& r, std::optional<T>* v) {
-  uint8_t has = 0;
-  T x{};
-  r.get(&has);
-  r.get(&x);
-  if (has) *v = x;
-}
 
 common::Status malformed(const char* what) {
   return common::data_loss(std::string("a malformed ") + what + " reached this engine");
@@ -30,53 +16,18 @@ common::Status malformed(const char* what) {
 std::vector<uint8_t> encode_request(const EngineRequest& q) {
   std::vector<uint8_t> out;
   dist::WireWriter w(&out);
-  const sched::SamplingParams& p = q.sampling;
   w.put_string(q.request_id);
   w.put_vector(q.prompt_token_ids);
-  w.put(p.temperature);
-  w.put(p.top_p);
-  w.put(p.top_k);
-  w.put(p.min_p);
-  put_optional(w, p.seed);
-  w.put(p.repetition_penalty);
-  w.put(p.presence_penalty);
-  w.put(p.frequency_penalty);
-  w.put(p.max_tokens);
-  w.put(p.min_tokens);
-  w.put_strings(p.stop);
-  w.put_vector(p.stop_token_ids);
-  w.put<uint8_t>((p.include_stop_str_in_output ? 1 : 0) | (p.ignore_eos ? 2 : 0) |
-                 (p.skip_special_tokens ? 4 : 0));
-  put_optional(w, p.logprobs);
-  w.put_pairs(p.logit_bias);
+  sched::write_sampling_params(w, q.sampling);
   return out;
 }
 
 common::Result<EngineRequest> decode_request(const std::vector<uint8_t>& bytes) {
   EngineRequest q;
   dist::WireReader r(bytes);
-  sched::SamplingParams& p = q.sampling;
-  uint8_t flags = 0;
   r.get_string(&q.request_id);
   r.get_vector(&q.prompt_token_ids);
-  r.get(&p.temperature);
-  r.get(&p.top_p);
-  r.get(&p.top_k);
-  r.get(&p.min_p);
-  get_optional(r, &p.seed);
-  r.get(&p.repetition_penalty);
-  r.get(&p.presence_penalty);
-  r.get(&p.frequency_penalty);
-  r.get(&p.max_tokens);
-  r.get(&p.min_tokens);
-  if (!r.get_strings(&p.stop)) return malformed("request");
-  r.get_vector(&p.stop_token_ids);
-  r.get(&flags);
-  p.include_stop_str_in_output = flags & 1;
-  p.ignore_eos = flags & 2;
-  p.skip_special_tokens = flags & 4;
-  get_optional(r, &p.logprobs);
-  if (!r.get_pairs(&p.logit_bias) || !r.at_end()) return malformed("request");
+  if (!sched::read_sampling_params(r, &q.sampling) || !r.at_end()) return malformed("request");
   return q;
 }
 

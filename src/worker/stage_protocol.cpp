@@ -2,51 +2,13 @@
 #include "worker/stage_protocol.h"
 
 #include "dist/wire.h"
+#include "sched/sampling_params_codec.h"
 
 namespace worker {
 namespace {
 
 common::Status truncated(const char* what) {
   return common::data_loss(std::string("a malformed ") + what + " message reached this stage");
-}
-
-// The SamplingParams fields the sampler reads (stop strings and lengths are the engine's).
-void put_sampling(dist::WireWriter& w, const sched::SamplingParams& p) {
-  w.put(p.temperature);
-  w.put(p.top_p);
-  w.put(p.top_k);
-  w.put(p.min_p);
-  w.put<uint8_t>(p.seed ? 1 : 0);
-  w.put<uint64_t>(p.seed ? *p.seed : 0);
-  w.put(p.repetition_penalty);
-  w.put(p.presence_penalty);
-  w.put(p.frequency_penalty);
-  w.put(p.min_tokens);
-  w.put<int32_t>(p.logprobs ? *p.logprobs : -1);
-  w.put_pairs(p.logit_bias);
-  w.put_vector(p.all_stop_token_ids);
-}
-
-bool get_sampling(dist::WireReader& r, sched::SamplingParams* p) {
-  int32_t logprobs = -1;
-  uint8_t has_seed = 0;
-  uint64_t seed = 0;
-  r.get(&p->temperature);
-  r.get(&p->top_p);
-  r.get(&p->top_k);
-  r.get(&p->min_p);
-  r.get(&has_seed);
-  r.get(&seed);
-  if (has_seed) p->seed = seed;
-  r.get(&p->repetition_penalty);
-  r.get(&p->presence_penalty);
-  r.get(&p->frequency_penalty);
-  r.get(&p->min_tokens);
-  r.get(&logprobs);
-  if (logprobs >= 0) p->logprobs = logprobs;
-  if (!r.get_pairs(&p->logit_bias)) return false;
-  r.get_vector(&p->all_stop_token_ids);
-  return r.ok();
 }
 
 void put_output(dist::WireWriter& w, const sched::SchedulerOutput& so) {
@@ -57,7 +19,7 @@ void put_output(dist::WireWriter& w, const sched::SchedulerOutput& so) {
                    (s.samples ? 4 : 0));
     if (s.new_request) {
       w.put_vector(s.new_request->prompt_token_ids);
-      put_sampling(w, s.new_request->sampling);
+      sched::write_sampling_params(w, s.new_request->sampling);
     }
     w.put_vector(s.new_token_ids);
     w.put_vector(s.new_block_ids);
@@ -83,7 +45,7 @@ bool get_output(dist::WireReader& r, size_t limit, sched::SchedulerOutput* so) {
     if (flags & 1) {
       s.new_request.emplace();
       r.get_vector(&s.new_request->prompt_token_ids);
-      if (!get_sampling(r, &s.new_request->sampling)) return false;
+      if (!sched::read_sampling_params(r, &s.new_request->sampling)) return false;
     }
     r.get_vector(&s.new_token_ids);
     r.get_vector(&s.new_block_ids);

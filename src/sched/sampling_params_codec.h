@@ -1,0 +1,67 @@
+// SamplingParams on the wire, every field, for any writer / reader with dist/wire.h's
+// interface (put / put_vector / put_strings / put_pairs and their getters). A template so that
+// sched needs no dist: the engine's request codec and the workers' step messages share it.
+#pragma once
+
+#include <cstdint>
+
+#include "sched/sampling_params.h"
+
+namespace sched {
+
+template <typename Writer>
+void write_sampling_params(Writer& w, const SamplingParams& p) {
+  w.put(p.temperature);
+  w.put(p.top_p);
+  w.put(p.top_k);
+  w.put(p.min_p);
+  w.template put<uint8_t>(p.seed ? 1 : 0);
+  w.template put<uint64_t>(p.seed.value_or(0));
+  w.put(p.repetition_penalty);
+  w.put(p.presence_penalty);
+  w.put(p.frequency_penalty);
+  w.put(p.max_tokens);
+  w.put(p.min_tokens);
+  w.put_strings(p.stop);
+  w.put_vector(p.stop_token_ids);
+  w.template put<uint8_t>((p.include_stop_str_in_output ? 1 : 0) | (p.ignore_eos ? 2 : 0) |
+                          (p.skip_special_tokens ? 4 : 0));
+  w.template put<int32_t>(p.logprobs.value_or(-1));
+  w.put_pairs(p.logit_bias);
+  w.put_vector(p.all_stop_token_ids);
+}
+
+// False when the bytes run out or do not fit together.
+template <typename Reader>
+bool read_sampling_params(Reader& r, SamplingParams* p) {
+  uint8_t has_seed = 0, flags = 0;
+  uint64_t seed = 0;
+  int32_t logprobs = -1;
+  r.get(&p->temperature);
+  r.get(&p->top_p);
+  r.get(&p->top_k);
+  r.get(&p->min_p);
+  r.get(&has_seed);
+  r.get(&seed);
+  p->seed.reset();
+  if (has_seed) p->seed = seed;
+  r.get(&p->repetition_penalty);
+  r.get(&p->presence_penalty);
+  r.get(&p->frequency_penalty);
+  r.get(&p->max_tokens);
+  r.get(&p->min_tokens);
+  r.get_strings(&p->stop);
+  r.get_vector(&p->stop_token_ids);
+  r.get(&flags);
+  p->include_stop_str_in_output = flags & 1;
+  p->ignore_eos = flags & 2;
+  p->skip_special_tokens = flags & 4;
+  r.get(&logprobs);
+  p->logprobs.reset();
+  if (logprobs >= 0) p->logprobs = logprobs;
+  r.get_pairs(&p->logit_bias);
+  r.get_vector(&p->all_stop_token_ids);
+  return r.ok();
+}
+
+}  // namespace sched
