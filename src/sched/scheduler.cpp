@@ -278,8 +278,13 @@ std::vector<bool> Scheduler::update(const SchedulerOutput& output,
       r->output_token_ids.push_back(sampled[i]);
       appended[i] = true;
     }
-    const auto ids = r->all_token_ids();
-    kv_->cache_full_blocks(r->request_id, ids, r->num_computed_tokens);
+    // Only a step that filled a block has anything to cache: skip copying the token ids (the
+    // whole prompt) on the other decode steps.
+    const int bs = kv_->block_size();
+    if ((s.num_computed_tokens + s.num_scheduled_tokens) / bs > s.num_computed_tokens / bs) {
+      const auto ids = r->all_token_ids();
+      kv_->cache_full_blocks(r->request_id, ids, r->num_computed_tokens);
+    }
   }
   return appended;
 }

@@ -30,6 +30,7 @@ void put_output(dist::WireWriter& w, const sched::SchedulerOutput& so) {
   w.put_vector(so.kv_connector_metadata);
   w.put(so.total_num_scheduled_tokens);
   w.put(so.num_preempted);
+  w.put(so.num_recomputed);
 }
 
 bool get_output(dist::WireReader& r, size_t limit, sched::SchedulerOutput* so) {
@@ -56,6 +57,7 @@ bool get_output(dist::WireReader& r, size_t limit, sched::SchedulerOutput* so) {
   r.get_vector(&so->kv_connector_metadata);
   r.get(&so->total_num_scheduled_tokens);
   r.get(&so->num_preempted);
+  r.get(&so->num_recomputed);
   return r.ok();
 }
 

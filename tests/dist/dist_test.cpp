@@ -170,6 +170,7 @@ TEST(StageProtocolTest, StepRoundTripsAndTruncationIsRejected) {
   step.output.scheduled = {fresh, cached};
   step.output.finished_req_ids = {"gone"};
   step.output.total_num_scheduled_tokens = 4;
+  step.output.num_recomputed = 2;
   step.timings.push_back({0, 1.5, 0.25});
   step.sampled = {sched::SampledToken{5, -0.5f, {{5, -0.5f}, {7, -1.5f}}}, std::nullopt};
   dist::Message m = worker::encode_step(step, {1.0f, 2.0f});
@@ -201,6 +202,7 @@ TEST(StageProtocolTest, StepRoundTripsAndTruncationIsRejected) {
   EXPECT_EQ(b.num_scheduled_tokens, 1);
   EXPECT_EQ(back.output.finished_req_ids, (std::vector<std::string>{"gone"}));
   EXPECT_EQ(back.output.total_num_scheduled_tokens, 4);
+  EXPECT_EQ(back.output.num_recomputed, 2);
   ASSERT_EQ(back.sampled.size(), 2u);
   ASSERT_TRUE(back.sampled[0].has_value());
   EXPECT_EQ(back.sampled[0]->token, 5);
