@@ -22,6 +22,9 @@ struct EngineRequest {
   std::string request_id;  // unique among the engine's live requests
   std::vector<int32_t> prompt_token_ids;
   sched::SamplingParams sampling;
+  // The client's kv_transfer_params (a JSON object's text; empty for none): a PD request's
+  // instructions to the KV connector (do_remote_decode on P, do_remote_prefill on D).
+  std::string kv_transfer_params;
 };
 
 // A generated token with its logprob and the top alternatives (when asked for).
@@ -55,6 +58,9 @@ class EngineClient {
   virtual MetricsSnapshot metrics() const = 0;
   // False once the engine has failed (e.g. a pipeline stage died); it then takes no more work.
   virtual bool is_healthy() const = 0;
+  // A request that carried kv_transfer_params was refused before it reached the engine: the
+  // connector lets the remote side go (a decoder tells the prefiller to free the blocks).
+  virtual void release_kv_transfer(const std::string& kv_transfer_params) = 0;
 };
 
 }  // namespace engine

@@ -96,6 +96,7 @@ void EngineCore::add_request(EngineRequest request, OutputCallback callback) {
   r->request_id = std::move(request.request_id);
   r->prompt_token_ids = std::move(request.prompt_token_ids);
   r->sampling = std::move(request.sampling);
+  r->kv_transfer_params = std::move(request.kv_transfer_params);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
@@ -170,8 +171,8 @@ void EngineCore::loop() {
       // With remote workers, wake up now and then to notice one that died while idle.
       const auto idle = std::chrono::milliseconds(executor_->has_remote_workers() ? 100 : 3600000);
       cv_.wait_for(lock, idle, [&] {
-        return stopping_ || !inbox_.empty() || !aborts_.empty() ||
-               scheduler_.has_unfinished_requests() || !in_flight_.empty();
+        return stopping_ || !inbox_.empty() || !aborts_.empty() || scheduler_.has_requests() ||
+               !in_flight_.empty();
       });
       stopping = stopping_;
       while (!inbox_.empty()) {
@@ -216,7 +217,7 @@ void EngineCore::loop() {
       fail_engine(why);
       continue;
     }
-    if (scheduler_.has_unfinished_requests() || !in_flight_.empty()) step();
+    if (scheduler_.has_requests() || !in_flight_.empty()) step();
   }
 }
 
@@ -258,7 +259,7 @@ void EngineCore::finish(const std::string& id, sched::FinishReason reason, Reque
   out->num_prompt_tokens = t.num_prompt_tokens;
   out->num_output_tokens = r ? static_cast<int64_t>(r->output_token_ids.size()) : 0;
   out->num_cached_tokens = t.num_cached_tokens;
-  if (r) out->kv_transfer_params = r->kv_transfer_params;
+  if (r) out->kv_transfer_params = r->kv_handoff_params;
   if (reason != sched::FinishReason::kAbort) {
     // A matched stop string already cut the text; bytes held by the detokenizer lie past it.
     if (!std::holds_alternative<std::string>(out->stop_reason)) t.text += t.detokenizer->flush();
@@ -330,10 +331,10 @@ bool EngineCore::process_token(const sched::Request& r, Tracked& t, const Sample
   return false;
 }
 
-sched::SchedulerOutput EngineCore::schedule_step() {
+sched::SchedulerOutput EngineCore::schedule_step(bool allow_poll) {
   sched::SchedulerOutput so;
   std::lock_guard<std::mutex> lock(mu_);
-  so = scheduler_.schedule();
+  so = scheduler_.schedule(allow_poll);
   metrics_.preemptions += so.num_preempted;
   if (!so.empty())
     metrics_.iteration_tokens.observe(static_cast<double>(so.total_num_scheduled_tokens));
@@ -357,10 +358,11 @@ sched::SchedulerOutput EngineCore::schedule_step() {
 void EngineCore::step() {
   // vLLM's batch queue: fill the executor up to its depth, then consume the oldest output.
   const size_t depth = static_cast<size_t>(executor_->max_concurrent_batches());
-  while (in_flight_.size() < depth && scheduler_.has_unfinished_requests()) {
-    InFlight f{schedule_step(), 0.0};
+  while (in_flight_.size() < depth && scheduler_.has_requests()) {
+    // A connector-only step (nothing to compute) only when the executor is otherwise idle.
+    InFlight f{schedule_step(/*allow_poll=*/in_flight_.empty()), 0.0};
     if (f.output.num_recomputed > 0) finish_recomputed();
-    if (f.output.empty()) break;
+    if (f.output.empty() && !f.output.kv_connector_poll) break;
     if (predictor_ && predictor_->ready()) {
       for (const auto& s : f.output.scheduled) {
         const sched::Request* r = scheduler_.find_request(s.req_id);
@@ -390,6 +392,28 @@ void EngineCore::step() {
     ++metrics_.cpp_steps;
   }
   complete_step(f.output, *result);
+  if (f.output.kv_connector_poll && result->kv_transfers.empty()) {
+    // Only transfers are pending: look again in a moment, or at once when a request arrives.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(2),
+                 [&] { return stopping_ || !inbox_.empty() || !aborts_.empty(); });
+  }
+}
+
+void EngineCore::finish_load_failures() {
+  std::vector<std::pair<std::unique_ptr<sched::Request>, std::string>> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed = scheduler_.take_load_failures();
+  }
+  for (auto& [r, why] : failed) {
+    if (!tracked_.count(r->request_id)) continue;
+    LOG(WARNING) << "Request " << r->request_id << " failed: its remote KV did not load (" << why
+                 << "); kv_load_failure_policy is 'fail'";
+    RequestOutput out;
+    out.error = "the prompt's KV cache could not be loaded from the prefill instance: " + why;
+    finish(r->request_id, sched::FinishReason::kAbort, &out);
+  }
 }
 
 void EngineCore::finish_recomputed() {
@@ -415,7 +439,7 @@ void EngineCore::finish_recomputed() {
     out.num_prompt_tokens = t.num_prompt_tokens;
     out.num_output_tokens = static_cast<int64_t>(r->output_token_ids.size());
     out.num_cached_tokens = t.num_cached_tokens;
-    out.kv_transfer_params = r->kv_transfer_params;
+    out.kv_transfer_params = r->kv_handoff_params;
     {
       std::lock_guard<std::mutex> lock(mu_);
       metrics_.request_success["stop"]++;
@@ -452,8 +476,17 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
   {
     std::lock_guard<std::mutex> lock(mu_);
     appended = scheduler_.update(so, sampled);
-    scheduler_.update_kv_transfers(result.finished_sending, result.finished_recving);
+    scheduler_.update_kv_transfers(result.kv_transfers);
+    const sched::KvTransferStats& k = result.kv_transfers.stats;
+    sched::KvTransferStats& m = metrics_.kv_transfer;
+    m.bytes_pulled += k.bytes_pulled;
+    m.blocks_pulled += k.blocks_pulled;
+    m.read_seconds += k.read_seconds;
+    m.pulls_failed += k.pulls_failed;
+    m.leases_expired += k.leases_expired;
+    m.pulls_in_flight = k.pulls_in_flight;
   }
+  if (!result.kv_transfers.failed_recving.empty()) finish_load_failures();
   const double now = common::now_seconds();
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     if (!appended[i]) continue;

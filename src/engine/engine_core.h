@@ -53,6 +53,9 @@ class EngineCore : public EngineClient {
   // The CPP predictor (null without profiling_chunk); read it only while the engine is idle.
   const sched::ChunkSizePredictor* chunk_predictor() const { return predictor_.get(); }
   const EngineConfig& config() const { return config_; }
+  void release_kv_transfer(const std::string& kv_transfer_params) override {
+    if (config_.kv_connector) config_.kv_connector->release_unscheduled(kv_transfer_params);
+  }
   bool is_healthy() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return !dead_;
@@ -77,9 +80,11 @@ class EngineCore : public EngineClient {
   void loop();
   void run_profiling_chunk_init();
   // Schedules one step and books its metrics; empty when nothing fits.
-  sched::SchedulerOutput schedule_step();
+  sched::SchedulerOutput schedule_step(bool allow_poll);
   // Reports the requests the recompute scheduler finished (stop_reason "recomputed").
   void finish_recomputed();
+  // Requests whose remote KV failed to load, under kv_load_failure_policy "fail".
+  void finish_load_failures();
   // The step loop: fill the executor up to its depth, then complete the oldest step.
   void step();
   // Updates the scheduler and delivers outputs for an executed step.

@@ -19,6 +19,7 @@ std::vector<uint8_t> encode_request(const EngineRequest& q) {
   w.put_string(q.request_id);
   w.put_vector(q.prompt_token_ids);
   sched::write_sampling_params(w, q.sampling);
+  w.put_string(q.kv_transfer_params);
   return out;
 }
 
@@ -27,7 +28,9 @@ common::Result<EngineRequest> decode_request(const std::vector<uint8_t>& bytes) 
   dist::WireReader r(bytes);
   r.get_string(&q.request_id);
   r.get_vector(&q.prompt_token_ids);
-  if (!sched::read_sampling_params(r, &q.sampling) || !r.at_end()) return malformed("request");
+  if (!sched::read_sampling_params(r, &q.sampling)) return malformed("request");
+  r.get_string(&q.kv_transfer_params);
+  if (!r.ok() || !r.at_end()) return malformed("request");
   return q;
 }
 

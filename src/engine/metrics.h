@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "sched/scheduler_output.h"
+
 namespace engine {
 
 struct Histogram {
@@ -27,7 +29,8 @@ struct Metrics {
   int64_t prefix_cache_hits = 0;
   int64_t external_prefix_cache_hits = 0;  // prompt tokens a KV connector loaded
   int64_t preemptions = 0;
-  int64_t recomputed_requests = 0;  // finished by the recompute scheduler (PD decoder)
+  int64_t recomputed_requests = 0;     // finished by the recompute scheduler (PD decoder)
+  sched::KvTransferStats kv_transfer;  // the KV connector's (pulls_in_flight: the latest)
   std::map<std::string, int64_t> request_success;  // finished_reason -> count
   Histogram ttft{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
                   1,     2.5,   5,    7.5,  10,   20,   40,   80,  160,  640, 2560}};

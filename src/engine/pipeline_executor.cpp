@@ -25,6 +25,7 @@ common::Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(
     return common::invalid_argument("the engine runs on node 0; use --headless elsewhere");
   std::unique_ptr<PipelineExecutor> ex(new PipelineExecutor());
   for (const StageSpec& s : specs) ex->ranges_.emplace_back(s.layer_begin, s.layer_end);
+  ex->kv_aggregator_ = KvOutputAggregator(ex->num_stages());
   ex->busy_seconds_.assign(options.num_stages, 0.0);
   const std::string binary =
       options.worker_binary.empty() ? dist::self_binary() : options.worker_binary;
@@ -171,8 +172,7 @@ common::Result<sched::ModelRunnerOutput> PipelineExecutor::take_oldest() {
   sched::ModelRunnerOutput out;
   out.sampled = std::move(step.sampled);
   out.sampled.resize(f.samples.size());
-  out.finished_sending = std::move(step.finished_sending);
-  out.finished_recving = std::move(step.finished_recving);
+  out.kv_transfers = kv_aggregator_.aggregate(step.transfers);
   for (size_t i = 0; i < out.sampled.size(); ++i) {
     if (f.samples[i] && !out.sampled[i])
       return common::data_loss("the last stage sent no token for a sampling sequence");

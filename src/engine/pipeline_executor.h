@@ -21,6 +21,7 @@
 
 #include "common/status.h"
 #include "engine/executor.h"
+#include "engine/kv_output_aggregator.h"
 #include "worker/stage_launcher.h"
 #include "worker/stage_plan.h"
 #include "worker/stage_protocol.h"
@@ -92,7 +93,8 @@ class PipelineExecutor : public Executor {
   std::vector<double> busy_seconds_;
   std::vector<TraceEvent> trace_;
   std::atomic<bool> tracing_{false};
-  std::deque<InFlight> in_flight_;  // engine thread only
+  std::deque<InFlight> in_flight_;       // engine thread only
+  KvOutputAggregator kv_aggregator_{1};  // engine thread only
   int64_t bytes_sent_ = 0;
 };
 

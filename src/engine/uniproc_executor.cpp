@@ -17,8 +17,7 @@ common::Status UniProcExecutor::submit(const sched::SchedulerOutput& output,
   }
   sched::ModelRunnerOutput out;
   out.sampled = std::move(result->sampled);
-  out.finished_sending = std::move(result->transfers.finished_sending);
-  out.finished_recving = std::move(result->transfers.finished_recving);
+  out.kv_transfers = std::move(result->transfers);
   out.last_stage_ms = out.max_stage_ms = (common::now_seconds() - t0) * 1000.0;
   done_.push_back(std::move(out));
   return {};

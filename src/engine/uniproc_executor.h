@@ -34,6 +34,8 @@ class UniProcExecutor : public Executor {
   common::Result<double> profile_ms(int64_t num_tokens, bool slowest_stage) override;
   std::string failure() const override { return failure_; }
   bool has_remote_workers() const override { return false; }
+  // Whether the runner's KV connector started (ports bound, memory registered).
+  common::Status init_status() const { return runner_.init_status(); }
 
  private:
   worker::ModelRunner runner_;

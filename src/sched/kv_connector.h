@@ -46,6 +46,9 @@ class KvConnectorScheduler {
   // Exactly once per request, before its blocks are freed.
   virtual FinishedHandoff request_finished(const Request& request,
                                            const std::vector<kv::BlockId>& block_ids) = 0;
+  // A request with these kv_transfer_params (JSON text) was refused before the scheduler saw
+  // it: let the remote side go. Thread-safe, unlike the rest (called by API threads).
+  virtual void release_unscheduled(const std::string& /*kv_transfer_params*/) {}
 };
 
 }  // namespace sched

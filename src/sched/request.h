@@ -26,7 +26,8 @@ struct Request {
   double arrival_time = 0;
   int32_t num_preemptions = 0;
   int64_t num_external_tokens = 0;  // of num_cached_tokens, those a KV connector provided
-  std::string kv_transfer_params;   // the KV connector's handoff at finish (JSON), if any
+  std::string kv_transfer_params;   // the client's, for the KV connector (JSON text), if any
+  std::string kv_handoff_params;    // the KV connector's answer at finish (JSON), if any
 
   // What the workers hold of this request: the scheduler's bookkeeping for SchedulerOutput's
   // deltas (sched/scheduler_output.h).

@@ -29,9 +29,9 @@ std::unique_ptr<Request> Scheduler::abort_request(const std::string& request_id)
   waiting_for_remote_kvs_.erase(
       std::remove(waiting_for_remote_kvs_.begin(), waiting_for_remote_kvs_.end(), r),
       waiting_for_remote_kvs_.end());
+  r->finish_reason = FinishReason::kAbort;
   release(r);
   r->status = RequestStatus::kFinished;
-  r->finish_reason = FinishReason::kAbort;
   auto out = std::move(it->second);
   requests_.erase(it);
   return out;
@@ -42,8 +42,10 @@ void Scheduler::release(Request* r) {
   if (connector_ != nullptr) {
     FinishedHandoff h = connector_->request_finished(*r, kv_->block_table(r->request_id));
     delay_free = h.delay_free;
-    r->kv_transfer_params = std::move(h.kv_transfer_params);
+    r->kv_handoff_params = std::move(h.kv_transfer_params);
   }
+  // Its KV is still being loaded: the load may write into the blocks until it reports.
+  if (r->status == RequestStatus::kWaitingForRemoteKvs) delay_free = true;
   if (delay_free) {
     delayed_free_.insert(r->request_id);  // freed when the connector reports it sent
   } else {
@@ -53,17 +55,41 @@ void Scheduler::release(Request* r) {
   r->known_to_workers = false;
 }
 
-void Scheduler::update_kv_transfers(const std::vector<std::string>& finished_sending,
-                                    const std::vector<std::string>& finished_recving) {
-  for (const std::string& id : finished_sending) {
+void Scheduler::update_kv_transfers(const KvTransferReport& report) {
+  for (const std::string& id : report.finished_sending) {
     if (delayed_free_.erase(id)) kv_->free(id);
   }
-  for (const std::string& id : finished_recving) {
+  auto take_waiting = [&](const std::string& id) -> Request* {
+    // A request aborted while its KV was loading kept its blocks until now (the load could
+    // still write into them).
+    if (delayed_free_.erase(id)) kv_->free(id);
     auto it = std::find_if(waiting_for_remote_kvs_.begin(), waiting_for_remote_kvs_.end(),
                            [&](const Request* r) { return r->request_id == id; });
-    if (it == waiting_for_remote_kvs_.end()) continue;
+    if (it == waiting_for_remote_kvs_.end()) return nullptr;
     Request* r = *it;
     waiting_for_remote_kvs_.erase(it);
+    return r;
+  };
+  for (const auto& [id, why] : report.failed_recving) {
+    Request* r = take_waiting(id);
+    if (r == nullptr) continue;
+    r->num_external_tokens = 0;
+    if (config_.recompute_kv_load_failures) {  // the local prefix hits stay; the rest runs here
+      r->num_cached_tokens = r->num_computed_tokens;
+      r->status = RequestStatus::kWaiting;
+      waiting_.push_front(r);
+      continue;
+    }
+    r->status = RequestStatus::kFinished;  // the load is over: the blocks may go now
+    r->finish_reason = FinishReason::kAbort;
+    release(r);
+    auto it = requests_.find(id);
+    load_failures_.emplace_back(std::move(it->second), why);
+    requests_.erase(it);
+  }
+  for (const std::string& id : report.finished_recving) {
+    Request* r = take_waiting(id);
+    if (r == nullptr) continue;
     // vLLM's rule: the loaded blocks count as computed, short of the last token, which must
     // run to produce the first output.
     const int64_t loaded = std::min<int64_t>(
@@ -147,7 +173,7 @@ std::optional<int64_t> Scheduler::dynamic_chunk(const Request& r, int64_t histor
   return std::nullopt;                      // no time left for another prefill chunk
 }
 
-SchedulerOutput Scheduler::schedule() {
+SchedulerOutput Scheduler::schedule(bool allow_poll) {
   // There is no "prefill phase" or "decode phase": each request has num_computed_tokens and
   // num_tokens, and each step grants min(needed, remaining budget). With a chunk predictor
   // (CPP), prefill chunks are also sized to spend a per-step time budget of T milliseconds.
@@ -226,6 +252,7 @@ SchedulerOutput Scheduler::schedule() {
     if (load_async) {  // the blocks now, the KV over later steps
       if (!kv_->allocate_slots(r->request_id, hits + external)) break;
       waiting_.pop_front();
+      r->num_computed_tokens = hits;  // what a failed load falls back to
       connector_->update_state_after_alloc(*r, kv_->block_table(r->request_id), external);
       r->status = RequestStatus::kWaitingForRemoteKvs;
       r->num_external_tokens = external;
@@ -251,7 +278,10 @@ SchedulerOutput Scheduler::schedule() {
     emit(r, n, config_.charge_prefix_hits ? hits : 0);
   }
   for (const auto& s : out.scheduled) out.total_num_scheduled_tokens += s.num_scheduled_tokens;
-  if (!out.empty()) {
+  // Nothing runs, but transfers are pending: a step for the connectors only.
+  out.kv_connector_poll = allow_poll && out.empty() && connector_ != nullptr &&
+                          (!waiting_for_remote_kvs_.empty() || !delayed_free_.empty());
+  if (!out.empty() || out.kv_connector_poll) {
     if (connector_ != nullptr)
       out.kv_connector_metadata = connector_->build_connector_meta(out, *kv_);
     out.finished_req_ids.swap(finished_req_ids_);
@@ -301,9 +331,9 @@ std::unique_ptr<Request> Scheduler::finish_request(const std::string& request_id
   Request* r = it->second.get();
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
+  r->finish_reason = reason;  // the connector's request_finished reads it
   release(r);
   r->status = RequestStatus::kFinished;
-  r->finish_reason = reason;
   auto out = std::move(it->second);
   requests_.erase(it);
   return out;

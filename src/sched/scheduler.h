@@ -32,6 +32,9 @@ struct SchedulerConfig {
   // re-prefills it elsewhere) instead of being preempted and re-prefilled here, and no waiting
   // request is admitted in that step.
   bool recompute_scheduler_enable = false;
+  // kv_load_failure_policy "recompute": a request whose remote KV failed to load computes its
+  // prompt here; false ("fail", vLLM's default) finishes it with an error.
+  bool recompute_kv_load_failures = false;
 };
 
 struct SchedulerStats {
@@ -56,7 +59,8 @@ class Scheduler {
 
   // The next step. Each request's entry carries only what the workers do not hold yet; the
   // ids of requests finished since the last step ride along for the workers to drop.
-  SchedulerOutput schedule();
+  // allow_poll: with nothing to run but KV transfers pending, return a kv_connector_poll step.
+  SchedulerOutput schedule(bool allow_poll = true);
   // Applies a step's results, in the order the steps were scheduled: appends `sampled` tokens
   // (one per scheduled request whose `samples` is true, in order; -1 for none) and caches full
   // blocks. num_computed_tokens was advanced at schedule time, so the next chunk of a prompt can
@@ -66,8 +70,8 @@ class Scheduler {
   std::vector<bool> update(const SchedulerOutput& output, const std::vector<int32_t>& sampled);
   // The KV connector's completed transfers: blocks held for sending are freed; requests whose
   // KV arrived go back to waiting with it counted as computed.
-  void update_kv_transfers(const std::vector<std::string>& finished_sending,
-                           const std::vector<std::string>& finished_recving);
+  // A failed load recomputes or fails the request (SchedulerConfig::recompute_kv_load_failures).
+  void update_kv_transfers(const KvTransferReport& report);
   // Marks a running request finished and frees its blocks; returns it.
   std::unique_ptr<Request> finish_request(const std::string& request_id, FinishReason reason);
 
@@ -76,9 +80,17 @@ class Scheduler {
   // Requests the recompute scheduler finished since the last call (finish_reason stop), for
   // the engine to report with stop_reason "recomputed".
   std::vector<std::unique_ptr<Request>> take_recomputed() { return std::move(recomputed_); }
+  // Requests whose remote KV failed to load and that the policy fails, with why (finish_reason
+  // abort), for the engine to report as errors.
+  std::vector<std::pair<std::unique_ptr<Request>, std::string>> take_load_failures() {
+    return std::move(load_failures_);
+  }
   bool has_unfinished_requests() const {
     return !waiting_.empty() || !running_.empty() || !waiting_for_remote_kvs_.empty();
   }
+  // Unfinished requests, or finished ones whose blocks a KV connector still holds: the engine
+  // keeps stepping (steps with kv_connector_poll when nothing can run) until both are gone.
+  bool has_requests() const { return has_unfinished_requests() || !delayed_free_.empty(); }
   SchedulerStats stats() const;
   const kv::KvCacheManager& kv_cache() const { return *kv_; }
 
@@ -107,6 +119,7 @@ class Scheduler {
   std::vector<std::string> finished_req_ids_;  // for the next step's SchedulerOutput
   std::deque<Request*> waiting_for_remote_kvs_;
   std::vector<std::unique_ptr<Request>> recomputed_;
+  std::vector<std::pair<std::unique_ptr<Request>, std::string>> load_failures_;
   std::unordered_set<std::string> delayed_free_;  // blocks the connector is still sending
   // Per step not yet updated, oldest first: each entry's preemption count when it was scheduled,
   // so that a result computed before a preemption is not applied after the request resumed.

@@ -42,6 +42,8 @@ struct SchedulerOutput {
   int64_t total_num_scheduled_tokens = 0;
   int32_t num_preempted = 0;
   int32_t num_recomputed = 0;  // finished by the recompute scheduler this step
+  // Nothing to compute, but KV transfers are pending: the workers' connectors report on them.
+  bool kv_connector_poll = false;
   bool empty() const { return scheduled.empty(); }
 };
 
@@ -51,13 +53,33 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top_logprobs;  // when requested, best first
 };
 
+// Counters of a worker's KV connector since its last report (summed over pipeline stages).
+struct KvTransferStats {
+  int64_t bytes_pulled = 0;
+  int64_t blocks_pulled = 0;
+  double read_seconds = 0;
+  int64_t pulls_failed = 0;
+  int64_t leases_expired = 0;
+  int64_t pulls_in_flight = 0;  // a gauge: now, not since the last report
+};
+
+// What the workers' KV connectors report after a step (worker/kv_connector.h). With pipeline
+// stages, a request is listed once every stage has reported it.
+struct KvTransferReport {
+  std::vector<std::string> finished_sending;                        // their blocks may be freed now
+  std::vector<std::string> finished_recving;                        // their KV has arrived
+  std::vector<std::pair<std::string, std::string>> failed_recving;  // (id, why): KV is garbage
+  KvTransferStats stats;
+  bool empty() const {
+    return finished_sending.empty() && finished_recving.empty() && failed_recving.empty();
+  }
+};
+
 struct ModelRunnerOutput {
   std::vector<std::optional<SampledToken>> sampled;  // entry i: scheduled[i]'s token, if it samples
-  double last_stage_ms = 0;  // the last pipeline stage's own time for the step
-  double max_stage_ms = 0;   // the slowest stage's time for the step
-  // KV connector transfers that completed (worker/kv_connector.h).
-  std::vector<std::string> finished_sending;
-  std::vector<std::string> finished_recving;
+  double last_stage_ms = 0;       // the last pipeline stage's own time for the step
+  double max_stage_ms = 0;        // the slowest stage's time for the step
+  KvTransferReport kv_transfers;  // the KV connector's, if any
 };
 
 }  // namespace sched

@@ -75,8 +75,11 @@ common::Result<StepResult> ModelRunner::execute_model(const sched::SchedulerOutp
   std::vector<CachedRequestState*> states;
   CP_RETURN_IF_ERROR(states_.apply(output, &states));
   StepResult result;
-  if (output.empty()) return result;
   if (connector_) CP_RETURN_IF_ERROR(connector_->start_load_kv(output.kv_connector_metadata));
+  if (output.empty()) {  // a kv_connector_poll step, or nothing at all
+    if (connector_) result.transfers = connector_->get_finished(output.finished_req_ids);
+    return result;
+  }
   const model::ForwardBatch batch = RequestStates::forward_batch(output, states);
   CP_ASSIGN_OR_RETURN(hidden, run(batch, std::move(hidden), connector_ != nullptr));
   if (connector_) result.transfers = connector_->get_finished(output.finished_req_ids);

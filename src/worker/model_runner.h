@@ -41,6 +41,10 @@ class ModelRunner {
   ModelRunner(const model::DeepseekV3Model& model, const RunnerOptions& options);
 
   bool first() const { return layer_begin_ == 0; }
+  // The KV connector's start-up result (ok without one).
+  common::Status init_status() const {
+    return connector_ ? connector_->init_status() : common::Status{};
+  }
   bool last() const { return layer_end_ == model_.config().num_hidden_layers; }
   bool pin_threads(const std::vector<int>& cpus) { return pool_.pin_threads(cpus); }
   size_t num_requests() const { return states_.size(); }

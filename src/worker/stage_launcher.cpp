@@ -160,6 +160,8 @@ std::vector<std::string> stage_worker_args(const StageSpec& spec, const std::str
   if (!spec.kv_transfer_config.empty()) {
     a.push_back("--kv-transfer-config");
     a.push_back(spec.kv_transfer_config);
+    a.push_back("--kv-dp-rank");
+    a.push_back(std::to_string(spec.kv_dp_rank));
   }
   return a;
 }
@@ -185,6 +187,9 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
     const std::string& v = args[++i];
     if (f == "--kv-transfer-config") {
       out.spec.kv_transfer_config = v;
+    } else if (f == "--kv-dp-rank") {
+      CP_ASSIGN_OR_RETURN(int64_t rank, number(f, v));
+      out.spec.kv_dp_rank = static_cast<int>(rank);
     } else if (f == "--model") {
       out.spec.model_dir = v;
     } else if (f == "--recv") {

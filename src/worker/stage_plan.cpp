@@ -66,6 +66,7 @@ common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
     spec.block_size = o.block_size;
     spec.expanded_kv_cache = o.expanded_kv_cache;
     spec.kv_transfer_config = o.kv_transfer_config;
+    spec.kv_dp_rank = o.kv_dp_rank;
     if (o.pin_stages) {  // the node's k-th stage on cores [k·t, (k+1)·t), wrapping
       const int k = s % per_node;
       for (int t = 0; t < o.threads_per_stage; ++t)

@@ -28,6 +28,7 @@ struct PipelineOptions {
   bool pin_stages = false;  // stage s on cores [s·t, (s+1)·t) of its host
   bool expanded_kv_cache = false;
   std::string kv_transfer_config;  // passed to every stage (empty: no KV connector)
+  int kv_dp_rank = 0;              // the instance's data-parallel rank, for the connector
   PipelineTopology topology;       // num_stages is copied from above
   std::string worker_binary;       // empty: this binary
   double startup_timeout_s = 900;  // all stages (also remote ones) must be up by then

@@ -90,8 +90,15 @@ dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload) 
     w.put(t->logprob);
     w.put_pairs(t->top_logprobs);
   }
-  w.put_strings(step.finished_sending);
-  w.put_strings(step.finished_recving);
+  const sched::KvTransferReport& t = step.transfers;
+  w.put_strings(t.finished_sending);
+  w.put_strings(t.finished_recving);
+  std::vector<std::string> failed_ids, failed_why;
+  for (const auto& [id, why] : t.failed_recving)
+    failed_ids.push_back(id), failed_why.push_back(why);
+  w.put_strings(failed_ids);
+  w.put_strings(failed_why);
+  w.put(t.stats);
   m.data = std::move(payload);
   return m;
 }
@@ -117,8 +124,14 @@ common::Status decode_step(const dist::Message& m, StepEnvelope* step) {
     if (!r.get_pairs(&tok.top_logprobs)) return truncated("step");
     t = std::move(tok);
   }
-  if (!r.get_strings(&step->finished_sending) || !r.get_strings(&step->finished_recving))
+  sched::KvTransferReport& t = step->transfers;
+  std::vector<std::string> failed_ids, failed_why;
+  if (!r.get_strings(&t.finished_sending) || !r.get_strings(&t.finished_recving) ||
+      !r.get_strings(&failed_ids) || !r.get_strings(&failed_why) ||
+      failed_ids.size() != failed_why.size() || !r.get(&t.stats))
     return truncated("step");
+  for (size_t i = 0; i < failed_ids.size(); ++i)
+    t.failed_recving.emplace_back(std::move(failed_ids[i]), std::move(failed_why[i]));
   return r.at_end() ? common::Status{} : truncated("step");
 }
 

@@ -30,7 +30,7 @@ struct StepEnvelope {
   // Set by the last stage: entry i is the token sampled for sequence i (if it samples).
   std::vector<std::optional<sched::SampledToken>> sampled;
   // Set by the last stage: its KV connector's completed transfers.
-  std::vector<std::string> finished_sending, finished_recving;
+  sched::KvTransferReport transfers;  // every stage appends its connector's report
 };
 
 // A CPP profiling probe: stage `stage` times a from-scratch prefill of num_tokens dummy tokens.

@@ -19,6 +19,23 @@
 namespace worker {
 namespace {
 
+// Adds this stage's connector report to what the earlier stages reported for the step.
+void append_report(sched::KvTransferReport mine, sched::KvTransferReport* all) {
+  auto move_all = [](auto& from, auto& to) {
+    to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+  };
+  move_all(mine.finished_sending, all->finished_sending);
+  move_all(mine.finished_recving, all->finished_recving);
+  move_all(mine.failed_recving, all->failed_recving);
+  sched::KvTransferStats& s = all->stats;
+  s.bytes_pulled += mine.stats.bytes_pulled;
+  s.blocks_pulled += mine.stats.blocks_pulled;
+  s.read_seconds += mine.stats.read_seconds;
+  s.pulls_failed += mine.stats.pulls_failed;
+  s.leases_expired += mine.stats.leases_expired;
+  s.pulls_in_flight += mine.stats.pulls_in_flight;
+}
+
 // Messages received ahead of the compute loop, oldest first.
 class Inbox {
  public:
@@ -80,6 +97,10 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
   ro.expanded_kv_cache = spec.expanded_kv_cache;
   ro.kv_connector = std::move(kv_connector);
   ModelRunner runner(*slice, ro);
+  if (auto st = runner.init_status(); !st.ok()) {
+    LOG(ERROR) << name << ": " << st.message();
+    return 1;
+  }
   runner.pin_threads(spec.cpus);
 
   Inbox inbox;
@@ -132,8 +153,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
         step.timings.push_back({spec.stage, t0, common::now_seconds() - t0});
         if (result.ok()) {
           step.sampled = std::move(result->sampled);
-          step.finished_sending = std::move(result->transfers.finished_sending);
-          step.finished_recving = std::move(result->transfers.finished_recving);
+          append_report(std::move(result->transfers), &step.transfers);
           // Only the tokens go back to the engine, which remembers its own steps.
           if (spec.stage + 1 == spec.num_stages) step.output = {};
           st = comm.send(downstream_peer(spec), encode_step(step, std::move(result->hidden)));

@@ -28,6 +28,7 @@ struct StageSpec {
   int block_size = 16;
   bool expanded_kv_cache = false;
   std::string kv_transfer_config;  // --kv-transfer-config JSON (empty: no KV connector)
+  int kv_dp_rank = 0;              // --kv-dp-rank: the instance's data-parallel rank
 };
 
 inline int upstream_peer(const StageSpec& s) {

@@ -394,6 +394,12 @@ TEST(KvConnectorSchedulerTest, SyncLoadCountsAsComputedAndLeavesTheLastToken) {
   EXPECT_EQ(s.find_request("a")->num_external_tokens, 9);
 }
 
+sched::KvTransferReport received(std::vector<std::string> ids) {
+  sched::KvTransferReport r;
+  r.finished_recving = std::move(ids);
+  return r;
+}
+
 TEST(KvConnectorSchedulerTest, AsyncLoadWaitsForRemoteKvThenRuns) {
   kv::KvCacheManager kv(16, 4, false);
   sched::Scheduler s({100, 4, 64}, &kv);
@@ -402,12 +408,15 @@ TEST(KvConnectorSchedulerTest, AsyncLoadWaitsForRemoteKvThenRuns) {
   c.async = true;
   s.set_kv_connector(&c);
   s.add_request(make_request("a", 10));
-  EXPECT_TRUE(s.schedule().empty());  // blocks allocated, nothing runs while the KV arrives
+  auto poll = s.schedule();  // blocks allocated, nothing runs while the KV arrives
+  EXPECT_TRUE(poll.empty());
+  EXPECT_TRUE(poll.kv_connector_poll);  // but the workers' connectors are asked how it goes
+  s.update(poll, {});
   EXPECT_EQ(s.find_request("a")->status, sched::RequestStatus::kWaitingForRemoteKvs);
   EXPECT_EQ(kv.num_free_blocks(), 14);
   EXPECT_TRUE(s.has_unfinished_requests());
-  EXPECT_TRUE(s.schedule().empty());
-  s.update_kv_transfers({}, {"a"});
+  EXPECT_FALSE(s.schedule(/*allow_poll=*/false).kv_connector_poll);
+  s.update_kv_transfers(received({"a"}));
   auto so = s.schedule();
   ASSERT_EQ(so.scheduled.size(), 1u);
   EXPECT_EQ(so.scheduled[0].num_computed_tokens, 8);  // the two loaded blocks
@@ -425,10 +434,77 @@ TEST(KvConnectorSchedulerTest, DelayedFreeHoldsBlocksUntilSent) {
   auto so = s.schedule();
   s.update(so, {5});
   auto r = s.finish_request("a", sched::FinishReason::kLength);
-  EXPECT_EQ(r->kv_transfer_params, R"({"do_remote_prefill": true})");
+  EXPECT_EQ(r->kv_handoff_params, R"({"do_remote_prefill": true})");
   EXPECT_EQ(kv.num_free_blocks(), 14);  // the connector still owns them
-  s.update_kv_transfers({"a"}, {});
+  EXPECT_TRUE(s.has_requests());        // so the engine keeps polling the connectors
+  EXPECT_FALSE(s.has_unfinished_requests());
+  sched::KvTransferReport sent;
+  sent.finished_sending = {"a"};
+  s.update_kv_transfers(sent);
   EXPECT_EQ(kv.num_free_blocks(), 16);
+  EXPECT_FALSE(s.has_requests());
+}
+
+// A remote load that fails: under "recompute" the request computes its whole prompt here.
+TEST(KvConnectorSchedulerTest, FailedLoadRecomputesUnderTheRecomputePolicy) {
+  kv::KvCacheManager kv(16, 4, false);
+  sched::SchedulerConfig config{100, 4, 64};
+  config.recompute_kv_load_failures = true;
+  sched::Scheduler s(config, &kv);
+  FakeConnector c;
+  c.offered = 8;
+  c.async = true;
+  s.set_kv_connector(&c);
+  s.add_request(make_request("a", 10));
+  s.update(s.schedule(), {});
+  sched::KvTransferReport failed;
+  failed.failed_recving = {{"a", "peer gone"}};
+  s.update_kv_transfers(failed);
+  EXPECT_TRUE(s.take_load_failures().empty());
+  auto so = s.schedule();
+  ASSERT_EQ(so.scheduled.size(), 1u);
+  EXPECT_EQ(so.scheduled[0].num_computed_tokens, 0);  // nothing of the load counts
+  EXPECT_EQ(so.scheduled[0].num_scheduled_tokens, 10);
+}
+
+// Under "fail" (vLLM's default) the request leaves with the reason, and its blocks are freed.
+TEST(KvConnectorSchedulerTest, FailedLoadFailsTheRequestUnderTheFailPolicy) {
+  kv::KvCacheManager kv(16, 4, false);
+  sched::Scheduler s({100, 4, 64}, &kv);
+  FakeConnector c;
+  c.offered = 8;
+  c.async = true;
+  s.set_kv_connector(&c);
+  s.add_request(make_request("a", 10));
+  s.update(s.schedule(), {});
+  sched::KvTransferReport failed;
+  failed.failed_recving = {{"a", "peer gone"}};
+  s.update_kv_transfers(failed);
+  auto gone = s.take_load_failures();
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].first->request_id, "a");
+  EXPECT_EQ(gone[0].second, "peer gone");
+  EXPECT_EQ(kv.num_free_blocks(), 16);
+  EXPECT_FALSE(s.has_requests());
+}
+
+// An abort while the KV is loading keeps the blocks until the load reports: it may still be
+// writing into them.
+TEST(KvConnectorSchedulerTest, AbortWhileLoadingFreesOnlyWhenTheLoadReports) {
+  kv::KvCacheManager kv(16, 4, false);
+  sched::Scheduler s({100, 4, 64}, &kv);
+  FakeConnector c;
+  c.offered = 8;
+  c.async = true;
+  s.set_kv_connector(&c);
+  s.add_request(make_request("a", 10));
+  s.update(s.schedule(), {});
+  ASSERT_NE(s.abort_request("a"), nullptr);
+  EXPECT_EQ(kv.num_free_blocks(), 14);
+  EXPECT_TRUE(s.has_requests());
+  s.update_kv_transfers(received({"a"}));
+  EXPECT_EQ(kv.num_free_blocks(), 16);
+  EXPECT_FALSE(s.has_requests());
 }
 
 }  // namespace
