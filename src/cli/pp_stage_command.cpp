@@ -14,6 +14,17 @@
 #include "worker/stage_worker.h"
 
 namespace cli {
+namespace {
+
+transfer::ConnectorPlacement placement(const worker::StageSpec& spec) {
+  transfer::ConnectorPlacement at;
+  at.dp_rank = spec.kv_dp_rank;
+  at.pp_size = spec.num_stages;
+  at.block_size = spec.block_size;
+  return at;
+}
+
+}  // namespace
 
 int run_pp_stage_command(int argc, char** argv) {
   const std::vector<std::string> args(argv + 2, argv + argc);
@@ -47,7 +58,7 @@ int run_pp_stage_command(int argc, char** argv) {
     if (!spec.kv_transfer_config.empty()) {
       auto config = transfer::parse_kv_transfer_config(spec.kv_transfer_config);
       auto made = config.ok()
-                      ? transfer::make_worker_connector(*config)
+                      ? transfer::make_worker_connector(*config, placement(spec), spec.stage)
                       : common::Result<std::shared_ptr<worker::KvConnectorWorker>>(config.status());
       if (!made.ok()) {
         LOG(ERROR) << made.status().message();

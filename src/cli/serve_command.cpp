@@ -195,9 +195,18 @@ struct ServePlan {
   bool headless = false;              // this node runs stages only (node_rank > 0)
   std::string kv_transfer_config;     // --kv-transfer-config as given (empty: none)
   transfer::KvTransferConfig kv_transfer;
+  int data_parallel_rank = 0;  // --data-parallel-rank (the pull connector's port offset)
 };
 
 namespace {
+
+transfer::ConnectorPlacement connector_placement(const ServePlan& plan) {
+  transfer::ConnectorPlacement at;
+  at.dp_rank = plan.data_parallel_rank;
+  at.pp_size = plan.pipeline_parallel_size;
+  at.block_size = plan.engine.block_size;
+  return at;
+}
 
 common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   plan->model_dir = p.positional("MODEL");
@@ -313,6 +322,13 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     CP_ASSIGN_OR_RETURN(plan->kv_transfer,
                         transfer::parse_kv_transfer_config(plan->kv_transfer_config));
     const transfer::KvTransferConfig& kt = plan->kv_transfer;
+    plan->engine.scheduler.recompute_kv_load_failures = kt.kv_load_failure_policy == "recompute";
+    if (p.given("data-parallel-rank")) {
+      CP_ASSIGN_OR_RETURN(int64_t rank, p.int_option("data-parallel-rank", 0));
+      if (rank < 0 || rank > 4095)
+        return common::invalid_argument("--data-parallel-rank must be in [0, 4095]");
+      plan->data_parallel_rank = static_cast<int>(rank);
+    }
     if (kt.kv_connector == transfer::kMooncakeConnector) {
       LOG(INFO) << "kv_connector MooncakeConnectorV1 maps to chunkpipe's pull connector (D reads "
                    "the prompt's KV blocks from P)";
@@ -322,10 +338,9 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
             "--kv-transfer-config: 'kv_connector_extra_config.prefill.pp_size' is " +
             std::to_string(kt.prefill->pp_size) + " but --pipeline-parallel-size is " +
             std::to_string(pp));
-      return unbuilt("prefill-decode disaggregation (the pull connector's KV transfer)",
-                     "planned: PD");
     }
-    if (kt.kv_connector != "SharedStorageConnector")
+    if (kt.kv_connector != "SharedStorageConnector" &&
+        kt.kv_connector != transfer::kMooncakeConnector)
       return common::invalid_argument("--kv-transfer-config: kv_connector '" + kt.kv_connector +
                                       "' is not available; chunkpipe has SharedStorageConnector "
                                       "and MooncakeConnectorV1");
@@ -496,6 +511,7 @@ worker::PipelineOptions pipeline_options(const ServePlan& plan) {
   o.expanded_kv_cache = plan.engine.expanded_kv_cache;
   o.topology = plan.topology;
   o.kv_transfer_config = plan.kv_transfer_config;
+  o.kv_dp_rank = plan.data_parallel_rank;
   return o;
 }
 
@@ -701,8 +717,9 @@ int run_serve_command(int argc, char** argv) {
   worker::RunnerOptions runner = engine::runner_options(plan.engine);
   if (!plan.kv_transfer_config.empty()) {
     auto sched_side =
-        transfer::make_scheduler_connector(plan.kv_transfer, mc, plan.engine.block_size);
-    auto worker_side = transfer::make_worker_connector(plan.kv_transfer);
+        transfer::make_scheduler_connector(plan.kv_transfer, mc, connector_placement(plan));
+    auto worker_side = transfer::make_worker_connector(plan.kv_transfer, connector_placement(plan),
+                                                       /*pp_rank=*/0);
     if (!sched_side.ok() || !worker_side.ok()) {
       LOG(ERROR) << (sched_side.ok() ? worker_side.status() : sched_side.status()).message();
       return 1;
@@ -714,8 +731,12 @@ int run_serve_command(int argc, char** argv) {
   }
   std::unique_ptr<engine::EngineCore> engine_ptr;
   if (plan.pipeline_parallel_size == 1) {
-    engine_ptr = std::make_unique<engine::EngineCore>(
-        std::make_unique<engine::UniProcExecutor>(*whole_model, runner), **tok, plan.engine);
+    auto executor = std::make_unique<engine::UniProcExecutor>(*whole_model, runner);
+    if (auto st = executor->init_status(); !st.ok()) {
+      LOG(ERROR) << st.message();
+      return 1;
+    }
+    engine_ptr = std::make_unique<engine::EngineCore>(std::move(executor), **tok, plan.engine);
   } else {
     auto pipeline = engine::PipelineExecutor::create(pipeline_options(plan));
     if (!pipeline.ok()) {

@@ -317,9 +317,20 @@ HttpResponse ApiServer::handle_detokenize(const HttpRequest& req) const {
 
 void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
   const HttpRequest& req = ex->request();
-  auto fail = [&](const api::ApiError& e) { ex->respond(error_response(e)); };
   json body;
+  std::string kv_transfer_params;  // a PD request's (JSON text)
+  auto fail = [&](const api::ApiError& e) {
+    // A decoder that refuses a request P prefilled for it must still let P free the blocks.
+    if (!kv_transfer_params.empty()) engine_.release_kv_transfer(kv_transfer_params);
+    ex->respond(error_response(e));
+  };
   if (auto e = api::parse_json_body(req.body, &body)) return fail(*e);
+  if (body.is_object() && body.contains("kv_transfer_params") &&
+      !body["kv_transfer_params"].is_null()) {
+    if (!body["kv_transfer_params"].is_object())
+      return fail(api::bad_request("'kv_transfer_params' must be an object"));
+    kv_transfer_params = body["kv_transfer_params"].dump();
+  }
   api::CommonRequestFields f;
   const auto endpoint = chat ? api::Endpoint::kChat : api::Endpoint::kCompletions;
   if (auto e = api::parse_common_fields(body, endpoint, config_.max_logprobs,
@@ -460,6 +471,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
       r.prompt_token_ids = prompts[p];
       r.sampling = f.sampling;
       r.sampling.max_tokens = max_tokens_per_prompt[p];
+      r.kv_transfer_params = kv_transfer_params;
       if (r.sampling.seed && f.n > 1) *r.sampling.seed += k;  // distinct samples per choice
       plan.choices.push_back(std::move(c));
       plan.requests.push_back(std::move(r));

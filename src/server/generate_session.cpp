@@ -176,6 +176,7 @@ void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
   if (plan_.want_logprobs)
     c.logprobs.insert(c.logprobs.end(), o.new_logprobs.begin(), o.new_logprobs.end());
   if (o.finished) {
+    c.kv_transfer_params = o.kv_transfer_params;
     c.finish_reason = o.finish_reason;
     c.stop_reason = api::stop_reason_json(o.stop_reason);
     c.error = o.error;
@@ -326,6 +327,12 @@ void GenerateSession::respond_whole() {
               {"usage", api::usage_json(prompt_total, completion_total)},
               {"prompt_logprobs", nullptr},
               {"kv_transfer_params", nullptr}};
+  // P's answer to a PD proxy: where D finds the prompt's KV (the first choice's).
+  const std::string& handoff = plan_.choices.front().kv_transfer_params;
+  if (!handoff.empty()) {
+    json params = json::parse(handoff, nullptr, /*allow_exceptions=*/false);
+    if (!params.is_discarded()) out["kv_transfer_params"] = std::move(params);
+  }
   if (plan_.chat)  // chat puts the prompt's ids at the top level
     out["prompt_token_ids"] =
         plan_.return_token_ids ? json(plan_.choices.front().prompt_token_ids) : json(nullptr);

@@ -39,6 +39,7 @@ struct GenerateChoice {
   sched::FinishReason finish_reason = sched::FinishReason::kNone;
   nlohmann::json stop_reason = nullptr;
   std::string error;  // the engine failed (e.g. a pipeline stage died) before finishing
+  std::string kv_transfer_params;  // the KV connector's handoff (JSON), when finished
 };
 
 struct GeneratePlan {

@@ -86,6 +86,22 @@ std::string render_metrics(const engine::MetricsSnapshot& s, const std::string& 
             "Requests a PD decoder without KV slots finished with stop_reason \"recomputed\" "
             "for the proxy to re-prefill (vllm-ascend's recompute scheduler).",
             double(m.recomputed_requests));
+  const sched::KvTransferStats& kv = m.kv_transfer;
+  w.counter("chunkpipe:kv_pull_bytes", "Bytes of KV cache this decoder pulled from prefillers.",
+            double(kv.bytes_pulled));
+  w.counter("chunkpipe:kv_pull_blocks",
+            "KV blocks (per layer) this decoder pulled from prefillers.", double(kv.blocks_pulled));
+  w.counter("chunkpipe:kv_pull_seconds", "Seconds spent reading remote KV blocks.",
+            kv.read_seconds);
+  w.counter("chunkpipe:kv_pull_failures",
+            "Remote KV loads that failed or timed out (the request recomputed or failed).",
+            double(kv.pulls_failed));
+  w.gauge("chunkpipe:kv_pulls_in_flight", "Remote KV loads in progress.",
+          double(kv.pulls_in_flight));
+  w.counter("chunkpipe:kv_leases_expired",
+            "Prefilled requests whose blocks were freed because no decoder released them in "
+            "time (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT).",
+            double(kv.leases_expired));
   w.counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
             double(m.preemptions));
   w.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", double(m.prompt_tokens));

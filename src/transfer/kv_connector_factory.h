@@ -12,11 +12,21 @@
 
 namespace transfer {
 
-// The scheduler side, for a model with `model` dims and KV blocks of block_size tokens.
+// Where this instance sits: its data-parallel rank and pipeline layout (for the pull
+// connector's side-channel ports).
+struct ConnectorPlacement {
+  int dp_rank = 0;
+  int pp_size = 1;
+  int tp_size = 1;
+  int block_size = 16;
+};
+
+// The scheduler side, for a model with `model` dims.
 common::Result<std::shared_ptr<sched::KvConnectorScheduler>> make_scheduler_connector(
-    const KvTransferConfig& config, const model::ModelConfig& model, int block_size);
-// The worker side (one per stage process).
+    const KvTransferConfig& config, const model::ModelConfig& model,
+    const ConnectorPlacement& placement);
+// The worker side (one per stage process) of pipeline stage pp_rank.
 common::Result<std::shared_ptr<worker::KvConnectorWorker>> make_worker_connector(
-    const KvTransferConfig& config);
+    const KvTransferConfig& config, const ConnectorPlacement& placement, int pp_rank);
 
 }  // namespace transfer

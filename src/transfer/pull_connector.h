@@ -1,0 +1,108 @@
+// The pull connector (chunkpipe's MooncakeConnectorV1): D pulls the prompt's KV from P.
+// PullScheduler, the scheduler side: on P (kv_producer) a request that arrived with
+// do_remote_decode and ended length-capped keeps its blocks and answers kv_transfer_params
+// naming them; on D (kv_consumer) a request carrying do_remote_prefill gets blocks for its
+// prompt and waits (kWaitingForRemoteKvs) while its worker loads them; a D request that never
+// got blocks still releases P's (DONE, on the releaser's thread). kv_both does both.
+// PullWorker, the worker side: a PullSender on P, a PullReceiver on D (pull_sender.h,
+// pull_receiver.h). The scheduler side is single-threaded except release_unscheduled.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "sched/kv_connector.h"
+#include "transfer/pull_protocol.h"
+#include "transfer/pull_receiver.h"
+#include "transfer/pull_sender.h"
+#include "worker/kv_connector.h"
+
+namespace transfer {
+
+struct PullOptions {
+  bool producer = false, consumer = false;
+  std::string engine_id;
+  std::string host;           // how peers reach this instance (host_ip())
+  int side_channel_port = 0;  // kv_port + dp_rank * tp * pp
+  int tp_size = 1, pp_size = 1;
+  int remote_tp_size = 1, remote_pp_size = 1;  // kv_connector_extra_config.prefill
+  int block_size = 16;
+  double lease_seconds = 480;           // VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT
+  int64_t transfer_timeout_ms = 33064;  // ASCEND_TRANSFER_TIMEOUT
+};
+
+// Sends DONE for requests whose blocks a decoder will never read, on its own thread.
+class PullReleaser {
+ public:
+  PullReleaser();
+  ~PullReleaser();
+  void release(const PullParams& remote, int default_tp, int default_pp);
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::deque<PullParams> queue_;
+  std::thread thread_;
+};
+
+class PullScheduler : public sched::KvConnectorScheduler {
+ public:
+  explicit PullScheduler(PullOptions options) : o_(std::move(options)) {}
+
+  std::optional<sched::MatchedTokens> get_num_new_matched_tokens(
+      const sched::Request& request, int64_t num_computed_tokens) override;
+  void update_state_after_alloc(const sched::Request& request,
+                                const std::vector<kv::BlockId>& block_ids,
+                                int64_t num_external_tokens) override;
+  std::vector<uint8_t> build_connector_meta(const sched::SchedulerOutput& output,
+                                            const kv::KvCacheManager& kv) override;
+  sched::FinishedHandoff request_finished(const sched::Request& request,
+                                          const std::vector<kv::BlockId>& block_ids) override;
+  void release_unscheduled(const std::string& kv_transfer_params) override;
+
+ private:
+  struct Remote {
+    PullParams params;
+    bool pending = true;  // no blocks yet: finishing now must release P
+  };
+  // The request's do_remote_prefill params, parsed once; null when it has none.
+  Remote* remote_of(const sched::Request& request);
+  void release(const PullParams& params);
+
+  PullOptions o_;
+  std::unordered_map<std::string, Remote> remotes_;  // consumer: requests that pull
+  PullStepMeta next_;                                // for the next step
+  std::unique_ptr<PullReleaser> releaser_;           // made on first use
+  std::mutex release_mu_;                            // guards releaser_ creation
+};
+
+class PullWorker : public worker::KvConnectorWorker {
+ public:
+  // pp_rank: this worker's pipeline stage (its side-channel port follows from it).
+  PullWorker(PullOptions options, int pp_rank) : o_(std::move(options)), pp_rank_(pp_rank) {}
+
+  void register_kv_cache(model::LatentKvCache* cache, int layer_begin, int layer_end) override;
+  common::Status init_status() const override { return init_; }
+  common::Status start_load_kv(const std::vector<uint8_t>& metadata) override;
+  void wait_for_layer_load(int /*layer*/) override {}
+  common::Status save_kv_layer(int /*layer*/) override { return {}; }
+  common::Status wait_for_save() override { return {}; }
+  worker::FinishedTransfers get_finished(const std::vector<std::string>& finished) override;
+
+ private:
+  PullOptions o_;
+  int pp_rank_;
+  common::Status init_;
+  std::unique_ptr<PullSender> sender_;
+  std::unique_ptr<PullReceiver> receiver_;
+};
+
+}  // namespace transfer

@@ -1,0 +1,119 @@
+// The prefill worker's side-channel thread and its block leases.
+#include "transfer/pull_sender.h"
+
+#include <random>
+
+#include "common/logging.h"
+#include "common/timer.h"
+#include "transfer/side_channel.h"
+#include "transfer/ucx_transport.h"
+
+namespace transfer {
+
+common::Result<std::unique_ptr<PullSender>> PullSender::start(PullSenderOptions options,
+                                                              model::LatentKvCache* cache,
+                                                              int layer_begin, int layer_end) {
+  std::unique_ptr<PullSender> s(new PullSender(std::move(options)));
+  CP_ASSIGN_OR_RETURN(s->ucx_, UcxTransport::create());
+  AgentMetadata meta;
+  meta.engine_id = s->options_.engine_id;
+  meta.incarnation = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
+  meta.ucx_address = s->ucx_->address();
+  meta.block_size = cache->block_size();
+  meta.row_dim = cache->row_dim();
+  meta.num_blocks = cache->num_blocks();
+  meta.layer_begin = layer_begin;
+  meta.layer_end = layer_end;
+  const size_t layer_bytes = size_t(meta.num_blocks) * size_t(meta.block_bytes());
+  for (int l = layer_begin; l < layer_end; ++l) {
+    CP_ASSIGN_OR_RETURN(Bytes key, s->ucx_->register_region(cache->layer(l), layer_bytes));
+    meta.layer_base.push_back(reinterpret_cast<uint64_t>(cache->layer(l)));
+    meta.rkeys.push_back(std::move(key));
+  }
+  s->metadata_ = encode_metadata(meta);
+  CP_ASSIGN_OR_RETURN(s->server_, SideChannelServer::bind(s->options_.bind_host, s->options_.port));
+  LOG(INFO) << "KV side channel on " << s->server_->endpoint() << " serving layers [" << layer_begin
+            << ", " << layer_end << ")";
+  // The thread owns the UCX worker and the socket from here on.
+  s->thread_ = std::thread([p = s.get()] { p->serve_loop(); });
+  return s;
+}
+
+PullSender::~PullSender() {
+  stopping_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void PullSender::serve_loop() {
+  while (!stopping_) {
+    server_->serve(50, ucx_->wait_fd(), [this](const Bytes& r) { return handle(r); });
+    // Over TCP, UCX serves a peer's read from this side: progress until there is nothing
+    // left, then arm the wakeup fd before sleeping on it again.
+    do {
+      ucx_->progress();
+    } while (ucx_->wait_fd() >= 0 && !ucx_->arm());
+  }
+}
+
+Bytes PullSender::handle(const Bytes& request) {
+  SideRequest kind;
+  std::string id;
+  if (!decode_side_request(request, &kind, &id)) return {};
+  if (kind == SideRequest::kGetMeta) return metadata_;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (leases_.erase(id)) {
+    finished_.push_back(id);
+  } else if (expired_.count(id)) {
+    LOG(WARNING) << "DONE for request " << id << " after its lease expired";
+    const std::string text = kExpired;
+    return Bytes(text.begin(), text.end());
+  } else {
+    // The decoder read before this worker heard of the lease (the scheduler already holds the
+    // blocks, since P answers only after that); the lease ends as soon as it is added.
+    early_done_[id] = common::now_seconds();
+  }
+  const std::string text = kAck;
+  return Bytes(text.begin(), text.end());
+}
+
+void PullSender::add_leases(const std::vector<std::string>& request_ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = common::now_seconds();
+  for (const std::string& id : request_ids) {
+    if (early_done_.erase(id)) {
+      finished_.push_back(id);
+    } else {
+      leases_[id] = now + options_.lease_seconds;
+    }
+  }
+}
+
+void PullSender::take_finished(std::vector<std::string>* finished, sched::KvTransferStats* stats) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = common::now_seconds();
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second > now) {
+      ++it;
+      continue;
+    }
+    LOG(WARNING) << "Force freed expired request " << it->first << ": no decoder sent DONE within "
+                 << options_.lease_seconds << " s";
+    finished_.push_back(it->first);
+    expired_[it->first] = now;
+    ++leases_expired_;
+    it = leases_.erase(it);
+  }
+  // Forget stray DONEs and expiries after another lease period.
+  auto prune = [&](std::unordered_map<std::string, double>& m) {
+    for (auto it = m.begin(); it != m.end();)
+      it = now - it->second > options_.lease_seconds ? m.erase(it) : std::next(it);
+  };
+  prune(early_done_);
+  prune(expired_);
+  finished->insert(finished->end(), finished_.begin(), finished_.end());
+  finished_.clear();
+  stats->leases_expired += leases_expired_;
+  leases_expired_ = 0;
+}
+
+}  // namespace transfer

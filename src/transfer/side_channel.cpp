@@ -1,0 +1,131 @@
+// ZeroMQ ROUTER server and REQ client of the pull connector's side channel.
+#include "transfer/side_channel.h"
+
+#include <zmq.h>
+
+#include <cerrno>
+#include <thread>
+
+namespace transfer {
+namespace {
+
+void* context() {
+  static void* ctx = zmq_ctx_new();  // process-wide, never destroyed (sockets linger 0)
+  return ctx;
+}
+
+std::string zmq_error() {
+  return zmq_strerror(zmq_errno());
+}
+
+void set_int(void* socket, int option, int value) {
+  zmq_setsockopt(socket, option, &value, sizeof(value));
+}
+
+bool recv_frame(void* socket, Bytes* out, bool* more, int flags) {
+  zmq_msg_t msg;
+  zmq_msg_init(&msg);
+  if (zmq_msg_recv(&msg, socket, flags) < 0) {
+    zmq_msg_close(&msg);
+    return false;
+  }
+  const auto* p = static_cast<const uint8_t*>(zmq_msg_data(&msg));
+  out->assign(p, p + zmq_msg_size(&msg));
+  *more = zmq_msg_more(&msg) != 0;
+  zmq_msg_close(&msg);
+  return true;
+}
+
+}  // namespace
+
+common::Result<std::unique_ptr<SideChannelServer>> SideChannelServer::bind(const std::string& host,
+                                                                           int port) {
+  std::unique_ptr<SideChannelServer> s(new SideChannelServer());
+  s->endpoint_ = "tcp://" + host + ":" + std::to_string(port);
+  s->socket_ = zmq_socket(context(), ZMQ_ROUTER);
+  if (s->socket_ == nullptr) return common::invalid_argument("zmq_socket: " + zmq_error());
+  set_int(s->socket_, ZMQ_LINGER, 0);
+  if (zmq_bind(s->socket_, s->endpoint_.c_str()) != 0)
+    return common::invalid_argument("cannot bind the KV side channel at " + s->endpoint_ + ": " +
+                                    zmq_error());
+  return s;
+}
+
+SideChannelServer::~SideChannelServer() {
+  if (socket_ != nullptr) zmq_close(socket_);
+}
+
+bool SideChannelServer::serve(int timeout_ms, int extra_fd,
+                              const std::function<Bytes(const Bytes&)>& handler) {
+  zmq_pollitem_t items[2] = {{socket_, 0, ZMQ_POLLIN, 0}, {nullptr, extra_fd, ZMQ_POLLIN, 0}};
+  const int n = zmq_poll(items, extra_fd >= 0 ? 2 : 1, timeout_ms);
+  if (n <= 0) return false;
+  // Frames: [identity, "", payload]. Anything else is dropped without an answer.
+  while (true) {
+    Bytes identity, frame, payload;
+    bool more = false;
+    if (!recv_frame(socket_, &identity, &more, ZMQ_DONTWAIT)) break;
+    std::vector<Bytes> frames;
+    while (more && recv_frame(socket_, &frame, &more, 0)) frames.push_back(frame);
+    if (frames.size() != 2 || !frames[0].empty()) continue;
+    const Bytes reply = handler(frames[1]);
+    zmq_send(socket_, identity.data(), identity.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(socket_, nullptr, 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+    zmq_send(socket_, reply.data(), reply.size(), ZMQ_DONTWAIT);
+  }
+  return extra_fd >= 0 && (items[1].revents & ZMQ_POLLIN) != 0;
+}
+
+SideChannelClient::~SideChannelClient() {
+  for (auto& [endpoint, socket] : sockets_) zmq_close(socket);
+}
+
+void* SideChannelClient::socket_for(const std::string& endpoint) {
+  auto it = sockets_.find(endpoint);
+  if (it != sockets_.end()) return it->second;
+  void* s = zmq_socket(context(), ZMQ_REQ);
+  if (s == nullptr) return nullptr;
+  set_int(s, ZMQ_LINGER, 0);
+  set_int(s, ZMQ_SNDTIMEO, timeout_ms_);
+  set_int(s, ZMQ_RCVTIMEO, timeout_ms_);
+  if (zmq_connect(s, endpoint.c_str()) != 0) {
+    zmq_close(s);
+    return nullptr;
+  }
+  sockets_[endpoint] = s;
+  return s;
+}
+
+void SideChannelClient::close(const std::string& endpoint) {
+  auto it = sockets_.find(endpoint);
+  if (it == sockets_.end()) return;
+  zmq_close(it->second);
+  sockets_.erase(it);
+}
+
+common::Result<Bytes> SideChannelClient::call(const std::string& host, int port,
+                                              const Bytes& request) {
+  const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
+  std::string error = "no attempt";
+  for (int attempt = 0; attempt < tries_; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    void* s = socket_for(endpoint);
+    if (s == nullptr) {
+      error = zmq_error();
+      continue;
+    }
+    Bytes reply;
+    bool more = false;
+    if (zmq_send(s, request.data(), request.size(), 0) < 0 || !recv_frame(s, &reply, &more, 0)) {
+      error = zmq_errno() == EAGAIN ? "no answer within " + std::to_string(timeout_ms_) + " ms"
+                                    : zmq_error();
+      close(endpoint);  // a REQ socket that missed its reply cannot be reused
+      continue;
+    }
+    return reply;
+  }
+  return common::Status(common::StatusCode::kInternal,
+                        "KV side channel " + endpoint + ": " + error);
+}
+
+}  // namespace transfer
