@@ -21,6 +21,7 @@ declare -A allowed=(
   [api]="common sched tokenizer"
   [server]="common api tokenizer engine"
   [httpclient]="common"
+  [proxy]="common server httpclient"
   [bench]="common tokenizer httpclient"
   [cli]="*"
 )
@@ -49,6 +50,9 @@ while IFS= read -r -d '' file; do
     name="$(basename "$rel")"
     if [ "$module" = engine ] && [ "$dep" = worker ] && [[ "$name" != *_executor.* ]]; then
       report "$rel includes $header: in engine/ only the executors may include worker/"
+    fi
+    if [ "$module" = proxy ] && [ "$dep" = server ] && [ "$header" != server/http_server.h ]; then
+      report "$rel includes $header: proxy/ uses only server/'s HTTP transport"
     fi
     if [ "$module" = server ] && [ "$dep" = engine ] &&
       [ "$header" != engine/engine_client.h ] && [ "$header" != engine/metrics.h ]; then

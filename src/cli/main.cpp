@@ -14,6 +14,8 @@ void print_usage() {
       "      OpenAI-compatible server (chat, completions, streaming, metrics)\n"
       "  bench serve|latency|throughput [flags of vllm bench]\n"
       "      load generator with vLLM's figures; in-process latency / throughput\n"
+      "  proxy [flags of load_balance_proxy_server_example.py]\n"
+      "      PD load-balancing proxy: prefill on one instance, decode on another\n"
       "  logits MODEL --ids 1,2,3 [--all] [--mtp] [--chunk N] [--out FILE]\n"
       "      print a checkpoint's logits as JSON (parity with shared/reference/dsv3_ref.py)\n"
       "  tokenize DIR [--json-lines] [--bos] [--decode]\n"
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(argv[1], "make-model") == 0) return cli::run_make_model_command(argc, argv);
   if (std::strcmp(argv[1], "serve") == 0) return cli::run_serve_command(argc, argv);
   if (std::strcmp(argv[1], "bench") == 0) return cli::run_bench_command(argc, argv);
+  if (std::strcmp(argv[1], "proxy") == 0) return cli::run_proxy_command(argc, argv);
   // Internal: a pipeline-stage process started by `serve`.
   if (std::strcmp(argv[1], "pp-stage") == 0) return cli::run_pp_stage_command(argc, argv);
   std::fprintf(stderr, "chunkpipe: error: unknown command '%s'\n", argv[1]);

@@ -66,6 +66,9 @@ constexpr Route kRoutes[] = {
     {"/v1/models", "GET", true},
     {"/v1/completions", "POST", true},
     {"/v1/chat/completions", "POST", true},
+    // chunkpipe's: a PD proxy whose client left between the legs hands P's kv_transfer_params
+    // to a decoder, which tells P to free the blocks.
+    {"/v1/kv_transfer/release", "POST", true},
 };
 
 // An optional boolean field, or an error naming it.
@@ -209,6 +212,16 @@ void ApiServer::handle(std::shared_ptr<HttpExchange> ex) {
     return ex->respond(std::move(r));
   }
   if (path == "/v1/models") return ex->respond(models_response());
+  if (path == "/v1/kv_transfer/release") {
+    json body;
+    if (auto e = api::parse_json_body(req.body, &body)) return ex->respond(error_response(*e));
+    if (!body.is_object() || !body.contains("kv_transfer_params") ||
+        !body["kv_transfer_params"].is_object())
+      return ex->respond(
+          error_response(api::bad_request("'kv_transfer_params' (an object) is required")));
+    engine_.release_kv_transfer(body["kv_transfer_params"].dump());
+    return ex->respond(json_response(200, {{"status", "ok"}}));
+  }
   if (stopping_) {
     return ex->respond(
         error_response({503, "The server is shutting down", "ServiceUnavailableError"}));

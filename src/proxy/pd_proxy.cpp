@@ -1,0 +1,547 @@
+// The proxy's routes and the two-leg PD flow with retries and recompute.
+#include "proxy/pd_proxy.h"
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "common/logging.h"
+#include "httpclient/http_call.h"
+#include "proxy/sse_splitter.h"
+
+namespace proxy {
+namespace {
+
+using nlohmann::json;
+using server::HttpExchange;
+using server::HttpResponse;
+
+std::string uuid4() {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                          (uint64_t(std::random_device{}()) << 32));
+  const uint64_t a = rng(), b = rng();
+  char s[37];
+  std::snprintf(s, sizeof(s), "%08x-%04x-4%03x-%04x-%012llx", unsigned(a >> 32),
+                unsigned((a >> 16) & 0xffff), unsigned(a & 0xfff),
+                unsigned(0x8000 | ((b >> 48) & 0x3fff)),
+                static_cast<unsigned long long>(b & 0xffffffffffffULL));
+  return s;
+}
+
+HttpResponse json_reply(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body.dump();
+  return r;
+}
+
+HttpResponse error_reply(int status, const std::string& message) {
+  const char* type = status == 400 ? "BadRequestError"
+                     : status == 404 ? "NotFoundError"
+                                     : "ServiceUnavailableError";
+  return json_reply(status, {{"error",
+                              {{"message", message},
+                               {"type", type},
+                               {"param", nullptr},
+                               {"code", status}}}});
+}
+
+std::string sse(const json& chunk) { return "data: " + chunk.dump() + "\n\n"; }
+
+// The body P gets: one token, no stream, and the instruction to keep the KV for a decoder.
+json prefill_body(const json& request) {
+  json p = request;
+  p["stream"] = false;
+  p["max_tokens"] = 1;
+  p["min_tokens"] = 1;
+  if (p.contains("max_completion_tokens")) p["max_completion_tokens"] = 1;
+  p.erase("stream_options");
+  p["kv_transfer_params"] = {{"do_remote_decode", true}, {"do_remote_prefill", false},
+                             {"remote_engine_id", nullptr}, {"remote_block_ids", nullptr},
+                             {"remote_host", nullptr},      {"remote_port", nullptr}};
+  return p;
+}
+
+// What a leg's answer (a whole response or one stream chunk) says about choice 0.
+struct ChoiceDelta {
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<int32_t> prompt_token_ids;
+  bool recomputed = false;
+};
+
+ChoiceDelta read_choice(const json& j, bool chat, bool stream) {
+  ChoiceDelta d;
+  if (j.contains("prompt_token_ids") && j["prompt_token_ids"].is_array())
+    d.prompt_token_ids = j["prompt_token_ids"].get<std::vector<int32_t>>();
+  if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return d;
+  const json& c = j["choices"][0];
+  if (c.contains("stop_reason") && c["stop_reason"] == "recomputed") d.recomputed = true;
+  if (c.contains("token_ids") && c["token_ids"].is_array())
+    d.token_ids = c["token_ids"].get<std::vector<int32_t>>();
+  if (c.contains("prompt_token_ids") && c["prompt_token_ids"].is_array())
+    d.prompt_token_ids = c["prompt_token_ids"].get<std::vector<int32_t>>();
+  const json* text = nullptr;
+  if (!chat) {
+    if (c.contains("text")) text = &c["text"];
+  } else {
+    const char* where = stream ? "delta" : "message";
+    if (c.contains(where) && c[where].is_object() && c[where].contains("content"))
+      text = &c[where]["content"];
+  }
+  if (text != nullptr && text->is_string()) d.text = text->get<std::string>();
+  return d;
+}
+
+// Removes what the proxy asked for but the client did not (return_token_ids): in a whole
+// response the fields stay, null, as the server writes them; stream chunks lose them.
+void strip_token_ids(json* j, bool stream) {
+  auto strip = [stream](json& o, const char* key) {
+    if (!o.contains(key)) return;
+    if (stream) {
+      o.erase(key);
+    } else {
+      o[key] = nullptr;
+    }
+  };
+  strip(*j, "prompt_token_ids");
+  if (!j->contains("choices") || !(*j)["choices"].is_array()) return;
+  for (json& c : (*j)["choices"]) {
+    strip(c, "token_ids");
+    strip(c, "prompt_token_ids");
+  }
+}
+
+// A stream chunk that carried only token ids (the text is still held back): without them it
+// says nothing, and the server would not have sent it.
+bool empty_delta(const json& chunk, bool chat) {
+  if (!chunk.contains("choices") || !chunk["choices"].is_array() || chunk["choices"].size() != 1 ||
+      (chunk.contains("usage") && !chunk["usage"].is_null()))
+    return false;
+  const json& c = chunk["choices"][0];
+  if (c.contains("finish_reason") && !c["finish_reason"].is_null()) return false;
+  if (c.contains("logprobs") && !c["logprobs"].is_null()) return false;
+  if (!chat) return c.value("text", std::string()).empty();
+  if (!c.contains("delta") || !c["delta"].is_object()) return false;
+  for (const auto& [key, value] : c["delta"].items()) {
+    if (key == "content" && value.is_string() && value.get<std::string>().empty()) continue;
+    if (!value.is_null()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+PdProxy::PdProxy(ProxyOptions options) : o_(std::move(options)) {
+  for (const InstanceInfo& p : o_.prefillers) registry_.add(Role::kPrefill, p);
+  for (const InstanceInfo& d : o_.decoders) registry_.add(Role::kDecode, d);
+  server::HttpServerOptions h;
+  h.host = o_.host == "localhost" ? "127.0.0.1" : o_.host;
+  h.port = o_.port;
+  h.error_response = [](int status, const std::string& message) {
+    return error_reply(status, message);
+  };
+  http_ = std::make_unique<server::HttpServer>(
+      h, [this](std::shared_ptr<HttpExchange> ex) { handle(ex); });
+}
+
+PdProxy::~PdProxy() { stop(); }
+
+common::Status PdProxy::bind() { return http_->bind(); }
+
+int PdProxy::port() const { return o_.port; }
+
+void PdProxy::run() {
+  http_->run();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::seconds(30), [&] { return active_ == 0; });
+}
+
+void PdProxy::stop() {
+  stopping_ = true;
+  http_->stop();
+}
+
+void PdProxy::spawn(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++active_;
+  }
+  std::thread([this, fn = std::move(fn)] {
+    fn();
+    std::lock_guard<std::mutex> lock(mu_);
+    --active_;
+    cv_.notify_all();
+  }).detach();
+}
+
+std::vector<std::string> PdProxy::backend_headers(const std::string& request_id) const {
+  return {"Authorization: Bearer " + (o_.api_key.empty() ? std::string("None") : o_.api_key),
+          "X-Request-Id: " + request_id};
+}
+
+void PdProxy::handle(const std::shared_ptr<HttpExchange>& ex) {
+  const server::HttpRequest& req = ex->request();
+  const std::string& path = req.path;
+  if (req.method == "POST" && (path == "/v1/completions" || path == "/v1/chat/completions")) {
+    const bool chat = path == "/v1/chat/completions";
+    spawn([this, ex, chat] { generate(ex, chat); });
+  } else if (req.method == "GET" && path == "/v1/models") {
+    spawn([this, ex] { models(ex); });
+  } else if (req.method == "POST" && path == "/reset_prefix_cache") {
+    spawn([this, ex] { reset_prefix_cache(ex); });
+  } else if (req.method == "GET" && path == "/healthcheck") {
+    ex->respond(json_reply(200, {{"status", "ok"},
+                                 {"prefill_instances", registry_.num_ready(Role::kPrefill)},
+                                 {"decode_instances", registry_.num_ready(Role::kDecode)},
+                                 {"request_num", registry_.requests_in_flight()},
+                                 {"instances", registry_.snapshot()}}));
+  } else if (req.method == "POST" && (path == "/instances/add" || path == "/instances/remove")) {
+    instances(ex, path == "/instances/add");
+  } else {
+    ex->respond(error_reply(404, "Not Found: " + req.method + " " + path));
+  }
+}
+
+void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
+  const std::string api = chat ? "/v1/chat/completions" : "/v1/completions";
+  json original = json::parse(ex->request().body, nullptr, /*allow_exceptions=*/false);
+  if (original.is_discarded() || !original.is_object())
+    return ex->respond(error_reply(400, "the request body is not a JSON object"));
+  const bool stream = original.value("stream", false) == true;
+  const bool wants_ids = original.value("return_token_ids", false) == true;
+  int64_t max_tokens = -1;
+  for (const char* key : {"max_completion_tokens", "max_tokens"}) {
+    if (original.contains(key) && original[key].is_number_integer())
+      max_tokens = original[key].get<int64_t>();
+  }
+  auto gone = [&] { return ex->closed() || stopping_; };
+
+  json request = original;
+  request["return_token_ids"] = true;  // exact token ids for a recompute retry
+  std::string generated_text;
+  std::vector<int32_t> prompt_ids, generated_ids;
+  int64_t prompt_tokens = -1;  // the client's prompt, from P's first answer
+  bool streaming = false;      // the client's stream has started
+  for (int round = 0;; ++round) {
+    const std::string request_id = uuid4();
+    const std::vector<std::string> headers = backend_headers(request_id);
+    // Leg 1: prefill.
+    const std::string p_body = prefill_body(request).dump();
+    Lease p = registry_.acquire(Role::kPrefill, p_body.size());
+    if (!p) return ex->respond(error_reply(503, "no prefill instance is available"));
+    std::string answer;
+    httpclient::HttpCallResult pr;
+    for (int attempt = 1; attempt <= std::max(1, o_.max_retries); ++attempt) {
+      pr = httpclient::http_call({"POST", p.instance().url() + api, p_body, headers, 0, 10},
+                                 &answer, gone);
+      if (pr.cancelled || (pr.error.empty() && pr.status != 0 && pr.status < 500)) break;
+      LOG(WARNING) << "Prefill " << p.instance().key() << " attempt " << attempt << " failed: "
+                   << (pr.error.empty() ? "HTTP " + std::to_string(pr.status) : pr.error);
+      if (attempt < o_.max_retries)
+        std::this_thread::sleep_for(std::chrono::duration<double>(
+            o_.retry_delay * static_cast<double>(1 << (attempt - 1))));
+    }
+    if (pr.cancelled) return;  // the client left; P aborts the request when we hang up
+    if (!pr.error.empty() || pr.status != 200) {
+      const int status = pr.error.empty() ? pr.status : 502;
+      const std::string why =
+          pr.error.empty() ? answer : "prefill instance " + p.instance().key() + ": " + pr.error;
+      if (streaming) {
+        ex->send(sse({{"error", {{"message", why}, {"code", status}}}}) + "data: [DONE]\n\n");
+        return ex->end_stream();
+      }
+      if (pr.error.empty()) {
+        HttpResponse r;
+        r.status = status;
+        r.body = answer;
+        return ex->respond(std::move(r));
+      }
+      return ex->respond(error_reply(502, why));
+    }
+    json p_json = json::parse(answer, nullptr, false);
+    json kv_params = nullptr;
+    if (p_json.is_object() && p_json.contains("kv_transfer_params") &&
+        p_json["kv_transfer_params"].is_object() && !p_json["kv_transfer_params"].empty())
+      kv_params = p_json["kv_transfer_params"];
+    if (prompt_tokens < 0 && p_json.is_object() && p_json.contains("usage") &&
+        p_json["usage"].is_object() && p_json["usage"].contains("prompt_tokens"))
+      prompt_tokens = p_json["usage"]["prompt_tokens"].get<int64_t>();
+
+    // Leg 2: decode.
+    json d_request = request;
+    if (!kv_params.is_null()) d_request["kv_transfer_params"] = kv_params;
+    const std::string d_body = d_request.dump();
+    Lease d = registry_.acquire(Role::kDecode, d_body.size());
+    auto release_prefill = [&](const InstanceInfo& via) {
+      // P keeps the blocks until a decoder says DONE: ask one to say it for a request that
+      // will never reach it.
+      if (kv_params.is_null()) return;
+      std::string ignored;
+      httpclient::http_call({"POST", via.url() + "/v1/kv_transfer/release",
+                             json{{"kv_transfer_params", kv_params}}.dump(), headers, 5, 5},
+                            &ignored, nullptr);
+    };
+    if (!d) {
+      const auto any = registry_.instances(Role::kDecode);
+      if (!any.empty()) release_prefill(any.front());
+      return ex->respond(error_reply(503, "no decode instance is available"));
+    }
+    if (gone()) return release_prefill(d.instance());
+    bool recomputed = false;
+    ChoiceDelta leg;  // this round's text and ids
+    std::string d_answer;
+    httpclient::HttpCallResult dr;
+    for (int attempt = 1; attempt <= std::max(1, o_.max_retries); ++attempt) {
+      bool forwarded = false;
+      d_answer.clear();
+      if (!stream) {
+        dr = httpclient::http_call({"POST", d.instance().url() + api, d_body, headers, 0, 10},
+                                   &d_answer, gone);
+      } else {
+        SseSplitter splitter;
+        dr = httpclient::http_call(
+            {"POST", d.instance().url() + api, d_body, headers, 0, 10},
+            [&](std::string_view piece) {
+              for (std::string& event : splitter.push(piece)) {
+                const std::string data = sse_data(event);
+                if (data == "[DONE]") continue;  // sent once the last round is over
+                json chunk = json::parse(data, nullptr, false);
+                if (!chunk.is_object()) {  // not ours to judge: relay it
+                  forwarded = true;
+                  if (!streaming) ex->start_stream(200, "text/event-stream", {});
+                  streaming = true;
+                  if (!ex->send(event)) return false;
+                  continue;
+                }
+                if (chunk.contains("error")) {
+                  forwarded = true;
+                  if (!streaming) ex->start_stream(200, "text/event-stream", {});
+                  streaming = true;
+                  if (!ex->send(event)) return false;
+                  continue;
+                }
+                ChoiceDelta cd = read_choice(chunk, chat, true);
+                if (!cd.prompt_token_ids.empty() && prompt_ids.empty())
+                  prompt_ids = cd.prompt_token_ids;
+                leg.text += cd.text;
+                leg.token_ids.insert(leg.token_ids.end(), cd.token_ids.begin(),
+                                     cd.token_ids.end());
+                if (cd.recomputed) {
+                  recomputed = true;
+                  continue;  // hidden: the request goes on elsewhere
+                }
+                if (p) p.release();  // D has pulled the KV (upstream's rule)
+                if (chunk.contains("usage") && chunk["usage"].is_object()) {
+                  json& u = chunk["usage"];
+                  if (prompt_tokens >= 0) u["prompt_tokens"] = prompt_tokens;
+                  if (u.contains("completion_tokens"))
+                    u["completion_tokens"] = u["completion_tokens"].get<int64_t>() +
+                                             static_cast<int64_t>(generated_ids.size());
+                  if (u.contains("prompt_tokens") && u.contains("completion_tokens"))
+                    u["total_tokens"] = u["prompt_tokens"].get<int64_t>() +
+                                        u["completion_tokens"].get<int64_t>();
+                }
+                if (!wants_ids) {
+                  strip_token_ids(&chunk, true);
+                  if (empty_delta(chunk, chat)) continue;
+                }
+                forwarded = true;
+                if (!streaming) ex->start_stream(200, "text/event-stream", {});
+                streaming = true;
+                if (!ex->send(sse(chunk))) return false;
+              }
+              return true;
+            },
+            gone);
+        if (dr.status != 200 && dr.status != 0 && !forwarded) d_answer = splitter.rest();
+      }
+      if (dr.cancelled || forwarded || (dr.error.empty() && dr.status != 0 && dr.status < 500))
+        break;
+      LOG(WARNING) << "Decoder " << d.instance().key() << " attempt " << attempt << " failed: "
+                   << (dr.error.empty() ? "HTTP " + std::to_string(dr.status) : dr.error);
+      if (attempt < o_.max_retries)
+        std::this_thread::sleep_for(std::chrono::duration<double>(
+            o_.retry_delay * static_cast<double>(1 << (attempt - 1))));
+    }
+    if (dr.cancelled) return;  // the client left mid-stream; closing it aborts D's request
+    if (!dr.error.empty() || dr.status != 200) {
+      const int status = dr.error.empty() ? dr.status : 502;
+      const std::string why =
+          dr.error.empty() ? d_answer : "decode instance " + d.instance().key() + ": " + dr.error;
+      if (dr.status == 0) release_prefill(d.instance());  // it never saw the request
+      if (streaming) {
+        ex->send(sse({{"error", {{"message", why}, {"code", status}}}}) + "data: [DONE]\n\n");
+        return ex->end_stream();
+      }
+      if (dr.error.empty()) {  // the decoder's own error, status and all
+        HttpResponse r;
+        r.status = status;
+        r.body = d_answer;
+        return ex->respond(std::move(r));
+      }
+      return ex->respond(error_reply(502, why));
+    }
+    if (!stream) {
+      json d_json = json::parse(d_answer, nullptr, false);
+      if (!d_json.is_object()) return ex->respond(error_reply(502, "the decoder's answer is not JSON"));
+      ChoiceDelta cd = read_choice(d_json, chat, false);
+      if (!cd.prompt_token_ids.empty() && prompt_ids.empty()) prompt_ids = cd.prompt_token_ids;
+      leg = cd;
+      recomputed = cd.recomputed;
+      if (!recomputed) {
+        json& c = d_json["choices"][0];
+        if (!generated_text.empty()) {  // earlier rounds' text comes first
+          json& text = chat ? c["message"]["content"] : c["text"];
+          text = generated_text + (text.is_string() ? text.get<std::string>() : "");
+        }
+        if (wants_ids && c.contains("token_ids") && c["token_ids"].is_array()) {
+          std::vector<int32_t> all = generated_ids;
+          for (const auto& id : c["token_ids"]) all.push_back(id.get<int32_t>());
+          c["token_ids"] = all;
+        }
+        if (d_json.contains("usage") && d_json["usage"].is_object()) {
+          json& u = d_json["usage"];
+          if (prompt_tokens >= 0) u["prompt_tokens"] = prompt_tokens;
+          u["completion_tokens"] =
+              u.value("completion_tokens", 0) + static_cast<int64_t>(generated_ids.size());
+          u["total_tokens"] = u.value("prompt_tokens", 0) + u["completion_tokens"].get<int64_t>();
+        }
+        if (!wants_ids) strip_token_ids(&d_json, false);
+        HttpResponse r;
+        r.body = d_json.dump();
+        r.headers.emplace_back("X-Request-Id", request_id);
+        return ex->respond(std::move(r));
+      }
+    }
+    if (!recomputed) {
+      if (streaming) ex->send("data: [DONE]\n\n");
+      return ex->end_stream();
+    }
+    // The decoder ran out of KV slots and handed the request back: prefill it again, from the
+    // exact ids it has so far, on the least-loaded pair.
+    generated_text += leg.text;
+    generated_ids.insert(generated_ids.end(), leg.token_ids.begin(), leg.token_ids.end());
+    LOG(INFO) << "Request recomputed by " << d.instance().key() << " after "
+              << generated_ids.size() << " tokens; retrying (round " << round + 1 << ")";
+    if (prompt_ids.empty())
+      return ex->respond(error_reply(502, "the decoder handed the request back without its "
+                                          "prompt's token ids; it cannot be retried exactly"));
+    std::vector<int32_t> ids = prompt_ids;
+    ids.insert(ids.end(), generated_ids.begin(), generated_ids.end());
+    if (chat) {
+      // The chat prompt is rendered text: continue it as a completion of the exact ids.
+      json next = {{"model", original.value("model", json(nullptr))}, {"prompt", ids}};
+      for (const char* key : {"temperature", "top_p", "top_k", "min_p", "seed", "stop",
+                              "stop_token_ids", "ignore_eos", "presence_penalty",
+                              "frequency_penalty", "repetition_penalty"})
+        if (original.contains(key)) next[key] = original[key];
+      next["stream"] = stream;
+      next["return_token_ids"] = true;
+      request = std::move(next);
+    } else {
+      request["prompt"] = ids;
+    }
+    request.erase("max_completion_tokens");
+    if (max_tokens >= 0)
+      request["max_tokens"] =
+          std::max<int64_t>(1, max_tokens - static_cast<int64_t>(generated_ids.size()));
+    if (round >= 16) {
+      if (streaming) return ex->end_stream();
+      return ex->respond(error_reply(503, "the request was handed back 16 times"));
+    }
+  }
+}
+
+void PdProxy::models(const std::shared_ptr<HttpExchange>& ex) {
+  json failed = json::array();
+  for (Role role : {Role::kPrefill, Role::kDecode}) {
+    for (const InstanceInfo& i : registry_.instances(role)) {
+      std::string body;
+      auto r = httpclient::http_call({"GET", i.url() + "/v1/models", "", backend_headers(uuid4()),
+                                      3, 3},
+                                     &body, nullptr);
+      if (r.error.empty() && r.status == 200) {
+        HttpResponse out;
+        out.body = body;
+        return ex->respond(std::move(out));
+      }
+      failed.push_back(i.key());
+    }
+  }
+  ex->respond(json_reply(503, {{"error", "no backend answered /v1/models"}, {"failed", failed}}));
+}
+
+void PdProxy::reset_prefix_cache(const std::shared_ptr<HttpExchange>& ex) {
+  json failed = json::array();
+  for (Role role : {Role::kPrefill, Role::kDecode}) {
+    for (const InstanceInfo& i : registry_.instances(role)) {
+      std::string body;
+      auto r = httpclient::http_call(
+          {"POST", i.url() + "/reset_prefix_cache", "", backend_headers(uuid4()), 10, 3}, &body,
+          nullptr);
+      if (!r.error.empty() || r.status != 200) failed.push_back(i.key());
+    }
+  }
+  if (!failed.empty())
+    return ex->respond(json_reply(500, {{"error", "reset failed"}, {"failed", failed}}));
+  ex->respond(json_reply(200, {{"status", "ok"}}));
+}
+
+void PdProxy::instances(const std::shared_ptr<HttpExchange>& ex, bool add) {
+  json body = json::parse(ex->request().body, nullptr, false);
+  if (!body.is_object() || !body.contains("type") ||
+      (body["type"] != "prefill" && body["type"] != "decode"))
+    return ex->respond(error_reply(400, "'type' must be \"prefill\" or \"decode\""));
+  const Role role = body["type"] == "prefill" ? Role::kPrefill : Role::kDecode;
+  std::vector<InstanceInfo> list;
+  json given = body.value("instances", json(nullptr));
+  if (given.is_string()) given = json::array({given});
+  if (!given.is_array() || given.empty())
+    return ex->respond(error_reply(400, "'instances' must be \"host:port\" or a list of them"));
+  for (const json& g : given) {
+    const std::string s = g.is_string() ? g.get<std::string>() : "";
+    const size_t colon = s.rfind(':');
+    int port = 0;
+    if (colon != std::string::npos && colon > 0) {
+      try {
+        port = std::stoi(s.substr(colon + 1));
+      } catch (...) {
+        port = 0;
+      }
+    }
+    if (port < 1 || port > 65535)
+      return ex->respond(error_reply(400, "instance " + g.dump() + " is not \"host:port\""));
+    list.push_back({s.substr(0, colon), port});
+  }
+  json done = json::array();
+  for (const InstanceInfo& i : list) {
+    if (add) {
+      registry_.add(role, i, /*ready=*/false);
+      // Ready once it answers GET /v1/models; dropped after max_waiting_retries probes.
+      spawn([this, role, i] {
+        for (int t = 0; t < std::max(1, o_.max_waiting_retries) && !stopping_; ++t) {
+          std::string ignored;
+          auto r = httpclient::http_call({"GET", i.url() + "/v1/models", "",
+                                          backend_headers(uuid4()), 5, 5},
+                                         &ignored, nullptr);
+          if (r.error.empty() && r.status == 200) {
+            registry_.set_ready(role, i.key());
+            LOG(INFO) << "Instance " << i.key() << " is ready";
+            return;
+          }
+          for (double w = 0; w < o_.waiting_retry_interval && !stopping_; w += 0.1)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        LOG(WARNING) << "Instance " << i.key() << " never answered; dropping it";
+        registry_.remove(role, i.key());
+      });
+    } else if (!registry_.remove(role, i.key())) {
+      return ex->respond(error_reply(404, "instance " + i.key() + " is not registered"));
+    }
+    done.push_back(i.key());
+  }
+  ex->respond(json_reply(200, {{"status", "ok"}, {add ? "added" : "removed", done}}));
+}
+
+}  // namespace proxy
