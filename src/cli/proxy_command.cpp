@@ -2,6 +2,7 @@
 // load_balance_proxy_server_example.py (the singular --prefiller-host etc. work as unique
 // prefixes, as with argparse). SIGTERM/SIGINT stop it.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,13 @@ std::vector<std::string> split_lines(const std::string& s) {
   std::stringstream in(s);
   for (std::string line; std::getline(in, line);) out.push_back(line);
   return out;
+}
+
+int g_proxy_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_proxy_signal(int sig) {  // async-signal-safe: one write
+  const char byte = static_cast<char>(sig);
+  if (write(g_proxy_signal_pipe[1], &byte, 1) < 0) _exit(1);
 }
 
 }  // namespace
@@ -108,22 +116,21 @@ int run_proxy_command(int argc, char** argv) {
   o.decoders = std::move(decoders).value();
   if (const char* key = std::getenv("OPENAI_API_KEY")) o.api_key = key;
 
-  // Signals wait on a thread of their own; every other thread starts with them blocked.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // A handler writes to a pipe that a watcher thread reads (sigwait would miss signals taken
+  // by threads that libraries start before main).
+  if (pipe(g_proxy_signal_pipe) != 0) return 1;
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGINT, on_proxy_signal);
+  signal(SIGTERM, on_proxy_signal);
   proxy::PdProxy server(o);
   if (auto st = server.bind(); !st.ok()) {
     LOG(ERROR) << st.message();
     return 1;
   }
   std::thread watcher([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    LOG(INFO) << "Proxy stopping (signal " << sig << ")";
+    char sig = 0;
+    if (read(g_proxy_signal_pipe[0], &sig, 1) != 1) return;
+    LOG(INFO) << "Proxy stopping (signal " << int(sig) << ")";
     server.stop();
   });
   watcher.detach();

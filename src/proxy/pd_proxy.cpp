@@ -36,17 +36,17 @@ HttpResponse json_reply(int status, const json& body) {
 }
 
 HttpResponse error_reply(int status, const std::string& message) {
-  const char* type = status == 400 ? "BadRequestError"
+  const char* type = status == 400   ? "BadRequestError"
                      : status == 404 ? "NotFoundError"
                                      : "ServiceUnavailableError";
-  return json_reply(status, {{"error",
-                              {{"message", message},
-                               {"type", type},
-                               {"param", nullptr},
-                               {"code", status}}}});
+  return json_reply(
+      status,
+      {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}});
 }
 
-std::string sse(const json& chunk) { return "data: " + chunk.dump() + "\n\n"; }
+std::string sse(const json& chunk) {
+  return "data: " + chunk.dump() + "\n\n";
+}
 
 // The body P gets: one token, no stream, and the instruction to keep the KV for a decoder.
 json prefill_body(const json& request) {
@@ -56,7 +56,7 @@ json prefill_body(const json& request) {
   p["min_tokens"] = 1;
   if (p.contains("max_completion_tokens")) p["max_completion_tokens"] = 1;
   p.erase("stream_options");
-  p["kv_transfer_params"] = {{"do_remote_decode", true}, {"do_remote_prefill", false},
+  p["kv_transfer_params"] = {{"do_remote_decode", true},    {"do_remote_prefill", false},
                              {"remote_engine_id", nullptr}, {"remote_block_ids", nullptr},
                              {"remote_host", nullptr},      {"remote_port", nullptr}};
   return p;
@@ -145,11 +145,17 @@ PdProxy::PdProxy(ProxyOptions options) : o_(std::move(options)) {
       h, [this](std::shared_ptr<HttpExchange> ex) { handle(ex); });
 }
 
-PdProxy::~PdProxy() { stop(); }
+PdProxy::~PdProxy() {
+  stop();
+}
 
-common::Status PdProxy::bind() { return http_->bind(); }
+common::Status PdProxy::bind() {
+  return http_->bind();
+}
 
-int PdProxy::port() const { return o_.port; }
+int PdProxy::port() const {
+  return o_.port;
+}
 
 void PdProxy::run() {
   http_->run();
@@ -233,8 +239,10 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
     std::string answer;
     httpclient::HttpCallResult pr;
     for (int attempt = 1; attempt <= std::max(1, o_.max_retries); ++attempt) {
+      // Not cancelled when the client leaves: P may finish (and hold the blocks for a decoder)
+      // at any moment, so the answer is awaited and the blocks released below.
       pr = httpclient::http_call({"POST", p.instance().url() + api, p_body, headers, 0, 10},
-                                 &answer, gone);
+                                 &answer, [&] { return stopping_.load(); });
       if (pr.cancelled || (pr.error.empty() && pr.status != 0 && pr.status < 500)) break;
       LOG(WARNING) << "Prefill " << p.instance().key() << " attempt " << attempt << " failed: "
                    << (pr.error.empty() ? "HTTP " + std::to_string(pr.status) : pr.error);
@@ -242,7 +250,7 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
         std::this_thread::sleep_for(std::chrono::duration<double>(
             o_.retry_delay * static_cast<double>(1 << (attempt - 1))));
     }
-    if (pr.cancelled) return;  // the client left; P aborts the request when we hang up
+    if (pr.cancelled) return;  // the proxy is stopping
     if (!pr.error.empty() || pr.status != 200) {
       const int status = pr.error.empty() ? pr.status : 502;
       const std::string why =
@@ -325,8 +333,7 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
                 if (!cd.prompt_token_ids.empty() && prompt_ids.empty())
                   prompt_ids = cd.prompt_token_ids;
                 leg.text += cd.text;
-                leg.token_ids.insert(leg.token_ids.end(), cd.token_ids.begin(),
-                                     cd.token_ids.end());
+                leg.token_ids.insert(leg.token_ids.end(), cd.token_ids.begin(), cd.token_ids.end());
                 if (cd.recomputed) {
                   recomputed = true;
                   continue;  // hidden: the request goes on elsewhere
@@ -339,8 +346,8 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
                     u["completion_tokens"] = u["completion_tokens"].get<int64_t>() +
                                              static_cast<int64_t>(generated_ids.size());
                   if (u.contains("prompt_tokens") && u.contains("completion_tokens"))
-                    u["total_tokens"] = u["prompt_tokens"].get<int64_t>() +
-                                        u["completion_tokens"].get<int64_t>();
+                    u["total_tokens"] =
+                        u["prompt_tokens"].get<int64_t>() + u["completion_tokens"].get<int64_t>();
                 }
                 if (!wants_ids) {
                   strip_token_ids(&chunk, true);
@@ -384,7 +391,8 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
     }
     if (!stream) {
       json d_json = json::parse(d_answer, nullptr, false);
-      if (!d_json.is_object()) return ex->respond(error_reply(502, "the decoder's answer is not JSON"));
+      if (!d_json.is_object())
+        return ex->respond(error_reply(502, "the decoder's answer is not JSON"));
       ChoiceDelta cd = read_choice(d_json, chat, false);
       if (!cd.prompt_token_ids.empty() && prompt_ids.empty()) prompt_ids = cd.prompt_token_ids;
       leg = cd;
@@ -422,19 +430,20 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
     // exact ids it has so far, on the least-loaded pair.
     generated_text += leg.text;
     generated_ids.insert(generated_ids.end(), leg.token_ids.begin(), leg.token_ids.end());
-    LOG(INFO) << "Request recomputed by " << d.instance().key() << " after "
-              << generated_ids.size() << " tokens; retrying (round " << round + 1 << ")";
+    LOG(INFO) << "Request recomputed by " << d.instance().key() << " after " << generated_ids.size()
+              << " tokens; retrying (round " << round + 1 << ")";
     if (prompt_ids.empty())
-      return ex->respond(error_reply(502, "the decoder handed the request back without its "
-                                          "prompt's token ids; it cannot be retried exactly"));
+      return ex->respond(error_reply(502,
+                                     "the decoder handed the request back without its "
+                                     "prompt's token ids; it cannot be retried exactly"));
     std::vector<int32_t> ids = prompt_ids;
     ids.insert(ids.end(), generated_ids.begin(), generated_ids.end());
     if (chat) {
       // The chat prompt is rendered text: continue it as a completion of the exact ids.
       json next = {{"model", original.value("model", json(nullptr))}, {"prompt", ids}};
-      for (const char* key : {"temperature", "top_p", "top_k", "min_p", "seed", "stop",
-                              "stop_token_ids", "ignore_eos", "presence_penalty",
-                              "frequency_penalty", "repetition_penalty"})
+      for (const char* key :
+           {"temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids",
+            "ignore_eos", "presence_penalty", "frequency_penalty", "repetition_penalty"})
         if (original.contains(key)) next[key] = original[key];
       next["stream"] = stream;
       next["return_token_ids"] = true;
@@ -458,9 +467,8 @@ void PdProxy::models(const std::shared_ptr<HttpExchange>& ex) {
   for (Role role : {Role::kPrefill, Role::kDecode}) {
     for (const InstanceInfo& i : registry_.instances(role)) {
       std::string body;
-      auto r = httpclient::http_call({"GET", i.url() + "/v1/models", "", backend_headers(uuid4()),
-                                      3, 3},
-                                     &body, nullptr);
+      auto r = httpclient::http_call(
+          {"GET", i.url() + "/v1/models", "", backend_headers(uuid4()), 3, 3}, &body, nullptr);
       if (r.error.empty() && r.status == 200) {
         HttpResponse out;
         out.body = body;
@@ -522,9 +530,9 @@ void PdProxy::instances(const std::shared_ptr<HttpExchange>& ex, bool add) {
       spawn([this, role, i] {
         for (int t = 0; t < std::max(1, o_.max_waiting_retries) && !stopping_; ++t) {
           std::string ignored;
-          auto r = httpclient::http_call({"GET", i.url() + "/v1/models", "",
-                                          backend_headers(uuid4()), 5, 5},
-                                         &ignored, nullptr);
+          auto r = httpclient::http_call(
+              {"GET", i.url() + "/v1/models", "", backend_headers(uuid4()), 5, 5}, &ignored,
+              nullptr);
           if (r.error.empty() && r.status == 200) {
             registry_.set_ready(role, i.key());
             LOG(INFO) << "Instance " << i.key() << " is ready";

@@ -90,11 +90,10 @@ void Scheduler::update_kv_transfers(const KvTransferReport& report) {
   for (const std::string& id : report.finished_recving) {
     Request* r = take_waiting(id);
     if (r == nullptr) continue;
-    // vLLM's rule: the loaded blocks count as computed, short of the last token, which must
-    // run to produce the first output.
-    const int64_t loaded = std::min<int64_t>(
-        static_cast<int64_t>(kv_->block_table(id).size()) * kv_->block_size(), r->num_tokens());
-    r->num_computed_tokens = loaded == r->num_tokens() ? loaded - 1 : loaded;
+    // The local prefix hits and what the connector loaded count as computed; at least the
+    // last token is left to run, for the first output's logits.
+    r->num_computed_tokens =
+        std::min(r->num_computed_tokens + r->num_external_tokens, r->num_tokens() - 1);
     r->num_cached_tokens = r->num_computed_tokens;
     r->status = RequestStatus::kWaiting;
     waiting_.push_front(r);
@@ -250,7 +249,10 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
       }
     }
     if (load_async) {  // the blocks now, the KV over later steps
-      if (!kv_->allocate_slots(r->request_id, hits + external)) break;
+      // Slots for every token, the last included: once the KV is in, the request must run
+      // without needing another block, or loaded requests could hold the whole cache while
+      // none of them can start.
+      if (!kv_->allocate_slots(r->request_id, r->num_tokens())) break;
       waiting_.pop_front();
       r->num_computed_tokens = hits;  // what a failed load falls back to
       connector_->update_state_after_alloc(*r, kv_->block_table(r->request_id), external);

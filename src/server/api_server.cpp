@@ -408,8 +408,10 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
     prompt_texts.push_back(*text);
   } else {
     std::vector<api::PromptInput> inputs;
-    if (auto e = api::parse_completion_prompts(body, tokenizer_.vocab_size(), &inputs))
-      return fail(*e);
+    // Any id the model can produce is a valid input (a PD proxy retries from generated ids);
+    // ids past the tokenizer's table decode to nothing.
+    const int32_t vocab = std::max(tokenizer_.vocab_size(), int32_t(config_.model_vocab_size));
+    if (auto e = api::parse_completion_prompts(body, vocab, &inputs)) return fail(*e);
     for (const api::PromptInput& in : inputs) {
       if (!in.is_text) continue;
       if (auto e = api::check_prompt_bytes(in.text.size(), tokenizer_.max_token_bytes(),

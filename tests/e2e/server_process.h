@@ -46,9 +46,25 @@ class ServerProcess {
   ServerProcess(const std::string& model, const std::vector<std::string>& extra,
                 const std::string& log_path)
       : port_(free_port()) {
-    std::vector<std::string> args = {
-        CHUNKPIPE_BINARY, "serve", model, "--host", "127.0.0.1", "--port", std::to_string(port_)};
+    std::vector<std::string> args = {"serve",     model,    "--host",
+                                     "127.0.0.1", "--port", std::to_string(port_)};
     args.insert(args.end(), extra.begin(), extra.end());
+    start(args, log_path, "/health");
+  }
+  // Starts `chunkpipe <command...> --host 127.0.0.1 --port P` (e.g. {"proxy", ...}); ready
+  // once GET health_path answers 200.
+  ServerProcess(const std::vector<std::string>& command, const std::string& log_path,
+                const std::string& health_path)
+      : port_(free_port()) {
+    std::vector<std::string> args = command;
+    args.insert(args.end(), {"--host", "127.0.0.1", "--port", std::to_string(port_)});
+    start(args, log_path, health_path);
+  }
+
+ private:
+  void start(std::vector<std::string> args, const std::string& log_path,
+             const std::string& health_path) {
+    args.insert(args.begin(), CHUNKPIPE_BINARY);
     pid_ = fork();
     if (pid_ == 0) {
       FILE* log = std::freopen(log_path.c_str(), "w", stderr);
@@ -61,7 +77,7 @@ class ServerProcess {
     }
     httplib::Client c("127.0.0.1", port_);
     for (int i = 0; i < 600 && !ready_; ++i) {  // up to 60 s
-      auto r = c.Get("/health");
+      auto r = c.Get(health_path);
       ready_ = r && r->status == 200;
       if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       int status;
@@ -71,6 +87,8 @@ class ServerProcess {
       }
     }
   }
+
+ public:
   ~ServerProcess() { stop(); }
 
   bool ready() const { return ready_; }

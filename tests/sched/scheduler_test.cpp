@@ -413,7 +413,7 @@ TEST(KvConnectorSchedulerTest, AsyncLoadWaitsForRemoteKvThenRuns) {
   EXPECT_TRUE(poll.kv_connector_poll);  // but the workers' connectors are asked how it goes
   s.update(poll, {});
   EXPECT_EQ(s.find_request("a")->status, sched::RequestStatus::kWaitingForRemoteKvs);
-  EXPECT_EQ(kv.num_free_blocks(), 14);
+  EXPECT_EQ(kv.num_free_blocks(), 13);
   EXPECT_TRUE(s.has_unfinished_requests());
   EXPECT_FALSE(s.schedule(/*allow_poll=*/false).kv_connector_poll);
   s.update_kv_transfers(received({"a"}));
@@ -421,7 +421,30 @@ TEST(KvConnectorSchedulerTest, AsyncLoadWaitsForRemoteKvThenRuns) {
   ASSERT_EQ(so.scheduled.size(), 1u);
   EXPECT_EQ(so.scheduled[0].num_computed_tokens, 8);  // the two loaded blocks
   EXPECT_EQ(so.scheduled[0].num_scheduled_tokens, 2);
-  EXPECT_EQ(c.calls, (std::vector<std::string>{"match a 0", "alloc a 2 8"}));
+  EXPECT_EQ(kv.num_free_blocks(), 13) << "the slots for the whole prompt came with the load";
+  EXPECT_EQ(c.calls, (std::vector<std::string>{"match a 0", "alloc a 3 8"}));
+}
+
+// Loaded requests never hold the whole cache while none can run: a load takes the slots of
+// every prompt token, the last included, so a request whose KV arrived always starts.
+TEST(KvConnectorSchedulerTest, LoadedRequestsAlwaysStart) {
+  kv::KvCacheManager kv(4, 4, false);  // 16 slots
+  sched::Scheduler s({100, 4, 64}, &kv);
+  FakeConnector c;
+  c.offered = 8;
+  c.async = true;
+  s.set_kv_connector(&c);
+  s.add_request(make_request("a", 9));  // 8 tokens load, the 9th needs a third block
+  s.add_request(make_request("b", 9));
+  s.update(s.schedule(), {});
+  EXPECT_EQ(s.find_request("a")->status, sched::RequestStatus::kWaitingForRemoteKvs);
+  EXPECT_EQ(s.find_request("b")->status, sched::RequestStatus::kWaiting) << "no room yet";
+  s.update_kv_transfers(received({"a"}));
+  auto so = s.schedule();
+  ASSERT_EQ(so.scheduled.size(), 1u);
+  EXPECT_EQ(so.scheduled[0].req_id, "a");
+  EXPECT_EQ(so.scheduled[0].num_computed_tokens, 8);
+  EXPECT_EQ(so.scheduled[0].num_scheduled_tokens, 1);
 }
 
 TEST(KvConnectorSchedulerTest, DelayedFreeHoldsBlocksUntilSent) {
@@ -500,7 +523,7 @@ TEST(KvConnectorSchedulerTest, AbortWhileLoadingFreesOnlyWhenTheLoadReports) {
   s.add_request(make_request("a", 10));
   s.update(s.schedule(), {});
   ASSERT_NE(s.abort_request("a"), nullptr);
-  EXPECT_EQ(kv.num_free_blocks(), 14);
+  EXPECT_EQ(kv.num_free_blocks(), 13);
   EXPECT_TRUE(s.has_requests());
   s.update_kv_transfers(received({"a"}));
   EXPECT_EQ(kv.num_free_blocks(), 16);

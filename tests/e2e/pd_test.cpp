@@ -1,0 +1,428 @@
+// Prefill-decode disaggregation end to end on loopback, with the pull connector
+// (MooncakeConnectorV1) and `chunkpipe proxy`: greedy outputs equal colocated serving for a
+// prefiller with PP=2 and CPP, the decoder computes only the prompt's last token and pulls
+// exactly the prompt's blocks, and faults (a decoder that never reads, a prefiller killed
+// before the read, a decoder that refuses, clients that vanish under load, a decoder out of KV)
+// never leak a block or return garbage.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "raw_http.h"
+#include "server_process.h"
+#include "test_model.h"
+
+namespace {
+
+using e2e::metric;
+using e2e::ServerProcess;
+using nlohmann::json;
+
+constexpr int kBlock = 16;
+constexpr int kLayers = 2;
+constexpr int kRowBytes = (32 + 16) * 4;  // kv_lora_rank + qk_rope_head_dim, f32
+
+// Side-channel ports: one base per test process, so parallel test runs do not collide.
+int kv_port_base() {
+  return 40000 + (getpid() % 2000) * 8;
+}
+
+std::vector<std::string> flags(int max_model_len = 4096) {
+  return {"--served-model-name",
+          "model",
+          "--max-model-len",
+          std::to_string(max_model_len),
+          "--block-size",
+          "16",
+          "--kv-cache-memory",
+          "16000000",
+          "--threads",
+          "1",
+          "--max-num-seqs",
+          "64",
+          "--max-num-batched-tokens",
+          "512"};
+}
+
+json kv_config(const std::string& role, int kv_port, int prefill_pp,
+               const std::string& policy = "fail") {
+  return {{"kv_connector", "MooncakeConnectorV1"},
+          {"kv_role", role},
+          {"kv_port", std::to_string(kv_port)},
+          {"engine_id", "0"},
+          {"kv_load_failure_policy", policy},
+          {"kv_connector_extra_config",
+           {{"prefill", {{"pp_size", prefill_pp}, {"dp_size", 1}, {"tp_size", 1}}},
+            {"decode", {{"dp_size", 2}, {"tp_size", 1}}}}}};
+}
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<std::string> prefiller_flags(int kv_port, int pp) {
+  auto f = with(flags(), {"--kv-transfer-config", kv_config("kv_producer", kv_port, pp).dump()});
+  if (pp > 1) f = with(f, {"--pipeline-parallel-size", std::to_string(pp)});
+  return f;
+}
+
+std::vector<std::string> decoder_flags(int kv_port, int prefill_pp,
+                                       const std::string& policy = "fail") {
+  return with(
+      flags(),
+      {"--kv-transfer-config", kv_config("kv_consumer", kv_port, prefill_pp, policy).dump(),
+       "--additional-config", R"({"scheduler_config": {"recompute_scheduler_enable": true}})",
+       "--no-enable-prefix-caching"});  // as the seed's decoders: every block is pulled
+}
+
+std::string words(int n, int from = 0) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += "word" + std::to_string(from + i) + " ";
+  return s;
+}
+
+json post(const ServerProcess& s, const std::string& path, const json& body,
+          int* status = nullptr) {
+  auto r = s.client().Post(path, body.dump(), "application/json");
+  if (status) *status = r ? r->status : -1;
+  if (!r) return json();
+  return json::parse(r->body, nullptr, false);
+}
+
+// A streamed completion's text, in order; empty on failure.
+std::string stream_text(const ServerProcess& s, json body, bool chat = false) {
+  body["stream"] = true;
+  std::string text, raw;
+  auto r = s.client().Post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump(),
+                           "application/json");
+  if (!r || r->status != 200) return "";
+  raw = r->body;
+  size_t pos = 0;
+  while ((pos = raw.find("data: ", pos)) != std::string::npos) {
+    const size_t end = raw.find("\n\n", pos);
+    const std::string data = raw.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (data == "[DONE]") break;
+    json c = json::parse(data, nullptr, false);
+    if (!c.is_object() || !c.contains("choices") || c["choices"].empty()) continue;
+    const json& ch = c["choices"][0];
+    if (chat) {
+      if (ch["delta"].contains("content") && ch["delta"]["content"].is_string())
+        text += ch["delta"]["content"].get<std::string>();
+    } else {
+      text += ch["text"].get<std::string>();
+    }
+  }
+  return text;
+}
+
+// Polls until `name` reads `want` (KV usage drains after DONE reaches P); the last value.
+double await_metric(const ServerProcess& s, const std::string& name, double want,
+                    double timeout_s = 10) {
+  double v = metric(s, name);
+  for (int i = 0; i < timeout_s * 20 && v != want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    v = metric(s, name);
+  }
+  return v;
+}
+
+json complete_body(const std::string& prompt, int max_tokens = 8) {
+  return {{"model", "model"},
+          {"prompt", prompt},
+          {"max_tokens", max_tokens},
+          {"temperature", 0},
+          {"ignore_eos", true}};
+}
+
+class PdTest : public ::testing::Test {
+ protected:
+  void SetUp() override { setenv("VLLM_HOST_IP", "127.0.0.1", 1); }
+};
+
+TEST_F(PdTest, OutputsMatchColocatedServingThroughTheProxy) {
+  const int kv_p = kv_port_base(), kv_d = kv_p + 4;
+  ServerProcess colocated(e2e::model_dir(), flags(), "/tmp/chunkpipe_pd_colocated.log");
+  // P: PP=2 with CPP (profiling_chunk_config) and the prefix cache, as the seed runs it.
+  auto pf = with(prefiller_flags(kv_p, 2),
+                 {"--enable-prefix-caching", "--additional-config",
+                  R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true,)"
+                  R"( "smooth_factor": 1.0, "min_chunk": 64}}})"});
+  ServerProcess p(e2e::model_dir(), pf, "/tmp/chunkpipe_pd_p.log");
+  ServerProcess d(e2e::model_dir(), decoder_flags(kv_d, 2), "/tmp/chunkpipe_pd_d.log");
+  ASSERT_TRUE(colocated.ready() && p.ready() && d.ready()) << "see /tmp/chunkpipe_pd_*.log";
+  ServerProcess proxy(
+      {"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-port", std::to_string(p.port()),
+       "--decoder-hosts", "127.0.0.1", "--decoder-ports", std::to_string(d.port())},
+      "/tmp/chunkpipe_pd_proxy.log", "/healthcheck");
+  ASSERT_TRUE(proxy.ready()) << "see /tmp/chunkpipe_pd_proxy.log";
+
+  // 8 prompts: shorter than a block, a block and one, block-aligned, long, 2,000+ tokens, and
+  // a repeat (a prefix-cache hit on P).
+  const std::vector<std::string> prompts = {"hi",       words(8),   words(16),   words(40),
+                                            words(120), words(300), words(1100), words(300)};
+  int64_t expected_bytes = 0;
+  int d_requests = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const json body = complete_body(prompts[i]);
+    const json want = post(colocated, "/v1/completions", body);
+    ASSERT_TRUE(want.is_object()) << i;
+    int status = 0;
+    const json got = post(proxy, "/v1/completions", body, &status);
+    ASSERT_EQ(status, 200) << i << " " << got.dump();
+    EXPECT_EQ(got["choices"][0]["text"], want["choices"][0]["text"]) << "prompt " << i;
+    EXPECT_EQ(got["usage"], want["usage"]) << i;
+    EXPECT_EQ(stream_text(proxy, body), want["choices"][0]["text"].get<std::string>())
+        << "streamed prompt " << i;
+    const int64_t n = want["usage"]["prompt_tokens"].get<int64_t>();
+    expected_bytes += 2 * ((n - 1 + kBlock - 1) / kBlock) * kLayers * kBlock * kRowBytes;
+    d_requests += 2;
+  }
+  EXPECT_GE(post(colocated, "/tokenize", {{"prompt", prompts[6]}})["count"].get<int>(), 2000);
+  // The seed's verification request.
+  const json chat = {{"model", "model"},
+                     {"messages",
+                      {{{"role", "system"}, {"content", "You are a useful AI assistant."}},
+                       {{"role", "user"},
+                        {"content",
+                         "Question: Janet's ducks lay 16 eggs per day. She eats three "
+                         "for breakfast and bakes muffins with four. She sells the "
+                         "remainder for $2 each. How much does she make?\nAnswer:"}}}},
+                     {"max_completion_tokens", 100},
+                     {"temperature", 0}};
+  int status = 0;
+  const json chat_got = post(proxy, "/v1/chat/completions", chat, &status);
+  ASSERT_EQ(status, 200) << chat_got.dump();
+  const json chat_want = post(colocated, "/v1/chat/completions", chat);
+  EXPECT_EQ(chat_got["choices"][0]["message"], chat_want["choices"][0]["message"]);
+  EXPECT_EQ(stream_text(proxy, chat, true),
+            chat_want["choices"][0]["message"]["content"].get<std::string>());
+  const int64_t chat_tokens = chat_want["usage"]["prompt_tokens"].get<int64_t>();
+  expected_bytes += 2 * ((chat_tokens - 1 + kBlock - 1) / kBlock) * kLayers * kBlock * kRowBytes;
+  d_requests += 2;
+
+  // D computed one token per prompt (the last, for its logits) and pulled the rest.
+  EXPECT_EQ(metric(d, "vllm:prompt_tokens_total"), double(d_requests));
+  EXPECT_EQ(metric(d, "chunkpipe:kv_pull_bytes_total"), double(expected_bytes));
+  EXPECT_EQ(metric(d, "chunkpipe:kv_pull_failures_total"), 0.0);
+  EXPECT_GT(metric(p, "vllm:prefix_cache_hits_total"), 0.0) << "the repeated prompt";
+  std::printf("    D computed %.0f prompt tokens for %d requests and pulled %.0f bytes\n",
+              metric(d, "vllm:prompt_tokens_total"), d_requests,
+              metric(d, "chunkpipe:kv_pull_bytes_total"));
+  EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0), 0.0) << "P freed on DONE";
+  EXPECT_EQ(metric(p, "chunkpipe:kv_leases_expired_total"), 0.0);
+  EXPECT_EQ(metric(d, "vllm:kv_cache_usage_perc"), 0.0);
+  const json health = json::parse(proxy.client().Get("/healthcheck")->body);
+  EXPECT_EQ(health["request_num"], 0);
+  EXPECT_EQ(proxy.stop(), 0);
+  EXPECT_EQ(p.stop(), 0);
+  EXPECT_EQ(d.stop(), 0);
+}
+
+// The P leg by hand, as the proxy sends it.
+json prefill(const ServerProcess& p, const std::string& prompt) {
+  json body = complete_body(prompt, 1);
+  body["min_tokens"] = 1;
+  body["kv_transfer_params"] = {{"do_remote_decode", true}, {"do_remote_prefill", false}};
+  return post(p, "/v1/completions", body);
+}
+
+TEST_F(PdTest, LeaseExpiresWhenTheDecoderDiesWithTheRequest) {
+  const int kv_p = kv_port_base() + 1;
+  setenv("VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT", "2", 1);
+  ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_lease_p.log");
+  unsetenv("VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT");
+  ServerProcess d(e2e::model_dir(), decoder_flags(kv_p + 4, 1), "/tmp/chunkpipe_pd_lease_d.log");
+  ASSERT_TRUE(p.ready() && d.ready());
+  const json answer = prefill(p, words(60));
+  ASSERT_TRUE(answer.contains("kv_transfer_params")) << answer.dump();
+  EXPECT_GT(metric(p, "vllm:kv_cache_usage_perc"), 0.0) << "P holds the blocks for D";
+  // D takes the request but dies before it reads: frozen, handed the request, killed.
+  kill(d.pid(), SIGSTOP);
+  std::thread leg([&] {
+    json body = complete_body(words(60));
+    body["kv_transfer_params"] = answer["kv_transfer_params"];
+    auto c = d.client(3);
+    c.Post("/v1/completions", body.dump(), "application/json");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  kill(d.pid(), SIGKILL);
+  leg.join();
+  EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0, 8), 0.0) << "within the lease";
+  EXPECT_EQ(metric(p, "chunkpipe:kv_leases_expired_total"), 1.0);
+  // P keeps serving.
+  EXPECT_TRUE(prefill(p, words(10)).contains("kv_transfer_params"));
+}
+
+TEST_F(PdTest, PrefillerKilledBeforeTheReadRecomputesOrFailsCleanly) {
+  const int kv_p = kv_port_base() + 2;
+  ServerProcess colocated(e2e::model_dir(), flags(), "/tmp/chunkpipe_pd_kill_c.log");
+  ServerProcess recompute(e2e::model_dir(), decoder_flags(kv_p + 4, 1, "recompute"),
+                          "/tmp/chunkpipe_pd_kill_d1.log");
+  ServerProcess strict(e2e::model_dir(), decoder_flags(kv_p + 5, 1, "fail"),
+                       "/tmp/chunkpipe_pd_kill_d2.log");
+  json params;
+  {
+    ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_kill_p.log");
+    ASSERT_TRUE(p.ready() && colocated.ready() && recompute.ready() && strict.ready());
+    params = prefill(p, words(60))["kv_transfer_params"];
+    ASSERT_TRUE(params.is_object());
+    kill(p.pid(), SIGKILL);
+    p.wait_exit(10);
+  }
+  json body = complete_body(words(60));
+  body["kv_transfer_params"] = params;
+  int status = 0;
+  const json got = post(recompute, "/v1/completions", body, &status);
+  ASSERT_EQ(status, 200) << got.dump();
+  EXPECT_EQ(got["choices"][0]["text"],
+            post(colocated, "/v1/completions", complete_body(words(60)))["choices"][0]["text"])
+      << "recomputed locally, never decoded over missing KV";
+  EXPECT_EQ(metric(recompute, "chunkpipe:kv_pull_failures_total"), 1.0);
+  const json failed = post(strict, "/v1/completions", body, &status);
+  EXPECT_NE(status, 200) << failed.dump();
+  EXPECT_NE(failed.dump().find("could not be loaded"), std::string::npos) << failed.dump();
+  EXPECT_EQ(metric(strict, "vllm:kv_cache_usage_perc"), 0.0);
+  // Both keep serving.
+  EXPECT_EQ(post(strict, "/v1/completions", complete_body("hello"), &status).is_object(), true);
+  EXPECT_EQ(status, 200);
+}
+
+TEST_F(PdTest, RefusedOrAbandonedRequestsReleaseThePrefillerAtOnce) {
+  const int kv_p = kv_port_base() + 3;
+  ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_refuse_p.log");
+  ServerProcess d(e2e::model_dir(), with(decoder_flags(kv_p + 4, 1), {"--max-model-len", "256"}),
+                  "/tmp/chunkpipe_pd_refuse_d.log");
+  ASSERT_TRUE(p.ready() && d.ready());
+  // D refuses a prompt longer than its max_model_len (P's is longer): P frees at once, not
+  // after the 480 s lease.
+  json params = prefill(p, words(200))["kv_transfer_params"];
+  ASSERT_TRUE(params.is_object());
+  json body = complete_body(words(200));
+  body["kv_transfer_params"] = params;
+  int status = 0;
+  const json refused = post(d, "/v1/completions", body, &status);
+  EXPECT_EQ(status, 400) << refused.dump();
+  EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
+  // A proxy whose client left between the legs hands the params to a decoder to release.
+  params = prefill(p, words(50))["kv_transfer_params"];
+  EXPECT_GT(metric(p, "vllm:kv_cache_usage_perc"), 0.0);
+  post(d, "/v1/kv_transfer/release", {{"kv_transfer_params", params}}, &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
+  EXPECT_EQ(metric(p, "chunkpipe:kv_leases_expired_total"), 0.0);
+}
+
+TEST_F(PdTest, ProxyUnderLoadWithVanishingClientsLeaksNothing) {
+  const int kv_p = kv_port_base() + 5;
+  ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_load_p.log");
+  ServerProcess d1(e2e::model_dir(), decoder_flags(kv_p + 1, 1), "/tmp/chunkpipe_pd_load_d1.log");
+  ServerProcess d2(e2e::model_dir(), decoder_flags(kv_p + 2, 1), "/tmp/chunkpipe_pd_load_d2.log");
+  ASSERT_TRUE(p.ready() && d1.ready() && d2.ready());
+  ServerProcess proxy({"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-ports",
+                       std::to_string(p.port()), "--decoder-hosts", "127.0.0.1", "127.0.0.1",
+                       "--decoder-ports", std::to_string(d1.port()), std::to_string(d2.port())},
+                      "/tmp/chunkpipe_pd_load_proxy.log", "/healthcheck");
+  ASSERT_TRUE(proxy.ready());
+  std::atomic<int> next{0}, ok{0}, dropped{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 32; ++c) {
+    clients.emplace_back([&, c] {
+      std::mt19937 rng(c);
+      for (int i; (i = next++) < 200;) {
+        json body = complete_body(words(10 + i % 50, i), 12);
+        body["stream"] = i % 2 == 0;
+        e2e::RawConnection conn(proxy.port());
+        conn.send(e2e::http_post("/v1/completions", body.dump()));
+        if (rng() % 4 == 0) {  // a client that leaves at a random moment
+          std::string some;
+          conn.read_for(static_cast<int>(rng() % 200), &some);
+          conn.reset();
+          ++dropped;
+          continue;
+        }
+        const std::string reply = conn.read_until(i % 2 == 0 ? "[DONE]" : "\"usage\"", 60000);
+        if (reply.find("200 OK") != std::string::npos) ++ok;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok + dropped, 200);
+  EXPECT_GT(ok.load(), 100);
+  for (const ServerProcess* s : {&p, &d1, &d2})
+    EXPECT_EQ(await_metric(*s, "vllm:kv_cache_usage_perc", 0.0, 15), 0.0)
+        << (s == &p ? "P" : "a decoder") << " still holds blocks";
+  for (int i = 0; i < 100; ++i) {  // the proxy's accounting drains too
+    const json h = json::parse(proxy.client().Get("/healthcheck")->body);
+    if (h["request_num"] == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(json::parse(proxy.client().Get("/healthcheck")->body)["request_num"], 0);
+  std::printf("    200 requests at concurrency 32: %d answered, %d clients vanished\n", ok.load(),
+              dropped.load());
+}
+
+TEST_F(PdTest, DecoderOutOfKvHandsRequestsBackAndTheProxyCompletesThem) {
+  const int kv_p = kv_port_base() + 6;
+  ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_rec_p.log");
+  // 8 blocks of 16 tokens: room for about one request of 90 tokens at a time.
+  ServerProcess d(
+      e2e::model_dir(),
+      with(decoder_flags(kv_p + 1, 1), {"--max-model-len", "128", "--kv-cache-memory", "49152"}),
+      "/tmp/chunkpipe_pd_rec_d.log");
+  ServerProcess colocated(e2e::model_dir(), flags(), "/tmp/chunkpipe_pd_rec_c.log");
+  ASSERT_TRUE(p.ready() && d.ready() && colocated.ready());
+  ServerProcess proxy(
+      {"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-ports", std::to_string(p.port()),
+       "--decoder-hosts", "127.0.0.1", "--decoder-ports", std::to_string(d.port())},
+      "/tmp/chunkpipe_pd_rec_proxy.log", "/healthcheck");
+  ASSERT_TRUE(proxy.ready());
+  std::vector<json> replies(6);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < replies.size(); ++i) {
+    clients.emplace_back([&, i] {
+      json body = complete_body("request number " + std::to_string(i) + " says hello", 90);
+      body["stream"] = i % 2 == 1;
+      if (i % 2 == 0) {
+        replies[i] = post(proxy, "/v1/completions", body);
+      } else {
+        replies[i] = {{"text", stream_text(proxy, body)}};
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (size_t i = 0; i < replies.size(); ++i) {
+    const json want =
+        post(colocated, "/v1/completions",
+             complete_body("request number " + std::to_string(i) + " says hello", 90));
+    const json& r = replies[i];
+    if (i % 2 == 0) {
+      ASSERT_TRUE(r.contains("choices")) << r.dump();
+      EXPECT_EQ(r["usage"]["completion_tokens"], 90);
+      EXPECT_EQ(r["usage"]["prompt_tokens"], want["usage"]["prompt_tokens"]);
+      EXPECT_EQ(r["choices"][0]["text"], want["choices"][0]["text"]) << i;
+    } else {
+      EXPECT_EQ(r["text"], want["choices"][0]["text"]) << i;
+    }
+  }
+  EXPECT_GT(metric(d, "chunkpipe:recomputed_requests_total"), 0.0);
+  std::printf("    %.0f requests handed back by the decoder and finished elsewhere\n",
+              metric(d, "chunkpipe:recomputed_requests_total"));
+  EXPECT_EQ(await_metric(d, "vllm:kv_cache_usage_perc", 0.0), 0.0);
+  EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0), 0.0);
+}
+
+}  // namespace
