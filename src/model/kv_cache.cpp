@@ -1,6 +1,11 @@
 // LatentKvCache allocation and access checks.
 #include "model/kv_cache.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+
 #include "common/check.h"
 
 namespace model {
@@ -19,6 +24,22 @@ LatentKvCache::LatentKvCache(int num_layers, int layer_begin, int layer_end, int
     layers_[l].resize(static_cast<size_t>(num_blocks * block_size * row_dim));
     if (expanded_dim > 0)
       expanded_[l].resize(static_cast<size_t>(num_blocks * block_size * expanded_dim));
+  }
+}
+
+void LatentKvCache::commit() {
+  const long page = sysconf(_SC_PAGESIZE);
+  for (auto* buffers : {&layers_, &expanded_}) {
+    for (auto& b : *buffers) {
+      if (b.empty()) continue;
+      char* p = reinterpret_cast<char*>(b.data());
+      const size_t bytes = b.size() * sizeof(float);
+      // Page-aligned start for madvise; the buffer is 64-byte aligned, large ones page-aligned.
+      char* start = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(p) / page * page);
+      if (madvise(start, bytes + static_cast<size_t>(p - start), MADV_POPULATE_WRITE) == 0)
+        continue;
+      for (size_t off = 0; off < bytes; off += static_cast<size_t>(page)) p[off] = p[off];
+    }
   }
 }
 

@@ -23,6 +23,10 @@ class LatentKvCache {
   int64_t num_blocks() const { return num_blocks_; }
   int64_t row_dim() const { return row_dim_; }
   bool has_layer(int layer) const;
+  // Commits every page of the cache now (its memory is otherwise committed on first touch):
+  // for a cache written from outside the forward, such as a PD decoder's pulls, which ran 3x
+  // slower into fresh pages (bench/kv_pull_bench --cache-blocks). Call before any use.
+  void commit();
   float* layer(int layer);
   const float* layer(int layer) const;
   // Row of `slot` (= block_id * block_size + offset) in a layer.

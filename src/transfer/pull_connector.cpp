@@ -196,6 +196,7 @@ void PullWorker::register_kv_cache(model::LatentKvCache* cache, int layer_begin,
     sender_ = std::move(started).value();
   }
   if (o_.consumer) {
+    cache->commit();  // pulls write fresh blocks all the time
     PullReceiverOptions r;
     r.transfer_timeout_ms = o_.transfer_timeout_ms;
     r.default_remote_tp = o_.remote_tp_size;

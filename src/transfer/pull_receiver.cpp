@@ -153,16 +153,21 @@ common::Status PullReceiver::load(const RecvTask& task, int64_t* bytes) {
     std::vector<UcxRead> reads;
     const size_t n = task.remote_block_ids.size();
     for (int l = from; l < to; ++l) {
-      // Runs of blocks consecutive on both sides become one read.
+      // Runs of blocks consecutive on both sides, in the same direction, are one region on
+      // each side (a descending run, as a pool that frees tails first hands out, too): one read.
+      const auto& rem = task.remote_block_ids;
+      const auto& loc = task.local_block_ids;
       for (size_t i = 0; i < n;) {
         size_t j = i + 1;
-        while (j < n && task.remote_block_ids[j] == task.remote_block_ids[j - 1] + 1 &&
-               task.local_block_ids[j] == task.local_block_ids[j - 1] + 1)
-          ++j;
+        const int32_t step = j < n ? rem[j] - rem[i] : 1;
+        if (step == 1 || step == -1) {
+          while (j < n && rem[j] == rem[j - 1] + step && loc[j] == loc[j - 1] + step) ++j;
+        }
+        const size_t first = step == -1 ? j - 1 : i;  // the run's lowest block, on both sides
         UcxRead r;
-        r.local = cache_->layer(l) + int64_t(task.local_block_ids[i]) * bs * dim;
-        r.remote_addr = m.layer_base[size_t(l - m.layer_begin)] +
-                        uint64_t(task.remote_block_ids[i]) * uint64_t(block_bytes);
+        r.local = cache_->layer(l) + int64_t(loc[first]) * bs * dim;
+        r.remote_addr =
+            m.layer_base[size_t(l - m.layer_begin)] + uint64_t(rem[first]) * uint64_t(block_bytes);
         r.length = (j - i) * size_t(block_bytes);
         r.region = l - m.layer_begin;
         reads.push_back(r);

@@ -4,6 +4,7 @@
 #include <ucp/api/ucp.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 namespace transfer {
@@ -37,6 +38,11 @@ struct UcxTransport::Peer {
 common::Result<std::unique_ptr<UcxTransport>> UcxTransport::create() {
   std::unique_ptr<UcxTransport> t(new UcxTransport());
   ucp_config_t* config = nullptr;
+  // KV blocks are read in runs of hundreds of KiB: TCP segments of 64 KiB instead of UCX's 8
+  // KiB pulled 2-4x faster on loopback (bench/kv_pull_bench). A value in the environment wins
+  // (setenv without overwrite, before UCX reads its configuration).
+  setenv("UCX_TCP_TX_SEG_SIZE", "64k", /*overwrite=*/0);
+  setenv("UCX_TCP_RX_SEG_SIZE", "64k", /*overwrite=*/0);
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return ucx_error("config", s);
   ucp_params_t params{};
