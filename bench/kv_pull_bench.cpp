@@ -51,6 +51,7 @@ int serve(const Args& a, int64_t num_blocks) {
 
 int pull(const Args& a, int64_t num_blocks) {
   model::LatentKvCache cache(a.layers, 0, a.layers, num_blocks, a.block, kRowDim);
+  cache.commit();  // as a decoder's pull connector does
   transfer::PullReceiver receiver({}, &cache, 0, a.layers);
   const int64_t blocks = (a.tokens + a.block - 1) / a.block;
   const double bytes = double(blocks) * a.layers * a.block * kRowDim * sizeof(float);

@@ -153,16 +153,19 @@ class PdTest : public ::testing::Test {
   void SetUp() override { setenv("VLLM_HOST_IP", "127.0.0.1", 1); }
 };
 
-TEST_F(PdTest, OutputsMatchColocatedServingThroughTheProxy) {
-  const int kv_p = kv_port_base(), kv_d = kv_p + 4;
+// 1P1D with a plain P (pp 1), or P with PP=2 and CPP (profiling_chunk_config) as the seed
+// runs it; the prefix cache on either way.
+void outputs_match_colocated(int pp) {
+  const int kv_p = kv_port_base() + (pp == 1 ? 0 : 7), kv_d = kv_p + 4;
   ServerProcess colocated(e2e::model_dir(), flags(), "/tmp/chunkpipe_pd_colocated.log");
-  // P: PP=2 with CPP (profiling_chunk_config) and the prefix cache, as the seed runs it.
-  auto pf = with(prefiller_flags(kv_p, 2),
-                 {"--enable-prefix-caching", "--additional-config",
-                  R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true,)"
-                  R"( "smooth_factor": 1.0, "min_chunk": 64}}})"});
+  auto pf = with(prefiller_flags(kv_p, pp), {"--enable-prefix-caching"});
+  if (pp > 1) {
+    pf = with(pf, {"--additional-config",
+                   R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true,)"
+                   R"( "smooth_factor": 1.0, "min_chunk": 64}}})"});
+  }
   ServerProcess p(e2e::model_dir(), pf, "/tmp/chunkpipe_pd_p.log");
-  ServerProcess d(e2e::model_dir(), decoder_flags(kv_d, 2), "/tmp/chunkpipe_pd_d.log");
+  ServerProcess d(e2e::model_dir(), decoder_flags(kv_d, pp), "/tmp/chunkpipe_pd_d.log");
   ASSERT_TRUE(colocated.ready() && p.ready() && d.ready()) << "see /tmp/chunkpipe_pd_*.log";
   ServerProcess proxy(
       {"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-port", std::to_string(p.port()),
@@ -230,6 +233,14 @@ TEST_F(PdTest, OutputsMatchColocatedServingThroughTheProxy) {
   EXPECT_EQ(proxy.stop(), 0);
   EXPECT_EQ(p.stop(), 0);
   EXPECT_EQ(d.stop(), 0);
+}
+
+TEST_F(PdTest, OutputsMatchColocatedServingOnePrefillerOneDecoder) {
+  outputs_match_colocated(1);
+}
+
+TEST_F(PdTest, OutputsMatchColocatedServingWithAPipelinedCppPrefiller) {
+  outputs_match_colocated(2);
 }
 
 // The P leg by hand, as the proxy sends it.
