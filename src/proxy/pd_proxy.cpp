@@ -371,7 +371,14 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
         std::this_thread::sleep_for(std::chrono::duration<double>(
             o_.retry_delay * static_cast<double>(1 << (attempt - 1))));
     }
-    if (dr.cancelled) return;  // the client left mid-stream; closing it aborts D's request
+    if (dr.cancelled) {
+      // The client left. If the decoder has the request, closing the stream aborts it and it
+      // sends DONE itself; if it never got it, nobody would: release P now. A DONE after P
+      // already freed the blocks is answered "expired", so a decoder still reading them
+      // discards what it read.
+      release_prefill(d.instance());
+      return;
+    }
     if (!dr.error.empty() || dr.status != 200) {
       const int status = dr.error.empty() ? dr.status : 502;
       const std::string why =

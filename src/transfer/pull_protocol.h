@@ -68,8 +68,8 @@ Bytes encode_done(const std::string& remote_request_id);
 // kind, and for DONE the request id; false for anything malformed.
 bool decode_side_request(const Bytes& bytes, SideRequest* kind, std::string* request_id);
 inline const char* kAck = "ACK";
-// DONE for a request whose lease had already expired: its blocks may have been reused, so a
-// read of them cannot be trusted.
+// DONE for a request whose lease had already ended (expired, or released by an earlier DONE):
+// its blocks may have been reused, so a read of them cannot be trusted.
 inline const char* kExpired = "EXPIRED";
 
 // One load a decoder worker performs: remote_block_ids[i] of P into local_block_ids[i].

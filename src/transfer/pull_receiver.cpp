@@ -76,8 +76,9 @@ void PullReceiver::loop() {
         LOG(WARNING) << "KV transfer of request " << task.req_id << ": DONE to " << p.remote_host
                      << ":" << port << " failed: " << acked.status().message();
       } else if (!*acked && st.ok()) {
-        st = common::data_loss("the lease at " + p.remote_host + ":" + std::to_string(port) +
-                               " expired before DONE");
+        st = common::data_loss(p.remote_host + ":" + std::to_string(port) +
+                               " had freed the blocks before DONE (its lease expired or the "
+                               "request was released)");
       }
     }
     if (!st.ok()) {

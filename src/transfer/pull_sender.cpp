@@ -63,8 +63,11 @@ Bytes PullSender::handle(const Bytes& request) {
   std::lock_guard<std::mutex> lock(mu_);
   if (leases_.erase(id)) {
     finished_.push_back(id);
-  } else if (expired_.count(id)) {
-    LOG(WARNING) << "DONE for request " << id << " after its lease expired";
+    ended_[id] = common::now_seconds();
+  } else if (expired_.count(id) || ended_.count(id)) {
+    // The blocks were handed back already (expired, or an earlier DONE released them): they
+    // may hold another request's KV now, so whatever the sender read is not to be trusted.
+    LOG(WARNING) << "DONE for request " << id << " after its blocks were freed";
     const std::string text = kExpired;
     return Bytes(text.begin(), text.end());
   } else {
@@ -82,6 +85,7 @@ void PullSender::add_leases(const std::vector<std::string>& request_ids) {
   for (const std::string& id : request_ids) {
     if (early_done_.erase(id)) {
       finished_.push_back(id);
+      ended_[id] = now;
     } else {
       leases_[id] = now + options_.lease_seconds;
     }
@@ -110,6 +114,7 @@ void PullSender::take_finished(std::vector<std::string>* finished, sched::KvTran
   };
   prune(early_done_);
   prune(expired_);
+  prune(ended_);
   finished->insert(finished->end(), finished_.begin(), finished_.end());
   finished_.clear();
   stats->leases_expired += leases_expired_;

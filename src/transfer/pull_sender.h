@@ -3,8 +3,9 @@
 // (where the blocks live) and DONE (a decoder has read them), while keeping UCX progressing so
 // that decoders' reads complete. Each request's blocks are leased: a DONE or the lease's
 // expiry (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT) hands them back, once. A DONE that arrives after
-// expiry is answered kExpired, so a decoder never trusts a read of blocks that may have been
-// reused. Thread-safe: lease calls come from the compute thread, DONE from the server thread.
+// that (expiry, or a release by someone else) is answered kExpired, so a decoder never trusts a
+// read of blocks that may have been reused. Thread-safe: lease calls come from the compute thread,
+// DONE from the server thread.
 #pragma once
 
 #include <atomic>
@@ -62,6 +63,7 @@ class PullSender {
   std::unordered_map<std::string, double> leases_;      // id -> deadline (monotonic seconds)
   std::unordered_map<std::string, double> early_done_;  // DONE before the lease: id -> when
   std::unordered_map<std::string, double> expired_;     // id -> when it expired
+  std::unordered_map<std::string, double> ended_;       // id -> when a DONE ended it
   std::vector<std::string> finished_;
   int64_t leases_expired_ = 0;
 };

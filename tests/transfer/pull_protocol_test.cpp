@@ -158,6 +158,12 @@ TEST(PullTransferTest, BlocksMoveOverUcxAndAnExpiredLeaseFailsTheLoad) {
   sched::KvTransferStats stats;
   (*sender)->take_finished(&done, &stats);
   EXPECT_EQ(done, (std::vector<std::string>{"r1"})) << "the DONE ended the lease";
+  // A second read of r1 (its blocks may be reused by now) is refused at DONE.
+  t.req_id = "d1-again";
+  receiver.enqueue({t});
+  report = next_report(receiver);
+  ASSERT_EQ(report.failed_recving.size(), 1u);
+  EXPECT_NE(report.failed_recving[0].second.find("freed the blocks"), std::string::npos);
 
   // A lease that expires before the decoder reads: P reports it freed, D's DONE is answered
   // EXPIRED, and the load fails instead of trusting reused blocks.
