@@ -2,7 +2,7 @@
 # The project's test command: installs dependencies, builds, runs every test with CTest
 # (extra args go to ctest). `scripts/test.sh --sanitize` instead runs the instrumented builds:
 # ASan + UBSan (leak checking on) over the unit and e2e tests in build-asan/, TSan over the
-# engine and serve tests in build-tsan/, then a short bounded run of every fuzz target.
+# engine, serve, KV transfer and PD tests in build-tsan/, then a short bounded run of every fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -33,12 +33,13 @@ LSAN_OPTIONS=suppressions="$PWD/tests/sanitizer/lsan.supp":print_suppressions=0 
     -E 'two_host_pipeline_test' "$@"
 
 echo "== TSan (build-tsan)"
-sanitized_build build-tsan thread chunkpipe engine_test serve_e2e_test abuse_e2e_test
+sanitized_build build-tsan thread chunkpipe engine_test serve_e2e_test abuse_e2e_test transfer_test \
+  proxy_test pd_e2e_test
 # OpenBLAS' own threads are not instrumented: keep GEMM single-threaded inside each process.
 OPENBLAS_NUM_THREADS=1 \
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions="$PWD/tests/sanitizer/tsan.supp" \
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 \
-    -R 'engine_test|serve_e2e_test|abuse_e2e_test' "$@"
+    -R 'engine_test|serve_e2e_test|abuse_e2e_test|transfer_test|proxy_test|pd_e2e_test' "$@"
 
 echo "== fuzz (build-fuzz)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-20}"

@@ -477,14 +477,9 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     std::lock_guard<std::mutex> lock(mu_);
     appended = scheduler_.update(so, sampled);
     scheduler_.update_kv_transfers(result.kv_transfers);
-    const sched::KvTransferStats& k = result.kv_transfers.stats;
     sched::KvTransferStats& m = metrics_.kv_transfer;
-    m.bytes_pulled += k.bytes_pulled;
-    m.blocks_pulled += k.blocks_pulled;
-    m.read_seconds += k.read_seconds;
-    m.pulls_failed += k.pulls_failed;
-    m.leases_expired += k.leases_expired;
-    m.pulls_in_flight = k.pulls_in_flight;
+    m.pulls_in_flight = 0;  // a gauge: this report's value replaces the last
+    m += result.kv_transfers.stats;
   }
   if (!result.kv_transfers.failed_recving.empty()) finish_load_failures();
   const double now = common::now_seconds();

@@ -61,6 +61,16 @@ struct KvTransferStats {
   int64_t pulls_failed = 0;
   int64_t leases_expired = 0;
   int64_t pulls_in_flight = 0;  // a gauge: now, not since the last report
+  // Adds another report's counters (and its gauge: workers' loads in flight add up).
+  KvTransferStats& operator+=(const KvTransferStats& o) {
+    bytes_pulled += o.bytes_pulled;
+    blocks_pulled += o.blocks_pulled;
+    read_seconds += o.read_seconds;
+    pulls_failed += o.pulls_failed;
+    leases_expired += o.leases_expired;
+    pulls_in_flight += o.pulls_in_flight;
+    return *this;
+  }
 };
 
 // What the workers' KV connectors report after a step (worker/kv_connector.h). With pipeline

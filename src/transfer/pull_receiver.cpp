@@ -43,12 +43,8 @@ void PullReceiver::take_finished(sched::KvTransferReport* report) {
   };
   move_all(done_.finished_recving, report->finished_recving);
   move_all(done_.failed_recving, report->failed_recving);
-  sched::KvTransferStats& s = report->stats;
-  s.bytes_pulled += done_.stats.bytes_pulled;
-  s.blocks_pulled += done_.stats.blocks_pulled;
-  s.read_seconds += done_.stats.read_seconds;
-  s.pulls_failed += done_.stats.pulls_failed;
-  s.pulls_in_flight += static_cast<int64_t>(queue_.size()) + busy_;
+  done_.stats.pulls_in_flight = static_cast<int64_t>(queue_.size()) + busy_;
+  report->stats += done_.stats;
   done_.stats = {};
 }
 

@@ -27,13 +27,7 @@ void append_report(sched::KvTransferReport mine, sched::KvTransferReport* all) {
   move_all(mine.finished_sending, all->finished_sending);
   move_all(mine.finished_recving, all->finished_recving);
   move_all(mine.failed_recving, all->failed_recving);
-  sched::KvTransferStats& s = all->stats;
-  s.bytes_pulled += mine.stats.bytes_pulled;
-  s.blocks_pulled += mine.stats.blocks_pulled;
-  s.read_seconds += mine.stats.read_seconds;
-  s.pulls_failed += mine.stats.pulls_failed;
-  s.leases_expired += mine.stats.leases_expired;
-  s.pulls_in_flight += mine.stats.pulls_in_flight;
+  all->stats += mine.stats;
 }
 
 // Messages received ahead of the compute loop, oldest first.

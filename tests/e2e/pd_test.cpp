@@ -312,6 +312,43 @@ TEST_F(PdTest, PrefillerKilledBeforeTheReadRecomputesOrFailsCleanly) {
   EXPECT_EQ(status, 200);
 }
 
+// P dies in the middle of a read: over TCP, UCX serves a read from P's side, so a frozen P
+// holds the read open (D already has P's metadata from an earlier pull); then P is killed.
+// D's read fails on the broken connection, and D recomputes the prompt itself.
+TEST_F(PdTest, PrefillerKilledMidReadIsSurvivedByTheDecoder) {
+  const int kv_p = kv_port_base() + 4;
+  ServerProcess colocated(e2e::model_dir(), flags(), "/tmp/chunkpipe_pd_midread_c.log");
+  setenv("ASCEND_TRANSFER_TIMEOUT", "20000", 1);
+  ServerProcess d(e2e::model_dir(), decoder_flags(kv_p + 4, 1, "recompute"),
+                  "/tmp/chunkpipe_pd_midread_d.log");
+  unsetenv("ASCEND_TRANSFER_TIMEOUT");
+  ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_midread_p.log");
+  ASSERT_TRUE(p.ready() && d.ready() && colocated.ready());
+  json body = complete_body(words(300));
+  body["kv_transfer_params"] = prefill(p, words(300))["kv_transfer_params"];
+  int status = 0;
+  ASSERT_EQ(post(d, "/v1/completions", body, &status)["choices"][0]["finish_reason"], "length");
+  body["kv_transfer_params"] = prefill(p, words(300))["kv_transfer_params"];
+  kill(p.pid(), SIGSTOP);
+  json got;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread leg([&] { got = post(d, "/v1/completions", body, &status); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(metric(d, "chunkpipe:kv_pulls_in_flight"), 1.0) << "the read waits on the frozen P";
+  kill(p.pid(), SIGKILL);
+  kill(p.pid(), SIGCONT);
+  leg.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(status, 200) << got.dump();
+  EXPECT_EQ(got["choices"][0]["text"],
+            post(colocated, "/v1/completions", complete_body(words(300)))["choices"][0]["text"]);
+  EXPECT_EQ(metric(d, "chunkpipe:kv_pull_failures_total"), 1.0);
+  EXPECT_LT(seconds, 15.0) << "the broken connection ends the read, not the 20 s timeout";
+  std::printf("    P killed mid-read: D recomputed and answered in %.1f s\n", seconds);
+  EXPECT_EQ(metric(d, "vllm:kv_cache_usage_perc"), 0.0);
+}
+
 TEST_F(PdTest, RefusedOrAbandonedRequestsReleaseThePrefillerAtOnce) {
   const int kv_p = kv_port_base() + 3;
   ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_refuse_p.log");

@@ -468,23 +468,38 @@ TEST(KvConnectorSchedulerTest, DelayedFreeHoldsBlocksUntilSent) {
   EXPECT_FALSE(s.has_requests());
 }
 
+// Request "a" (10 tokens, blocks of 4) whose first 8 tokens a connector loads asynchronously;
+// the first step has allocated its blocks and started the load.
+struct LoadingRequest {
+  explicit LoadingRequest(bool recompute_failures = false)
+      : kv(16, 4, false), s(config(recompute_failures), &kv) {
+    c.offered = 8;
+    c.async = true;
+    s.set_kv_connector(&c);
+    s.add_request(make_request("a", 10));
+    s.update(s.schedule(), {});
+  }
+  static sched::SchedulerConfig config(bool recompute_failures) {
+    sched::SchedulerConfig c{100, 4, 64};
+    c.recompute_kv_load_failures = recompute_failures;
+    return c;
+  }
+  void fail_load() {
+    sched::KvTransferReport failed;
+    failed.failed_recving = {{"a", "peer gone"}};
+    s.update_kv_transfers(failed);
+  }
+  kv::KvCacheManager kv;
+  sched::Scheduler s;
+  FakeConnector c;
+};
+
 // A remote load that fails: under "recompute" the request computes its whole prompt here.
 TEST(KvConnectorSchedulerTest, FailedLoadRecomputesUnderTheRecomputePolicy) {
-  kv::KvCacheManager kv(16, 4, false);
-  sched::SchedulerConfig config{100, 4, 64};
-  config.recompute_kv_load_failures = true;
-  sched::Scheduler s(config, &kv);
-  FakeConnector c;
-  c.offered = 8;
-  c.async = true;
-  s.set_kv_connector(&c);
-  s.add_request(make_request("a", 10));
-  s.update(s.schedule(), {});
-  sched::KvTransferReport failed;
-  failed.failed_recving = {{"a", "peer gone"}};
-  s.update_kv_transfers(failed);
-  EXPECT_TRUE(s.take_load_failures().empty());
-  auto so = s.schedule();
+  LoadingRequest t(/*recompute_failures=*/true);
+  t.fail_load();
+  EXPECT_TRUE(t.s.take_load_failures().empty());
+  auto so = t.s.schedule();
   ASSERT_EQ(so.scheduled.size(), 1u);
   EXPECT_EQ(so.scheduled[0].num_computed_tokens, 0);  // nothing of the load counts
   EXPECT_EQ(so.scheduled[0].num_scheduled_tokens, 10);
@@ -492,42 +507,26 @@ TEST(KvConnectorSchedulerTest, FailedLoadRecomputesUnderTheRecomputePolicy) {
 
 // Under "fail" (vLLM's default) the request leaves with the reason, and its blocks are freed.
 TEST(KvConnectorSchedulerTest, FailedLoadFailsTheRequestUnderTheFailPolicy) {
-  kv::KvCacheManager kv(16, 4, false);
-  sched::Scheduler s({100, 4, 64}, &kv);
-  FakeConnector c;
-  c.offered = 8;
-  c.async = true;
-  s.set_kv_connector(&c);
-  s.add_request(make_request("a", 10));
-  s.update(s.schedule(), {});
-  sched::KvTransferReport failed;
-  failed.failed_recving = {{"a", "peer gone"}};
-  s.update_kv_transfers(failed);
-  auto gone = s.take_load_failures();
+  LoadingRequest t;
+  t.fail_load();
+  auto gone = t.s.take_load_failures();
   ASSERT_EQ(gone.size(), 1u);
   EXPECT_EQ(gone[0].first->request_id, "a");
   EXPECT_EQ(gone[0].second, "peer gone");
-  EXPECT_EQ(kv.num_free_blocks(), 16);
-  EXPECT_FALSE(s.has_requests());
+  EXPECT_EQ(t.kv.num_free_blocks(), 16);
+  EXPECT_FALSE(t.s.has_requests());
 }
 
 // An abort while the KV is loading keeps the blocks until the load reports: it may still be
 // writing into them.
 TEST(KvConnectorSchedulerTest, AbortWhileLoadingFreesOnlyWhenTheLoadReports) {
-  kv::KvCacheManager kv(16, 4, false);
-  sched::Scheduler s({100, 4, 64}, &kv);
-  FakeConnector c;
-  c.offered = 8;
-  c.async = true;
-  s.set_kv_connector(&c);
-  s.add_request(make_request("a", 10));
-  s.update(s.schedule(), {});
-  ASSERT_NE(s.abort_request("a"), nullptr);
-  EXPECT_EQ(kv.num_free_blocks(), 13);
-  EXPECT_TRUE(s.has_requests());
-  s.update_kv_transfers(received({"a"}));
-  EXPECT_EQ(kv.num_free_blocks(), 16);
-  EXPECT_FALSE(s.has_requests());
+  LoadingRequest t;
+  ASSERT_NE(t.s.abort_request("a"), nullptr);
+  EXPECT_EQ(t.kv.num_free_blocks(), 13);
+  EXPECT_TRUE(t.s.has_requests());
+  t.s.update_kv_transfers(received({"a"}));
+  EXPECT_EQ(t.kv.num_free_blocks(), 16);
+  EXPECT_FALSE(t.s.has_requests());
 }
 
 }  // namespace
