@@ -23,7 +23,7 @@
 namespace {
 
 struct Args {
-  int tokens = 4096, layers = 61, repeat = 3, port = 37900, block = 128;
+  int tokens = 4096, layers = 61, repeat = 3, port = 31900, block = 128;
   int64_t cache_blocks = 0;  // --cache-blocks: a cache this big (as a server has)
   std::string host = "127.0.0.1";
   bool serve = true, pull = true;

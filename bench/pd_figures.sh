@@ -31,8 +31,8 @@ common=(--tokenizer "$tok" --served-model-name m --max-model-len 8192 --block-si
         --kv-cache-memory 1500000000 --max-num-batched-tokens 512 --max-num-seqs 32
         --no-enable-prefix-caching)
 layout='"kv_connector_extra_config": {"prefill": {"dp_size": 1, "tp_size": 1}, "decode": {"dp_size": 1, "tp_size": 1}}'
-producer="{\"kv_connector\": \"MooncakeConnectorV1\", \"kv_role\": \"kv_producer\", \"kv_port\": \"37100\", $layout}"
-consumer="{\"kv_connector\": \"MooncakeConnectorV1\", \"kv_role\": \"kv_consumer\", \"kv_port\": \"37200\", $layout}"
+producer="{\"kv_connector\": \"MooncakeConnectorV1\", \"kv_role\": \"kv_producer\", \"kv_port\": \"31100\", $layout}"
+consumer="{\"kv_connector\": \"MooncakeConnectorV1\", \"kv_role\": \"kv_consumer\", \"kv_port\": \"31200\", $layout}"
 
 wait_ready() { for _ in $(seq 1 600); do curl -sf "$1" >/dev/null && return 0; sleep 0.1; done; echo "not ready: $1"; exit 1; }
 metric() { curl -sf "$1/metrics" | awk -v m="$2" '$1 ~ "^"m"[{]" {print $2}'; }
