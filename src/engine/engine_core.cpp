@@ -393,10 +393,11 @@ void EngineCore::step() {
   }
   complete_step(f.output, *result);
   if (f.output.kv_connector_poll && result->kv_transfers.empty()) {
-    // Only transfers are pending: look again in a moment, or at once when a request arrives.
+    // Only transfers are pending: look again in a moment (soon when a first token waits on a
+    // load, less often for blocks held for a decoder), or at once when a request arrives.
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(2),
-                 [&] { return stopping_ || !inbox_.empty() || !aborts_.empty(); });
+    const auto pause = std::chrono::milliseconds(scheduler_.has_pending_loads() ? 2 : 10);
+    cv_.wait_for(lock, pause, [&] { return stopping_ || !inbox_.empty() || !aborts_.empty(); });
   }
 }
 

@@ -91,6 +91,8 @@ class Scheduler {
   // Unfinished requests, or finished ones whose blocks a KV connector still holds: the engine
   // keeps stepping (steps with kv_connector_poll when nothing can run) until both are gone.
   bool has_requests() const { return has_unfinished_requests() || !delayed_free_.empty(); }
+  // Requests whose KV is being loaded (their first token waits on it).
+  bool has_pending_loads() const { return !waiting_for_remote_kvs_.empty(); }
   SchedulerStats stats() const;
   const kv::KvCacheManager& kv_cache() const { return *kv_; }
 

@@ -42,7 +42,9 @@ void PullReleaser::loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, with nothing left to say
+      // Stopping: what is left is not said (each could wait seconds on a dead prefiller);
+      // those leases end by expiry.
+      if (stopping_) return;
       p = std::move(queue_.front());
       queue_.pop_front();
     }

@@ -45,9 +45,14 @@ common::Result<std::unique_ptr<SideChannelServer>> SideChannelServer::bind(const
   s->socket_ = zmq_socket(context(), ZMQ_ROUTER);
   if (s->socket_ == nullptr) return common::invalid_argument("zmq_socket: " + zmq_error());
   set_int(s->socket_, ZMQ_LINGER, 0);
-  if (zmq_bind(s->socket_, s->endpoint_.c_str()) != 0)
-    return common::invalid_argument("cannot bind the KV side channel at " + s->endpoint_ + ": " +
-                                    zmq_error());
+  if (zmq_bind(s->socket_, s->endpoint_.c_str()) != 0) {
+    const bool in_use = zmq_errno() == EADDRINUSE;
+    return common::invalid_argument(
+        "cannot bind the KV side channel at " + s->endpoint_ + ": " + zmq_error() +
+        (in_use ? " (choose a kv_port whose side-channel ports are free; ports in the ephemeral "
+                  "range, net.ipv4.ip_local_port_range, can be taken by outgoing connections)"
+                : ""));
+  }
   return s;
 }
 

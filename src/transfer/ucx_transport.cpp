@@ -1,4 +1,5 @@
-// UCX context, worker, registrations and endpoints.
+// The UCX plugin: context, worker, registrations and endpoints (UcxTransport's implementation,
+// built into libchunkpipe_ucx.so; nothing else links libucp).
 #include "transfer/ucx_transport.h"
 
 #include <ucp/api/ucp.h>
@@ -21,22 +22,43 @@ ucp_worker_h wrk(void* p) {
   return static_cast<ucp_worker_h>(p);
 }
 
+class UcxTransportImpl final : public UcxTransport {
+ public:
+  static common::Result<std::unique_ptr<UcxTransportImpl>> create();
+  ~UcxTransportImpl() override;
+  const std::vector<uint8_t>& address() const override { return address_; }
+  common::Result<std::vector<uint8_t>> register_region(void* base, size_t length) override;
+  void progress() override;
+  int wait_fd() const override { return efd_; }
+  bool arm() override;
+  common::Result<int> connect(const std::vector<uint8_t>& address,
+                              const std::vector<std::vector<uint8_t>>& rkeys) override;
+  common::Status read(int peer, const std::vector<UcxRead>& reads, int64_t timeout_ms) override;
+  void drop_peer(int peer) override;
+
+ private:
+  struct Region {
+    ucp_mem_h memh = nullptr;
+  };
+  struct Peer {
+    std::vector<uint8_t> address;
+    ucp_ep_h ep = nullptr;
+    std::vector<ucp_rkey_h> rkeys;
+    bool failed = false;
+    ucs_status_t error = UCS_OK;
+  };
+  void* context_ = nullptr;  // ucp_context_h
+  void* worker_ = nullptr;   // ucp_worker_h
+  std::vector<uint8_t> address_;
+  int efd_ = -1;
+  std::vector<std::unique_ptr<Region>> regions_;
+  std::vector<std::unique_ptr<Peer>> peers_;  // by handle; null once dropped
+};
+
 }  // namespace
 
-struct UcxTransport::Region {
-  ucp_mem_h memh = nullptr;
-};
-
-struct UcxTransport::Peer {
-  std::vector<uint8_t> address;
-  ucp_ep_h ep = nullptr;
-  std::vector<ucp_rkey_h> rkeys;
-  bool failed = false;
-  ucs_status_t error = UCS_OK;
-};
-
-common::Result<std::unique_ptr<UcxTransport>> UcxTransport::create() {
-  std::unique_ptr<UcxTransport> t(new UcxTransport());
+common::Result<std::unique_ptr<UcxTransportImpl>> UcxTransportImpl::create() {
+  std::unique_ptr<UcxTransportImpl> t(new UcxTransportImpl());
   ucp_config_t* config = nullptr;
   // KV blocks are read in runs of hundreds of KiB: TCP segments of 64 KiB instead of UCX's 8
   // KiB pulled 2-4x faster on loopback (bench/kv_pull_bench). A value in the environment wins
@@ -71,14 +93,14 @@ common::Result<std::unique_ptr<UcxTransport>> UcxTransport::create() {
   return t;
 }
 
-UcxTransport::~UcxTransport() {
+UcxTransportImpl::~UcxTransportImpl() {
   for (size_t i = 0; i < peers_.size(); ++i) drop_peer(static_cast<int>(i));
   for (auto& r : regions_) ucp_mem_unmap(ctx(context_), r->memh);
   if (worker_ != nullptr) ucp_worker_destroy(wrk(worker_));
   if (context_ != nullptr) ucp_cleanup(ctx(context_));
 }
 
-common::Result<std::vector<uint8_t>> UcxTransport::register_region(void* base, size_t length) {
+common::Result<std::vector<uint8_t>> UcxTransportImpl::register_region(void* base, size_t length) {
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   mp.address = base;
@@ -99,17 +121,17 @@ common::Result<std::vector<uint8_t>> UcxTransport::register_region(void* base, s
   return key;
 }
 
-void UcxTransport::progress() {
+void UcxTransportImpl::progress() {
   while (ucp_worker_progress(wrk(worker_)) != 0) {
   }
 }
 
-bool UcxTransport::arm() {
+bool UcxTransportImpl::arm() {
   return ucp_worker_arm(wrk(worker_)) == UCS_OK;
 }
 
-common::Result<int> UcxTransport::connect(const std::vector<uint8_t>& address,
-                                          const std::vector<std::vector<uint8_t>>& rkeys) {
+common::Result<int> UcxTransportImpl::connect(const std::vector<uint8_t>& address,
+                                              const std::vector<std::vector<uint8_t>>& rkeys) {
   for (size_t i = 0; i < peers_.size(); ++i) {
     if (peers_[i] && !peers_[i]->failed && peers_[i]->address == address &&
         peers_[i]->rkeys.size() == rkeys.size())
@@ -146,8 +168,8 @@ common::Result<int> UcxTransport::connect(const std::vector<uint8_t>& address,
   return static_cast<int>(peers_.size()) - 1;
 }
 
-common::Status UcxTransport::read(int handle, const std::vector<UcxRead>& reads,
-                                  int64_t timeout_ms) {
+common::Status UcxTransportImpl::read(int handle, const std::vector<UcxRead>& reads,
+                                      int64_t timeout_ms) {
   if (handle < 0 || handle >= static_cast<int>(peers_.size()) || !peers_[handle])
     return common::invalid_argument("UCX read: no such peer");
   Peer& peer = *peers_[handle];
@@ -213,7 +235,7 @@ common::Status UcxTransport::read(int handle, const std::vector<UcxRead>& reads,
   return status;
 }
 
-void UcxTransport::drop_peer(int handle) {
+void UcxTransportImpl::drop_peer(int handle) {
   if (handle < 0 || handle >= static_cast<int>(peers_.size()) || !peers_[handle]) return;
   Peer& peer = *peers_[handle];
   for (ucp_rkey_h k : peer.rkeys) ucp_rkey_destroy(k);
@@ -231,3 +253,12 @@ void UcxTransport::drop_peer(int handle) {
 }
 
 }  // namespace transfer
+
+extern "C" transfer::UcxTransport* chunkpipe_ucx_transport_create(std::string* error) {
+  auto t = transfer::UcxTransportImpl::create();
+  if (!t.ok()) {
+    *error = t.status().message();
+    return nullptr;
+  }
+  return std::move(t).value().release();
+}
