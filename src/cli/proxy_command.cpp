@@ -129,14 +129,17 @@ int run_proxy_command(int argc, char** argv) {
   }
   std::thread watcher([&] {
     char sig = 0;
-    if (read(g_proxy_signal_pipe[0], &sig, 1) != 1) return;
+    if (read(g_proxy_signal_pipe[0], &sig, 1) != 1 || sig == 0) return;  // 0: run() is over
     LOG(INFO) << "Proxy stopping (signal " << int(sig) << ")";
     server.stop();
   });
-  watcher.detach();
   LOG(INFO) << "PD proxy on " << o.host << ":" << o.port << " with " << o.prefillers.size()
             << " prefill and " << o.decoders.size() << " decode instance(s)";
   server.run();
+  // The watcher may still be inside stop(): it must be done before the server is destroyed.
+  const char done = 0;
+  if (write(g_proxy_signal_pipe[1], &done, 1) != 1) LOG(WARNING) << "cannot wake the watcher";
+  watcher.join();
   return 0;
 }
 
