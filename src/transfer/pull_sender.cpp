@@ -45,13 +45,15 @@ PullSender::~PullSender() {
 }
 
 void PullSender::serve_loop() {
+  bool busy = false;
   while (!stopping_) {
-    server_->serve(50, ucx_->wait_fd(), [this](const Bytes& r) { return handle(r); });
-    // Over TCP, UCX serves a peer's read from this side: progress until there is nothing
-    // left, then arm the wakeup fd before sleeping on it again.
-    do {
-      ucx_->progress();
-    } while (ucx_->wait_fd() >= 0 && !ucx_->arm());
+    // Side-channel requests and UCX take turns: a busy UCX worker never starves GET_META.
+    const int wait_ms = busy ? 0 : (ucx_->wait_fd() >= 0 ? 50 : 1);
+    server_->serve(wait_ms, ucx_->wait_fd(), [this](const Bytes& r) { return handle(r); });
+    // Over TCP, UCX serves a peer's read from this side: progress what is there, then arm the
+    // wakeup fd before sleeping on it (arm() fails while more work is pending).
+    ucx_->progress();
+    busy = ucx_->wait_fd() >= 0 && !ucx_->arm();
   }
 }
 

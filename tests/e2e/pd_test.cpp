@@ -404,7 +404,7 @@ TEST_F(PdTest, ProxyUnderLoadWithVanishingClientsLeaksNothing) {
           ++dropped;
           continue;
         }
-        const std::string reply = conn.read_until(i % 2 == 0 ? "[DONE]" : "\"usage\"", 60000);
+        const std::string reply = conn.read_until(i % 2 == 0 ? "[DONE]" : "\"usage\"", 120000);
         if (reply.find("200 OK") != std::string::npos) ++ok;
       }
     });
