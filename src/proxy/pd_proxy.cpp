@@ -62,6 +62,34 @@ json prefill_body(const json& request) {
   return p;
 }
 
+// A backend attempt worth repeating: no answer, or a server-side error (never a 4xx).
+bool retryable(const httpclient::HttpCallResult& r) {
+  return !r.cancelled && (!r.error.empty() || r.status == 0 || r.status >= 500);
+}
+
+// Upstream's backoff: attempt n waits base * 2^(n-1).
+void backoff(double base, int attempt) {
+  std::this_thread::sleep_for(
+      std::chrono::duration<double>(base * static_cast<double>(1 << (attempt - 1))));
+}
+
+// A leg that failed: the backend's own error as it answered it (status and body), or 502 for
+// no answer; inside a started stream, an error event and [DONE].
+void relay_failure(HttpExchange& ex, bool streaming, const httpclient::HttpCallResult& r,
+                   const std::string& body, const std::string& backend) {
+  const int status = r.error.empty() ? r.status : 502;
+  const std::string why = r.error.empty() ? body : backend + ": " + r.error;
+  if (streaming) {
+    ex.send(sse({{"error", {{"message", why}, {"code", status}}}}) + "data: [DONE]\n\n");
+    return ex.end_stream();
+  }
+  if (!r.error.empty()) return ex.respond(error_reply(502, why));
+  HttpResponse out;
+  out.status = status;
+  out.body = body;
+  ex.respond(std::move(out));
+}
+
 // What a leg's answer (a whole response or one stream chunk) says about choice 0.
 struct ChoiceDelta {
   std::string text;
@@ -243,30 +271,14 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
       // at any moment, so the answer is awaited and the blocks released below.
       pr = httpclient::http_call({"POST", p.instance().url() + api, p_body, headers, 0, 10},
                                  &answer, [&] { return stopping_.load(); });
-      if (pr.cancelled || (pr.error.empty() && pr.status != 0 && pr.status < 500)) break;
+      if (!retryable(pr)) break;
       LOG(WARNING) << "Prefill " << p.instance().key() << " attempt " << attempt << " failed: "
                    << (pr.error.empty() ? "HTTP " + std::to_string(pr.status) : pr.error);
-      if (attempt < o_.max_retries)
-        std::this_thread::sleep_for(std::chrono::duration<double>(
-            o_.retry_delay * static_cast<double>(1 << (attempt - 1))));
+      if (attempt < o_.max_retries) backoff(o_.retry_delay, attempt);
     }
     if (pr.cancelled) return;  // the proxy is stopping
-    if (!pr.error.empty() || pr.status != 200) {
-      const int status = pr.error.empty() ? pr.status : 502;
-      const std::string why =
-          pr.error.empty() ? answer : "prefill instance " + p.instance().key() + ": " + pr.error;
-      if (streaming) {
-        ex->send(sse({{"error", {{"message", why}, {"code", status}}}}) + "data: [DONE]\n\n");
-        return ex->end_stream();
-      }
-      if (pr.error.empty()) {
-        HttpResponse r;
-        r.status = status;
-        r.body = answer;
-        return ex->respond(std::move(r));
-      }
-      return ex->respond(error_reply(502, why));
-    }
+    if (!pr.error.empty() || pr.status != 200)
+      return relay_failure(*ex, streaming, pr, answer, "prefill instance " + p.instance().key());
     json p_json = json::parse(answer, nullptr, false);
     json kv_params = nullptr;
     if (p_json.is_object() && p_json.contains("kv_transfer_params") &&
@@ -363,13 +375,10 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
             gone);
         if (dr.status != 200 && dr.status != 0 && !forwarded) d_answer = splitter.rest();
       }
-      if (dr.cancelled || forwarded || (dr.error.empty() && dr.status != 0 && dr.status < 500))
-        break;
+      if (forwarded || !retryable(dr)) break;  // only before the first byte
       LOG(WARNING) << "Decoder " << d.instance().key() << " attempt " << attempt << " failed: "
                    << (dr.error.empty() ? "HTTP " + std::to_string(dr.status) : dr.error);
-      if (attempt < o_.max_retries)
-        std::this_thread::sleep_for(std::chrono::duration<double>(
-            o_.retry_delay * static_cast<double>(1 << (attempt - 1))));
+      if (attempt < o_.max_retries) backoff(o_.retry_delay, attempt);
     }
     if (dr.cancelled) {
       // The client left. If the decoder has the request, closing the stream aborts it and it
@@ -380,21 +389,8 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
       return;
     }
     if (!dr.error.empty() || dr.status != 200) {
-      const int status = dr.error.empty() ? dr.status : 502;
-      const std::string why =
-          dr.error.empty() ? d_answer : "decode instance " + d.instance().key() + ": " + dr.error;
       if (dr.status == 0) release_prefill(d.instance());  // it never saw the request
-      if (streaming) {
-        ex->send(sse({{"error", {{"message", why}, {"code", status}}}}) + "data: [DONE]\n\n");
-        return ex->end_stream();
-      }
-      if (dr.error.empty()) {  // the decoder's own error, status and all
-        HttpResponse r;
-        r.status = status;
-        r.body = d_answer;
-        return ex->respond(std::move(r));
-      }
-      return ex->respond(error_reply(502, why));
+      return relay_failure(*ex, streaming, dr, d_answer, "decode instance " + d.instance().key());
     }
     if (!stream) {
       json d_json = json::parse(d_answer, nullptr, false);
