@@ -23,6 +23,12 @@ std::string Status::to_string() const {
     case StatusCode::kInternal:
       name = "internal";
       break;
+    case StatusCode::kUnavailable:
+      name = "unavailable";
+      break;
+    case StatusCode::kDeadlineExceeded:
+      name = "deadline exceeded";
+      break;
   }
   return std::string(name) + ": " + message_;
 }

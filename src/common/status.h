@@ -11,7 +11,16 @@
 
 namespace common {
 
-enum class StatusCode { kOk, kInvalidArgument, kNotFound, kDataLoss, kUnimplemented, kInternal };
+enum class StatusCode {
+  kOk,
+  kInvalidArgument,
+  kNotFound,
+  kDataLoss,
+  kUnimplemented,
+  kInternal,
+  kUnavailable,       // a peer is gone or does not answer
+  kDeadlineExceeded,  // a wait ran past its timeout
+};
 
 class [[nodiscard]] Status {
  public:
@@ -40,6 +49,12 @@ inline Status data_loss(std::string msg) {
 }
 inline Status unimplemented(std::string msg) {
   return {StatusCode::kUnimplemented, std::move(msg)};
+}
+inline Status unavailable(std::string msg) {
+  return {StatusCode::kUnavailable, std::move(msg)};
+}
+inline Status deadline_exceeded(std::string msg) {
+  return {StatusCode::kDeadlineExceeded, std::move(msg)};
 }
 
 // Either a value or a non-OK Status.

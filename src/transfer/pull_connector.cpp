@@ -2,7 +2,7 @@
 #include "transfer/pull_connector.h"
 
 #include "common/logging.h"
-#include "transfer/side_channel.h"
+#include "dist/request_channel.h"
 
 namespace transfer {
 namespace {
@@ -36,7 +36,7 @@ void PullReleaser::release(const PullParams& remote, int default_tp, int default
 }
 
 void PullReleaser::loop() {
-  SideChannelClient client;
+  dist::RequestClient client;
   while (true) {
     PullParams p;
     {

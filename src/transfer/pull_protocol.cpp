@@ -1,6 +1,8 @@
 // kv_transfer_params parsing, the handoff JSON, and the pull connector's binary messages.
 #include "transfer/pull_protocol.h"
 
+#include <random>
+
 #include "dist/wire.h"
 
 namespace transfer {
@@ -141,14 +143,16 @@ Bytes encode_get_meta() {
   return {static_cast<uint8_t>(SideRequest::kGetMeta)};
 }
 
-Bytes encode_done(const std::string& remote_request_id) {
+Bytes encode_done(const std::string& remote_request_id, uint64_t token) {
   Bytes out{static_cast<uint8_t>(SideRequest::kDone)};
   dist::WireWriter w(&out);
   w.put_string(remote_request_id);
+  w.put(token);
   return out;
 }
 
-bool decode_side_request(const Bytes& bytes, SideRequest* kind, std::string* request_id) {
+bool decode_side_request(const Bytes& bytes, SideRequest* kind, std::string* request_id,
+                         uint64_t* token) {
   if (bytes.empty()) return false;
   if (bytes[0] == static_cast<uint8_t>(SideRequest::kGetMeta)) {
     *kind = SideRequest::kGetMeta;
@@ -158,7 +162,7 @@ bool decode_side_request(const Bytes& bytes, SideRequest* kind, std::string* req
   *kind = SideRequest::kDone;
   const Bytes rest(bytes.begin() + 1, bytes.end());
   dist::WireReader r(rest);
-  return r.get_string(request_id) && r.at_end();
+  return r.get_string(request_id) && r.get(token) && r.at_end();
 }
 
 Bytes encode_step_meta(const PullStepMeta& m) {
@@ -209,9 +213,12 @@ common::Result<PullStepMeta> decode_step_meta(const Bytes& bytes) {
   return m;
 }
 
-common::Result<bool> send_done(SideChannelClient& client, const std::string& host, int port,
+common::Result<bool> send_done(dist::RequestClient& client, const std::string& host, int port,
                                const std::string& remote_request_id) {
-  CP_ASSIGN_OR_RETURN(Bytes reply, client.call(host, port, encode_done(remote_request_id)));
+  // One token per DONE: the client's own resends (after a reply that came too late) carry it.
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                          (uint64_t(std::random_device{}()) << 32));
+  CP_ASSIGN_OR_RETURN(Bytes reply, client.call(host, port, encode_done(remote_request_id, rng())));
   const std::string text(reply.begin(), reply.end());
   if (text == kAck) return true;
   if (text == kExpired) return false;

@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "transfer/side_channel.h"
+#include "dist/request_channel.h"
 
 namespace transfer {
+
+using dist::Bytes;
 
 // kv_transfer_params as the proxy sends them to P (do_remote_decode) and P's answer carries
 // to D (do_remote_prefill and the remote_* fields).
@@ -64,9 +66,11 @@ common::Result<AgentMetadata> decode_metadata(const Bytes& bytes);
 // Side-channel requests and replies.
 enum class SideRequest : uint8_t { kGetMeta = 1, kDone = 2 };
 Bytes encode_get_meta();
-Bytes encode_done(const std::string& remote_request_id);
-// kind, and for DONE the request id; false for anything malformed.
-bool decode_side_request(const Bytes& bytes, SideRequest* kind, std::string* request_id);
+// token: the sender's own, the same on every resend of this DONE (see LeaseBook).
+Bytes encode_done(const std::string& remote_request_id, uint64_t token);
+// kind, and for DONE the request id and token; false for anything malformed.
+bool decode_side_request(const Bytes& bytes, SideRequest* kind, std::string* request_id,
+                         uint64_t* token);
 inline const char* kAck = "ACK";
 // DONE for a request whose lease had already ended (expired, or released by an earlier DONE):
 // its blocks may have been reused, so a read of them cannot be trusted.
@@ -90,7 +94,7 @@ common::Result<PullStepMeta> decode_step_meta(const Bytes& bytes);
 
 // Tells P's worker at host:port that `remote_request_id`'s blocks are no longer needed.
 // Ok(true): acknowledged; ok(false): the lease had expired (kExpired).
-common::Result<bool> send_done(SideChannelClient& client, const std::string& host, int port,
+common::Result<bool> send_done(dist::RequestClient& client, const std::string& host, int port,
                                const std::string& remote_request_id);
 
 // vllm-ascend's handshake port of the worker at (pp_rank, tp_rank) behind a side-channel base

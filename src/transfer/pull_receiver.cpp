@@ -5,7 +5,7 @@
 
 #include "common/logging.h"
 #include "common/timer.h"
-#include "transfer/side_channel.h"
+#include "dist/request_channel.h"
 #include "transfer/ucx_transport.h"
 
 namespace transfer {
@@ -13,7 +13,7 @@ namespace transfer {
 PullReceiver::PullReceiver(PullReceiverOptions options, model::LatentKvCache* cache,
                            int layer_begin, int layer_end)
     : options_(options), cache_(cache), layer_begin_(layer_begin), layer_end_(layer_end) {
-  side_ = std::make_unique<SideChannelClient>();
+  side_ = std::make_unique<dist::RequestClient>();
   thread_ = std::thread([this] { loop(); });
 }
 

@@ -20,7 +20,7 @@
 #include "model/kv_cache.h"
 #include "sched/scheduler_output.h"
 #include "transfer/pull_protocol.h"
-#include "transfer/side_channel.h"
+#include "dist/request_channel.h"
 #include "transfer/ucx_transport.h"
 
 namespace transfer {
@@ -52,7 +52,7 @@ class PullReceiver {
   int layer_begin_, layer_end_;
   // Thread-owned: UCX (single-thread mode), side-channel sockets, the metadata cache.
   std::unique_ptr<UcxTransport> ucx_;
-  std::unique_ptr<SideChannelClient> side_;
+  std::unique_ptr<dist::RequestClient> side_;
   std::map<std::pair<std::string, int>, AgentMetadata> peers_;
   std::thread thread_;
 

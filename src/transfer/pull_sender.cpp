@@ -5,7 +5,7 @@
 
 #include "common/logging.h"
 #include "common/timer.h"
-#include "transfer/side_channel.h"
+#include "dist/request_channel.h"
 #include "transfer/ucx_transport.h"
 
 namespace transfer {
@@ -31,7 +31,8 @@ common::Result<std::unique_ptr<PullSender>> PullSender::start(PullSenderOptions 
     meta.rkeys.push_back(std::move(key));
   }
   s->metadata_ = encode_metadata(meta);
-  CP_ASSIGN_OR_RETURN(s->server_, SideChannelServer::bind(s->options_.bind_host, s->options_.port));
+  CP_ASSIGN_OR_RETURN(s->server_, dist::RequestServer::bind(s->options_.bind_host, s->options_.port,
+                                                            "the KV side channel (kv_port)"));
   LOG(INFO) << "KV side channel on " << s->server_->endpoint() << " serving layers [" << layer_begin
             << ", " << layer_end << ")";
   // The thread owns the UCX worker and the socket from here on.
@@ -60,22 +61,14 @@ void PullSender::serve_loop() {
 Bytes PullSender::handle(const Bytes& request) {
   SideRequest kind;
   std::string id;
-  if (!decode_side_request(request, &kind, &id)) return {};
+  uint64_t token = 0;
+  if (!decode_side_request(request, &kind, &id, &token)) return {};
   if (kind == SideRequest::kGetMeta) return metadata_;
   std::lock_guard<std::mutex> lock(mu_);
-  if (leases_.erase(id)) {
-    finished_.push_back(id);
-    ended_[id] = common::now_seconds();
-  } else if (expired_.count(id) || ended_.count(id)) {
-    // The blocks were handed back already (expired, or an earlier DONE released them): they
-    // may hold another request's KV now, so whatever the sender read is not to be trusted.
+  if (!leases_.done(id, token, common::now_seconds())) {
     LOG(WARNING) << "DONE for request " << id << " after its blocks were freed";
     const std::string text = kExpired;
     return Bytes(text.begin(), text.end());
-  } else {
-    // The decoder read before this worker heard of the lease (the scheduler already holds the
-    // blocks, since P answers only after that); the lease ends as soon as it is added.
-    early_done_[id] = common::now_seconds();
   }
   const std::string text = kAck;
   return Bytes(text.begin(), text.end());
@@ -83,42 +76,17 @@ Bytes PullSender::handle(const Bytes& request) {
 
 void PullSender::add_leases(const std::vector<std::string>& request_ids) {
   std::lock_guard<std::mutex> lock(mu_);
-  const double now = common::now_seconds();
-  for (const std::string& id : request_ids) {
-    if (early_done_.erase(id)) {
-      finished_.push_back(id);
-      ended_[id] = now;
-    } else {
-      leases_[id] = now + options_.lease_seconds;
-    }
-  }
+  leases_.add(request_ids, common::now_seconds());
 }
 
 void PullSender::take_finished(std::vector<std::string>* finished, sched::KvTransferStats* stats) {
   std::lock_guard<std::mutex> lock(mu_);
-  const double now = common::now_seconds();
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    if (it->second > now) {
-      ++it;
-      continue;
-    }
-    LOG(WARNING) << "Force freed expired request " << it->first << ": no decoder sent DONE within "
+  for (const std::string& id : leases_.expire(common::now_seconds())) {
+    LOG(WARNING) << "Force freed expired request " << id << ": no decoder sent DONE within "
                  << options_.lease_seconds << " s";
-    finished_.push_back(it->first);
-    expired_[it->first] = now;
     ++leases_expired_;
-    it = leases_.erase(it);
   }
-  // Forget stray DONEs and expiries after another lease period.
-  auto prune = [&](std::unordered_map<std::string, double>& m) {
-    for (auto it = m.begin(); it != m.end();)
-      it = now - it->second > options_.lease_seconds ? m.erase(it) : std::next(it);
-  };
-  prune(early_done_);
-  prune(expired_);
-  prune(ended_);
-  finished->insert(finished->end(), finished_.begin(), finished_.end());
-  finished_.clear();
+  for (std::string& id : leases_.take_ended()) finished->push_back(std::move(id));
   stats->leases_expired += leases_expired_;
   leases_expired_ = 0;
 }

@@ -14,14 +14,14 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
+#include "dist/request_channel.h"
 #include "model/kv_cache.h"
 #include "sched/scheduler_output.h"
+#include "transfer/lease_book.h"
 #include "transfer/pull_protocol.h"
-#include "transfer/side_channel.h"
 #include "transfer/ucx_transport.h"
 
 namespace transfer {
@@ -48,23 +48,20 @@ class PullSender {
   int port() const { return options_.port; }
 
  private:
-  explicit PullSender(PullSenderOptions options) : options_(std::move(options)) {}
+  explicit PullSender(PullSenderOptions options)
+      : options_(std::move(options)), leases_(options_.lease_seconds) {}
   void serve_loop();
   Bytes handle(const Bytes& request);
 
   PullSenderOptions options_;
   Bytes metadata_;  // the GET_META answer
   std::unique_ptr<UcxTransport> ucx_;
-  std::unique_ptr<SideChannelServer> server_;
+  std::unique_ptr<dist::RequestServer> server_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 
-  std::mutex mu_;                                       // guards everything below
-  std::unordered_map<std::string, double> leases_;      // id -> deadline (monotonic seconds)
-  std::unordered_map<std::string, double> early_done_;  // DONE before the lease: id -> when
-  std::unordered_map<std::string, double> expired_;     // id -> when it expired
-  std::unordered_map<std::string, double> ended_;       // id -> when a DONE ended it
-  std::vector<std::string> finished_;
+  std::mutex mu_;  // guards everything below
+  LeaseBook leases_;
   int64_t leases_expired_ = 0;
 };
 

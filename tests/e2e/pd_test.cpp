@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -388,6 +389,8 @@ TEST_F(PdTest, ProxyUnderLoadWithVanishingClientsLeaksNothing) {
                       "/tmp/chunkpipe_pd_load_proxy.log", "/healthcheck");
   ASSERT_TRUE(proxy.ready());
   std::atomic<int> next{0}, ok{0}, dropped{0};
+  std::mutex failures_mu;
+  std::vector<std::string> failures;  // what a client got instead of a 200 (for the message)
   std::vector<std::thread> clients;
   for (int c = 0; c < 32; ++c) {
     clients.emplace_back([&, c] {
@@ -396,7 +399,8 @@ TEST_F(PdTest, ProxyUnderLoadWithVanishingClientsLeaksNothing) {
         json body = complete_body(words(10 + i % 50, i), 12);
         body["stream"] = i % 2 == 0;
         e2e::RawConnection conn(proxy.port());
-        conn.send(e2e::http_post("/v1/completions", body.dump()));
+        const bool sent =
+            conn.connected() && conn.send(e2e::http_post("/v1/completions", body.dump()));
         if (rng() % 4 == 0) {  // a client that leaves at a random moment
           std::string some;
           conn.read_for(static_cast<int>(rng() % 200), &some);
@@ -405,12 +409,20 @@ TEST_F(PdTest, ProxyUnderLoadWithVanishingClientsLeaksNothing) {
           continue;
         }
         const std::string reply = conn.read_until(i % 2 == 0 ? "[DONE]" : "\"usage\"", 120000);
-        if (reply.find("200 OK") != std::string::npos) ++ok;
+        if (reply.find("200 OK") != std::string::npos) {
+          ++ok;
+        } else {
+          std::lock_guard<std::mutex> lock(failures_mu);
+          failures.push_back("request " + std::to_string(i) + (body["stream"] ? " (stream)" : "") +
+                             (sent ? "" : " (not sent)") + ": " + reply.substr(0, 400));
+        }
       }
     });
   }
   for (auto& t : clients) t.join();
-  EXPECT_EQ(ok + dropped, 200);
+  std::string failed;
+  for (const std::string& f : failures) failed += "\n  " + f;
+  EXPECT_EQ(ok + dropped, 200) << "replies that were not 200:" << failed;
   EXPECT_GT(ok.load(), 100);
   for (const ServerProcess* s : {&p, &d1, &d2})
     EXPECT_EQ(await_metric(*s, "vllm:kv_cache_usage_perc", 0.0, 15), 0.0)

@@ -101,11 +101,18 @@ TEST(PullWireTest, RoundTripsAndRejectsEveryTruncation) {
 
   transfer::SideRequest kind;
   std::string id;
-  ASSERT_TRUE(transfer::decode_side_request(transfer::encode_done("req-9"), &kind, &id));
+  uint64_t token = 0;
+  const transfer::Bytes done = transfer::encode_done("req-9", 0xfeedbeef12345678ULL);
+  ASSERT_TRUE(transfer::decode_side_request(done, &kind, &id, &token));
   EXPECT_EQ(kind, transfer::SideRequest::kDone);
   EXPECT_EQ(id, "req-9");
-  EXPECT_FALSE(transfer::decode_side_request({2, 1}, &kind, &id));
-  EXPECT_FALSE(transfer::decode_side_request({9}, &kind, &id));
+  EXPECT_EQ(token, 0xfeedbeef12345678ULL);
+  for (size_t n = 1; n < done.size(); ++n)
+    EXPECT_FALSE(
+        transfer::decode_side_request({done.begin(), done.begin() + n}, &kind, &id, &token))
+        << n;
+  EXPECT_FALSE(transfer::decode_side_request({2, 1}, &kind, &id, &token));
+  EXPECT_FALSE(transfer::decode_side_request({9}, &kind, &id, &token));
 }
 
 // Waits for the receiver's next report.

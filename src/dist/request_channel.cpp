@@ -1,12 +1,12 @@
 // ZeroMQ ROUTER server and REQ client of the pull connector's side channel.
-#include "transfer/side_channel.h"
+#include "dist/request_channel.h"
 
 #include <zmq.h>
 
 #include <cerrno>
 #include <thread>
 
-namespace transfer {
+namespace dist {
 namespace {
 
 void* context() {
@@ -38,9 +38,10 @@ bool recv_frame(void* socket, Bytes* out, bool* more, int flags) {
 
 }  // namespace
 
-common::Result<std::unique_ptr<SideChannelServer>> SideChannelServer::bind(const std::string& host,
-                                                                           int port) {
-  std::unique_ptr<SideChannelServer> s(new SideChannelServer());
+common::Result<std::unique_ptr<RequestServer>> RequestServer::bind(const std::string& host,
+                                                                   int port,
+                                                                   const std::string& what) {
+  std::unique_ptr<RequestServer> s(new RequestServer());
   s->endpoint_ = "tcp://" + host + ":" + std::to_string(port);
   s->socket_ = zmq_socket(context(), ZMQ_ROUTER);
   if (s->socket_ == nullptr) return common::invalid_argument("zmq_socket: " + zmq_error());
@@ -48,20 +49,20 @@ common::Result<std::unique_ptr<SideChannelServer>> SideChannelServer::bind(const
   if (zmq_bind(s->socket_, s->endpoint_.c_str()) != 0) {
     const bool in_use = zmq_errno() == EADDRINUSE;
     return common::invalid_argument(
-        "cannot bind the KV side channel at " + s->endpoint_ + ": " + zmq_error() +
-        (in_use ? " (choose a kv_port whose side-channel ports are free; ports in the ephemeral "
-                  "range, net.ipv4.ip_local_port_range, can be taken by outgoing connections)"
+        "cannot bind " + what + " at " + s->endpoint_ + ": " + zmq_error() +
+        (in_use ? " (choose a port that is free; ports in the ephemeral range, "
+                  "net.ipv4.ip_local_port_range, can be taken by outgoing connections)"
                 : ""));
   }
   return s;
 }
 
-SideChannelServer::~SideChannelServer() {
+RequestServer::~RequestServer() {
   if (socket_ != nullptr) zmq_close(socket_);
 }
 
-bool SideChannelServer::serve(int timeout_ms, int extra_fd,
-                              const std::function<Bytes(const Bytes&)>& handler) {
+bool RequestServer::serve(int timeout_ms, int extra_fd,
+                          const std::function<Bytes(const Bytes&)>& handler) {
   zmq_pollitem_t items[2] = {{socket_, 0, ZMQ_POLLIN, 0}, {nullptr, extra_fd, ZMQ_POLLIN, 0}};
   const int n = zmq_poll(items, extra_fd >= 0 ? 2 : 1, timeout_ms);
   if (n <= 0) return false;
@@ -81,11 +82,11 @@ bool SideChannelServer::serve(int timeout_ms, int extra_fd,
   return extra_fd >= 0 && (items[1].revents & ZMQ_POLLIN) != 0;
 }
 
-SideChannelClient::~SideChannelClient() {
+RequestClient::~RequestClient() {
   for (auto& [endpoint, socket] : sockets_) zmq_close(socket);
 }
 
-void* SideChannelClient::socket_for(const std::string& endpoint) {
+void* RequestClient::socket_for(const std::string& endpoint) {
   auto it = sockets_.find(endpoint);
   if (it != sockets_.end()) return it->second;
   void* s = zmq_socket(context(), ZMQ_REQ);
@@ -101,15 +102,14 @@ void* SideChannelClient::socket_for(const std::string& endpoint) {
   return s;
 }
 
-void SideChannelClient::close(const std::string& endpoint) {
+void RequestClient::close(const std::string& endpoint) {
   auto it = sockets_.find(endpoint);
   if (it == sockets_.end()) return;
   zmq_close(it->second);
   sockets_.erase(it);
 }
 
-common::Result<Bytes> SideChannelClient::call(const std::string& host, int port,
-                                              const Bytes& request) {
+common::Result<Bytes> RequestClient::call(const std::string& host, int port, const Bytes& request) {
   const std::string endpoint = "tcp://" + host + ":" + std::to_string(port);
   std::string error = "no attempt";
   for (int attempt = 0; attempt < tries_; ++attempt) {
@@ -129,8 +129,7 @@ common::Result<Bytes> SideChannelClient::call(const std::string& host, int port,
     }
     return reply;
   }
-  return common::Status(common::StatusCode::kInternal,
-                        "KV side channel " + endpoint + ": " + error);
+  return common::Status(common::StatusCode::kInternal, endpoint + ": " + error);
 }
 
-}  // namespace transfer
+}  // namespace dist
