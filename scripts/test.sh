@@ -34,12 +34,12 @@ LSAN_OPTIONS=suppressions="$PWD/tests/sanitizer/lsan.supp":print_suppressions=0 
 
 echo "== TSan (build-tsan)"
 sanitized_build build-tsan thread chunkpipe engine_test serve_e2e_test abuse_e2e_test transfer_test \
-  proxy_test pd_e2e_test
+  proxy_test pd_e2e_test collectives_test collective_rank
 # OpenBLAS' own threads are not instrumented: keep GEMM single-threaded inside each process.
 OPENBLAS_NUM_THREADS=1 \
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions="$PWD/tests/sanitizer/tsan.supp" \
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 \
-    -R 'engine_test|serve_e2e_test|abuse_e2e_test|transfer_test|proxy_test|pd_e2e_test' "$@"
+    -R 'engine_test|serve_e2e_test|abuse_e2e_test|transfer_test|proxy_test|pd_e2e_test|collectives_test' "$@"
 
 echo "== fuzz (build-fuzz)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-20}"

@@ -2,18 +2,17 @@
 #include "dist/shm_pipe.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 #include <string>
+
+#include "dist/futex.h"
 
 namespace dist {
 
@@ -30,16 +29,6 @@ namespace {
 
 constexpr size_t kHeaderBytes = 4096;
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
-
-// Waits while *word == expected, at most 50 ms (so that callers re-check `closed`).
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected) {
-  timespec timeout{0, 50 * 1000 * 1000};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr, 0);
-}
-
-void futex_wake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-}
 
 std::string errno_text() {
   return std::strerror(errno);
@@ -120,7 +109,7 @@ common::Status ShmPipe::write(const void* data, size_t n) {
     const uint64_t w = header_->written.load(std::memory_order_relaxed);
     const uint64_t room = cap - (w - header_->consumed.load(std::memory_order_acquire));
     if (room == 0) {
-      futex_wait(&header_->read_seq, seq);
+      futex_wait(&header_->read_seq, seq, 50);
       continue;
     }
     const uint64_t k = std::min<uint64_t>(room, n);
@@ -129,7 +118,7 @@ common::Status ShmPipe::write(const void* data, size_t n) {
     std::memcpy(ring_, src + first, k - first);
     header_->written.store(w + k, std::memory_order_release);
     header_->write_seq.fetch_add(1, std::memory_order_release);
-    futex_wake(&header_->write_seq);
+    futex_wake_all(&header_->write_seq);
     src += k;
     n -= k;
   }
@@ -146,7 +135,7 @@ common::Status ShmPipe::read(void* data, size_t n) {
     if (avail == 0) {
       if (header_->closed.load(std::memory_order_acquire))
         return common::invalid_argument("the peer closed the pipe");
-      futex_wait(&header_->write_seq, seq);
+      futex_wait(&header_->write_seq, seq, 50);
       continue;
     }
     const uint64_t k = std::min<uint64_t>(avail, n);
@@ -155,7 +144,7 @@ common::Status ShmPipe::read(void* data, size_t n) {
     std::memcpy(dst + first, ring_, k - first);
     header_->consumed.store(r + k, std::memory_order_release);
     header_->read_seq.fetch_add(1, std::memory_order_release);
-    futex_wake(&header_->read_seq);
+    futex_wake_all(&header_->read_seq);
     dst += k;
     n -= k;
   }
@@ -167,8 +156,8 @@ void ShmPipe::close() {
   header_->closed.store(1, std::memory_order_release);
   header_->write_seq.fetch_add(1, std::memory_order_release);
   header_->read_seq.fetch_add(1, std::memory_order_release);
-  futex_wake(&header_->write_seq);
-  futex_wake(&header_->read_seq);
+  futex_wake_all(&header_->write_seq);
+  futex_wake_all(&header_->read_seq);
 }
 
 bool ShmPipe::closed() const {

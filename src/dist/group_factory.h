@@ -1,0 +1,34 @@
+// Making a ProcessGroup: the ranks publish where they run in the rendezvous store; a group
+// whose ranks all share one host gets the shared-memory backend, any other gets gloo.
+// A "host" is one kernel boot and one network namespace: ranks in different namespaces (the
+// tests' stand-ins for hosts) talk over the network even though they could share memory.
+// Thread-safety: make_process_group uses the store from the calling thread only.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "dist/process_group.h"
+#include "dist/rendezvous_store.h"
+
+namespace dist {
+
+enum class GroupBackend { kAuto, kShm, kGloo };
+
+struct GroupSpec {
+  std::string name;  // unique per group in the job ("tp.stage0"); names it in errors too
+  int rank = 0;
+  int size = 1;
+  double timeout_s = 300;
+  std::string address = "127.0.0.1";  // this rank's IP, for gloo
+  GroupBackend backend = GroupBackend::kAuto;
+  size_t shm_slot_bytes = 4 << 20;
+};
+
+// This process's host, as the groups compare it.
+std::string host_identity();
+
+common::Result<std::unique_ptr<ProcessGroup>> make_process_group(StoreClient& store,
+                                                                 const GroupSpec& spec);
+
+}  // namespace dist
