@@ -188,10 +188,11 @@ void bench_model(const std::string& name, tensor::DType dtype,
     model::ForwardBatch batch;
     batch.sequences.push_back({std::span<const int32_t>(ids.data() + start, n), start, table});
     hidden.assign(n * c.hidden_size, 0.0f);
-    m.embed(batch, hidden.data());
-    m.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache, pool);
+    CHECK(m.embed(batch, hidden.data()).ok()) << "forward failed";
+    CHECK(m.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache, pool).ok())
+        << "forward failed";
     m.final_norm(hidden.data() + (n - 1) * c.hidden_size, 1, hidden.data());
-    m.compute_logits(hidden.data(), 1, logits.data(), pool);
+    CHECK(m.compute_logits(hidden.data(), 1, logits.data(), pool).ok()) << "forward failed";
   };
   std::printf("%-8s %16s %16s", "threads", "prefill tok/s", "decode tok/s");
   if (long_prefill > 0) std::printf(" %20s", "long prefill tok/s");

@@ -1,6 +1,9 @@
 // DeepseekV3Model: the DeepSeek-V3 / V3.1 forward pass over a paged MLA latent cache
 // (deepseek-v3-model.md §4-8). A forward is split into embed → run_layers(range) →
 // final_norm → compute_logits so that a pipeline stage runs only its slice of layers.
+// With tensor parallelism each rank's model holds its shard (model/tensor_parallel.h) and
+// meets the other ranks in `group` for the all-reduces and all-gathers the shards need; every
+// rank of the group must run the same forward calls with the same batch.
 // Const methods are safe to call from one thread at a time per cache (the cache is written).
 #pragma once
 
@@ -10,6 +13,7 @@
 
 #include "common/status.h"
 #include "common/thread_pool.h"
+#include "dist/process_group.h"
 #include "kernels/rope.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
@@ -23,9 +27,17 @@ namespace model {
 // with W_UK / W_UV folded into q and o; decode).
 enum class AttentionMode { kAuto, kExpanded, kAbsorbed };
 
+// Where the MoE layers' time went with expert parallelism (dispatch and combine are the
+// all-to-alls and the gather of the token slices).
+struct MoeTimes {
+  double dispatch_s = 0, experts_s = 0, combine_s = 0;
+  int64_t layers = 0;
+};
+
 class DeepseekV3Model {
  public:
-  DeepseekV3Model(ModelConfig config, ModelWeights weights);
+  // `weights` must be the shard of `tp` (load_weights with LoadOptions::tp).
+  DeepseekV3Model(ModelConfig config, ModelWeights weights, TensorParallel tp = {});
 
   static common::Result<std::unique_ptr<DeepseekV3Model>> load(const std::string& model_dir,
                                                                const LoadOptions& options = {});
@@ -33,43 +45,63 @@ class DeepseekV3Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   void set_attention_mode(AttentionMode mode) { attention_mode_ = mode; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
+  // The group of this model's TP ranks (required when tp.size > 1); not owned.
+  void set_process_group(dist::ProcessGroup* group) { group_ = group; }
+  // Per-token width of this rank's expanded KV cache rows (its heads' k_nope ‖ v).
+  int64_t expanded_kv_row_dim() const { return config_.expanded_kv_row_dim() / tp_.size; }
+  const MoeTimes& moe_times() const { return moe_times_; }
 
-  // hidden[T, H] = embedding rows of every chunk's tokens, in batch order.
-  void embed(const ForwardBatch& batch, float* hidden) const;
+  // hidden[T, H] = embedding rows of every chunk's tokens, in batch order. The forward calls
+  // fail only when a collective of the TP group fails (a rank died, a timeout).
+  common::Status embed(const ForwardBatch& batch, float* hidden) const;
 
   // Runs decoder layers [layer_begin, layer_end) on hidden[T, H] in place, writing each
   // chunk's latent KV into `cache` at its positions first.
-  void run_layers(const ForwardBatch& batch, int layer_begin, int layer_end, float* hidden,
-                  LatentKvCache& cache, common::ThreadPool& pool) const;
+  common::Status run_layers(const ForwardBatch& batch, int layer_begin, int layer_end,
+                            float* hidden, LatentKvCache& cache, common::ThreadPool& pool) const;
 
   // normed[rows, H] = RMSNorm(hidden; model.norm). May alias.
   void final_norm(const float* hidden, int64_t rows, float* normed) const;
   // logits[rows, V] = normed · lm_headᵀ.
-  void compute_logits(const float* normed, int64_t rows, float* logits,
-                      common::ThreadPool& pool) const;
+  common::Status compute_logits(const float* normed, int64_t rows, float* logits,
+                                common::ThreadPool& pool) const;
 
   // MTP module `k`: row i combines main_normed[i] (final hidden after model.norm) with the
   // embedding of next_token_ids[i] (the token after row i's token) and yields draft logits
   // [T, V] for the token after that. Runs MTP layer num_hidden_layers + k over `cache`.
-  void mtp_logits(const ForwardBatch& batch, const float* main_normed,
-                  std::span<const int32_t> next_token_ids, LatentKvCache& cache,
-                  common::ThreadPool& pool, float* draft_logits, int k = 0) const;
+  common::Status mtp_logits(const ForwardBatch& batch, const float* main_normed,
+                            std::span<const int32_t> next_token_ids, LatentKvCache& cache,
+                            common::ThreadPool& pool, float* draft_logits, int k = 0) const;
 
  private:
   struct Layout;  // per-token positions and cache slots of a batch
-  void decoder_layer(const DecoderLayerWeights& w, int cache_layer, const Layout& layout,
-                     float* hidden, LatentKvCache& cache, common::ThreadPool& pool) const;
-  void attention(const AttentionWeights& w, int cache_layer, const Layout& layout, const float* x,
-                 float* out, LatentKvCache& cache, common::ThreadPool& pool) const;
-  void feed_forward(const DecoderLayerWeights& w, int64_t num_tokens, const float* x, float* out,
-                    common::ThreadPool& pool) const;
-  void embed_rows(const tensor::WeightMatrix& table, std::span<const int32_t> ids,
-                  float* out) const;
+  common::Status decoder_layer(const DecoderLayerWeights& w, int cache_layer, const Layout& layout,
+                               float* hidden, LatentKvCache& cache, common::ThreadPool& pool) const;
+  common::Status attention(const AttentionWeights& w, int cache_layer, const Layout& layout,
+                           const float* x, float* out, LatentKvCache& cache,
+                           common::ThreadPool& pool) const;
+  common::Status feed_forward(const DecoderLayerWeights& w, int64_t num_tokens, const float* x,
+                              float* out, common::ThreadPool& pool) const;
+  // Expert parallelism: this rank's slice of the tokens goes to the experts' ranks and back.
+  common::Status moe_expert_parallel(const MoeWeights& m, int64_t num_tokens, const float* x,
+                                     float* out, common::ThreadPool& pool) const;
+  // Embedding rows of `ids` from this rank's vocabulary shard of `table`, summed over ranks.
+  common::Status embed_rows(const tensor::WeightMatrix& table, std::span<const int32_t> ids,
+                            float* out) const;
+  // logits[rows, V] from this rank's vocabulary shard of `head`, gathered over ranks.
+  common::Status head_logits(const tensor::WeightMatrix& head, const float* normed, int64_t rows,
+                             float* logits, common::ThreadPool& pool) const;
+  // Sum over the TP group (nothing without TP).
+  common::Status all_reduce(float* data, int64_t count) const;
 
   ModelConfig config_;
   ModelWeights weights_;
+  TensorParallel tp_;
+  dist::ProcessGroup* group_ = nullptr;
   kernels::RopeParams rope_;
   AttentionMode attention_mode_ = AttentionMode::kAuto;
+  mutable MoeTimes moe_times_;
 };
 
 }  // namespace model

@@ -48,18 +48,20 @@ common::Result<SequenceLogits> compute_sequence_logits(const DeepseekV3Model& mo
     batch.sequences.push_back(
         {std::span<const int32_t>(ids.data() + start, n), start, block_table});
     hidden.assign(n * H, 0.0f);
-    model.embed(batch, hidden.data());
-    model.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache, pool);
+    CP_RETURN_IF_ERROR(model.embed(batch, hidden.data()));
+    CP_RETURN_IF_ERROR(model.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache, pool));
     model.final_norm(hidden.data(), n, hidden.data());
     const bool last_chunk = start + n == T;
     if (options.all_logits) {
-      model.compute_logits(hidden.data(), n, result.all_logits.data() + start * V, pool);
+      CP_RETURN_IF_ERROR(
+          model.compute_logits(hidden.data(), n, result.all_logits.data() + start * V, pool));
       if (last_chunk) {
         result.last_logits.assign(result.all_logits.end() - V, result.all_logits.end());
       }
     } else if (last_chunk) {
       result.last_logits.resize(V);
-      model.compute_logits(hidden.data() + (n - 1) * H, 1, result.last_logits.data(), pool);
+      CP_RETURN_IF_ERROR(
+          model.compute_logits(hidden.data() + (n - 1) * H, 1, result.last_logits.data(), pool));
     }
     if (options.mtp) {
       next_ids.assign(ids.begin() + start + 1, ids.begin() + start + n);
@@ -71,8 +73,8 @@ common::Result<SequenceLogits> compute_sequence_logits(const DeepseekV3Model& mo
       } else {
         next_ids.push_back(ids[start + n]);
       }
-      model.mtp_logits(batch, hidden.data(), next_ids, cache, pool,
-                       result.mtp_draft_logits.data() + start * V);
+      CP_RETURN_IF_ERROR(model.mtp_logits(batch, hidden.data(), next_ids, cache, pool,
+                                          result.mtp_draft_logits.data() + start * V));
     }
   }
   return result;

@@ -24,46 +24,75 @@ std::string file_of(const TensorInfo& t) {
   return std::filesystem::path(t.file).filename().string();
 }
 
+// Rows [row_begin, row_end) and columns [col_begin, col_end) of a tensor; -1: to the end.
+struct Slice {
+  int64_t row_begin = 0, row_end = -1, col_begin = 0, col_end = -1;
+  static Slice rows(ShardRange r) { return {r.begin, r.end, 0, -1}; }
+  static Slice cols(ShardRange c) { return {0, -1, c.begin, c.end}; }
+};
+
 class WeightLoader {
  public:
-  WeightLoader(const Checkpoint& ck, const ModelConfig& cfg) : ck_(ck), cfg_(cfg) {}
+  WeightLoader(const Checkpoint& ck, const ModelConfig& cfg, const TensorParallel& tp)
+      : ck_(ck), cfg_(cfg), tp_(tp) {}
 
-  // A [rows, cols] matrix. BF16 stays BF16 unless force_f32; all else becomes F32.
+  // A [rows, cols] tensor, or the part `slice` cuts from it (a TP shard: only those rows and
+  // columns are read from the mapped file). Rows past the tensor's end (`pad_rows_to`, a
+  // padded vocabulary shard) are zeros. BF16 stays BF16 unless force_f32; all else is F32.
   Result<WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols,
-                              bool force_f32 = false) const {
+                              bool force_f32 = false, Slice slice = {}) const {
     CP_ASSIGN_OR_RETURN(const TensorInfo* t, ck_.find(name));
     if (t->shape.size() != 2 || t->shape[0] != rows || t->shape[1] != cols) {
       return common::invalid_argument(file_of(*t) + ": tensor '" + name + "' has shape " +
                                       t->shape_string() + " but config.json implies " +
                                       shape_str(rows, cols));
     }
+    const int64_t r0 = slice.row_begin, c0 = slice.col_begin;
+    const int64_t r1 = slice.row_end < 0 ? rows : slice.row_end;
+    const int64_t c1 = slice.col_end < 0 ? cols : slice.col_end;
+    CHECK(0 <= r0 && r0 <= r1 && 0 <= c0 && c0 <= c1 && c1 <= cols) << "bad slice of " << name;
+    const int64_t out_rows = r1 - r0, out_cols = c1 - c0;
+    const int64_t real_rows = std::max<int64_t>(0, std::min(r1, rows) - r0);
+    if (t->dtype == DType::kI8) {
+      return common::unimplemented(file_of(*t) + ": tensor '" + name +
+                                   "' is I8; int8 (W8A8) weights are not supported yet");
+    }
     if (t->dtype == DType::kBF16 && !force_f32) {
-      WeightMatrix m(DType::kBF16, rows, cols);
-      std::memcpy(m.mutable_bytes(), t->data, t->size_bytes);
+      WeightMatrix m(DType::kBF16, out_rows, out_cols);
+      std::memset(m.mutable_bytes(), 0, m.size_bytes());
+      for (int64_t i = 0; i < real_rows; ++i)
+        std::memcpy(m.mutable_bf16() + i * out_cols, t->data + 2 * ((r0 + i) * cols + c0),
+                    size_t(out_cols) * 2);
       return m;
     }
-    WeightMatrix m(DType::kF32, rows, cols);
+    WeightMatrix m(DType::kF32, out_rows, out_cols);
     float* out = m.mutable_f32();
-    const int64_t n = rows * cols;
-    switch (t->dtype) {
-      case DType::kF32:
-        std::memcpy(out, t->data, t->size_bytes);
-        break;
-      case DType::kBF16:
-      case DType::kF16: {
-        for (int64_t i = 0; i < n; ++i) {
-          uint16_t bits;
-          std::memcpy(&bits, t->data + 2 * i, 2);
-          out[i] = t->dtype == DType::kBF16 ? tensor::bf16_to_f32(bits) : tensor::f16_to_f32(bits);
-        }
-        break;
+    std::fill(out, out + out_rows * out_cols, 0.0f);
+    if (t->dtype == DType::kF8E4M3) {
+      CP_RETURN_IF_ERROR(dequantize_fp8(*t, rows, cols, r0, r0 + real_rows, c0, c1, out));
+      return m;
+    }
+    for (int64_t i = 0; i < real_rows; ++i) {
+      const uint8_t* src =
+          t->data + size_t(tensor::dtype_size_bytes(t->dtype)) * size_t((r0 + i) * cols + c0);
+      float* dst = out + i * out_cols;
+      switch (t->dtype) {
+        case DType::kF32:
+          std::memcpy(dst, src, size_t(out_cols) * 4);
+          break;
+        case DType::kBF16:
+        case DType::kF16:
+          for (int64_t j = 0; j < out_cols; ++j) {
+            uint16_t bits;
+            std::memcpy(&bits, src + 2 * j, 2);
+            dst[j] =
+                t->dtype == DType::kBF16 ? tensor::bf16_to_f32(bits) : tensor::f16_to_f32(bits);
+          }
+          break;
+        default:
+          return common::invalid_argument(file_of(*t) + ": tensor '" + name +
+                                          "' has an unsupported dtype");
       }
-      case DType::kF8E4M3:
-        CP_RETURN_IF_ERROR(dequantize_fp8(*t, rows, cols, out));
-        break;
-      case DType::kI8:
-        return common::unimplemented(file_of(*t) + ": tensor '" + name +
-                                     "' is I8; int8 (W8A8) weights are not supported yet");
     }
     return m;
   }
@@ -84,67 +113,95 @@ class WeightLoader {
     return Vector(m.mutable_f32(), m.mutable_f32() + n);
   }
 
-  // gate_proj and up_proj fused into one [2·inter, H] matrix.
-  Result<MlpWeights> mlp(const std::string& prefix, int64_t inter) const {
+  // gate_proj and up_proj fused into one [2·part, H] matrix, for intermediate columns `part`
+  // of `inter` (a TP shard: gate/up column-parallel, down row-parallel).
+  Result<MlpWeights> mlp(const std::string& prefix, int64_t inter, ShardRange part) const {
     const int64_t h = cfg_.hidden_size;
-    CP_ASSIGN_OR_RETURN(WeightMatrix gate, matrix(prefix + "gate_proj.weight", inter, h));
-    CP_ASSIGN_OR_RETURN(WeightMatrix up, matrix(prefix + "up_proj.weight", inter, h));
+    auto load = [&](bool force_f32, WeightMatrix* gate, WeightMatrix* up) -> Status {
+      CP_ASSIGN_OR_RETURN(
+          *gate, matrix(prefix + "gate_proj.weight", inter, h, force_f32, Slice::rows(part)));
+      CP_ASSIGN_OR_RETURN(
+          *up, matrix(prefix + "up_proj.weight", inter, h, force_f32, Slice::rows(part)));
+      return {};
+    };
+    WeightMatrix gate, up;
+    CP_RETURN_IF_ERROR(load(false, &gate, &up));
     MlpWeights w;
-    CP_ASSIGN_OR_RETURN(w.down, matrix(prefix + "down_proj.weight", h, inter));
-    if (gate.dtype() != up.dtype()) {
-      CP_ASSIGN_OR_RETURN(gate, matrix(prefix + "gate_proj.weight", inter, h, true));
-      CP_ASSIGN_OR_RETURN(up, matrix(prefix + "up_proj.weight", inter, h, true));
-    }
-    w.gate_up = WeightMatrix(gate.dtype(), 2 * inter, h);
+    CP_ASSIGN_OR_RETURN(w.down,
+                        matrix(prefix + "down_proj.weight", h, inter, false, Slice::cols(part)));
+    if (gate.dtype() != up.dtype()) CP_RETURN_IF_ERROR(load(true, &gate, &up));
+    w.gate_up = WeightMatrix(gate.dtype(), 2 * part.size(), h);
     std::memcpy(w.gate_up.mutable_bytes(), gate.view().data, gate.size_bytes());
     std::memcpy(w.gate_up.mutable_bytes() + gate.size_bytes(), up.view().data, up.size_bytes());
     return w;
+  }
+
+  // This rank's vocabulary shard of a [V, H] table (embedding or head), zero-padded.
+  Result<WeightMatrix> vocab_table(const std::string& name) const {
+    const int64_t v = cfg_.vocab_size, per = vocab_shard_rows(v, tp_);
+    return matrix(name, v, cfg_.hidden_size, false, {per * tp_.rank, per * (tp_.rank + 1), 0, -1});
   }
 
   Result<DecoderLayerWeights> decoder_layer(int layer) const {
     const ModelConfig& c = cfg_;
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     const int64_t h = c.hidden_size, nh = c.num_attention_heads, r = c.kv_lora_rank;
-    const int64_t qk = c.qk_head_dim();
+    const int64_t qk = c.qk_head_dim(), dn = c.qk_nope_head_dim, dv = c.v_head_dim;
+    const ShardRange heads = even_shard(nh, tp_);
     DecoderLayerWeights w;
     CP_ASSIGN_OR_RETURN(w.input_layernorm, vector(p + "input_layernorm.weight", h));
     CP_ASSIGN_OR_RETURN(w.post_attention_layernorm,
                         vector(p + "post_attention_layernorm.weight", h));
     AttentionWeights& a = w.attn;
+    // Column-parallel by head: q_b (or q) and kv_b rows; row-parallel: o_proj's columns.
+    const Slice q_rows = Slice::rows({heads.begin * qk, heads.end * qk});
     if (c.q_lora_rank) {
       const int64_t rq = *c.q_lora_rank;
       CP_ASSIGN_OR_RETURN(a.q_a_proj, matrix(p + "self_attn.q_a_proj.weight", rq, h));
       CP_ASSIGN_OR_RETURN(a.q_a_layernorm, vector(p + "self_attn.q_a_layernorm.weight", rq));
-      CP_ASSIGN_OR_RETURN(a.q_b_proj, matrix(p + "self_attn.q_b_proj.weight", nh * qk, rq));
+      CP_ASSIGN_OR_RETURN(a.q_b_proj,
+                          matrix(p + "self_attn.q_b_proj.weight", nh * qk, rq, false, q_rows));
     } else {
-      CP_ASSIGN_OR_RETURN(a.q_proj, matrix(p + "self_attn.q_proj.weight", nh * qk, h));
+      CP_ASSIGN_OR_RETURN(a.q_proj,
+                          matrix(p + "self_attn.q_proj.weight", nh * qk, h, false, q_rows));
     }
     CP_ASSIGN_OR_RETURN(
         a.kv_a_proj, matrix(p + "self_attn.kv_a_proj_with_mqa.weight", r + c.qk_rope_head_dim, h));
     CP_ASSIGN_OR_RETURN(a.kv_a_layernorm, vector(p + "self_attn.kv_a_layernorm.weight", r));
-    CP_ASSIGN_OR_RETURN(a.kv_b_proj, matrix(p + "self_attn.kv_b_proj.weight",
-                                            nh * (c.qk_nope_head_dim + c.v_head_dim), r, true));
-    CP_ASSIGN_OR_RETURN(a.o_proj, matrix(p + "self_attn.o_proj.weight", h, nh * c.v_head_dim));
+    CP_ASSIGN_OR_RETURN(a.kv_b_proj,
+                        matrix(p + "self_attn.kv_b_proj.weight", nh * (dn + dv), r, true,
+                               Slice::rows({heads.begin * (dn + dv), heads.end * (dn + dv)})));
+    CP_ASSIGN_OR_RETURN(a.o_proj, matrix(p + "self_attn.o_proj.weight", h, nh * dv, false,
+                                         Slice::cols({heads.begin * dv, heads.end * dv})));
     if (c.is_moe_layer(layer)) {
       MoeWeights m;
-      const int64_t e = c.n_routed_experts;
+      const int64_t e = c.n_routed_experts, inter = c.moe_intermediate_size;
       CP_ASSIGN_OR_RETURN(m.router, matrix(p + "mlp.gate.weight", e, h, true));
       if (c.topk_method == kernels::TopkMethod::kNoauxTc) {
         CP_ASSIGN_OR_RETURN(m.correction_bias, vector(p + "mlp.gate.e_score_correction_bias", e));
       }
-      for (int64_t i = 0; i < e; ++i) {
-        CP_ASSIGN_OR_RETURN(MlpWeights ew, mlp(p + "mlp.experts." + std::to_string(i) + ".",
-                                               c.moe_intermediate_size));
+      // Expert parallel: whole experts, this rank's share of them; else every expert's
+      // intermediate columns are split like a dense MLP's.
+      const ShardRange experts = tp_.expert_parallel ? even_shard(e, tp_) : ShardRange{0, e};
+      const ShardRange expert_part =
+          tp_.expert_parallel ? ShardRange{0, inter} : even_shard(inter, tp_);
+      m.first_expert = static_cast<int>(experts.begin);
+      for (int64_t i = experts.begin; i < experts.end; ++i) {
+        CP_ASSIGN_OR_RETURN(MlpWeights ew,
+                            mlp(p + "mlp.experts." + std::to_string(i) + ".", inter, expert_part));
         m.experts.push_back(std::move(ew));
       }
       for (const MlpWeights& ew : m.experts) m.expert_views.push_back(ew.view());
       if (c.n_shared_experts > 0) {
+        const int64_t shared = inter * c.n_shared_experts;
         CP_ASSIGN_OR_RETURN(
-            m.shared, mlp(p + "mlp.shared_experts.", c.moe_intermediate_size * c.n_shared_experts));
+            m.shared, mlp(p + "mlp.shared_experts.", shared,
+                          tp_.expert_parallel ? ShardRange{0, shared} : even_shard(shared, tp_)));
       }
       w.moe = std::move(m);
     } else {
-      CP_ASSIGN_OR_RETURN(w.dense_mlp, mlp(p + "mlp.", c.intermediate_size));
+      CP_ASSIGN_OR_RETURN(
+          w.dense_mlp, mlp(p + "mlp.", c.intermediate_size, even_shard(c.intermediate_size, tp_)));
     }
     return w;
   }
@@ -158,11 +215,10 @@ class WeightLoader {
     CP_ASSIGN_OR_RETURN(w.shared_head_norm, vector(p + "shared_head.norm.weight", h));
     CP_ASSIGN_OR_RETURN(w.eh_proj, matrix(p + "eh_proj.weight", h, 2 * h));
     if (ck_.contains(p + "embed_tokens.weight")) {
-      CP_ASSIGN_OR_RETURN(w.embed_tokens, matrix(p + "embed_tokens.weight", cfg_.vocab_size, h));
+      CP_ASSIGN_OR_RETURN(w.embed_tokens, vocab_table(p + "embed_tokens.weight"));
     }
     if (ck_.contains(p + "shared_head.head.weight")) {
-      CP_ASSIGN_OR_RETURN(w.shared_head_head,
-                          matrix(p + "shared_head.head.weight", cfg_.vocab_size, h));
+      CP_ASSIGN_OR_RETURN(w.shared_head_head, vocab_table(p + "shared_head.head.weight"));
     }
     CP_ASSIGN_OR_RETURN(w.layer, decoder_layer(layer));
     return w;
@@ -185,7 +241,10 @@ class WeightLoader {
   }
 
   // W[i, j] = fp8(W_q[i, j]) · weight_scale_inv[i / block_rows, j / block_cols].
-  Status dequantize_fp8(const TensorInfo& t, int64_t rows, int64_t cols, float* out) const {
+  // Rows [r0, r1) and columns [c0, c1) only: a shard boundary may cut a scale block, and
+  // each element still takes its own block's scale.
+  Status dequantize_fp8(const TensorInfo& t, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                        int64_t c0, int64_t c1, float* out) const {
     const std::string& name = t.name;
     if (name.size() < 6 || name.compare(name.size() - 6, 6, "weight") != 0) {
       return common::invalid_argument(file_of(t) + ": FP8 tensor '" + name + "' is not a weight");
@@ -203,10 +262,11 @@ class WeightLoader {
     }
     std::vector<float> scales(static_cast<size_t>(sr * sc));
     std::memcpy(scales.data(), s->data, scales.size() * sizeof(float));
-    for (int64_t i = 0; i < rows; ++i) {
+    const int64_t w = c1 - c0;
+    for (int64_t i = r0; i < r1; ++i) {
       const float* srow = scales.data() + (i / br) * sc;
-      for (int64_t j = 0; j < cols; ++j) {
-        out[i * cols + j] = tensor::fp8_e4m3_to_f32(t.data[i * cols + j]) * srow[j / bc];
+      for (int64_t j = c0; j < c1; ++j) {
+        out[(i - r0) * w + (j - c0)] = tensor::fp8_e4m3_to_f32(t.data[i * cols + j]) * srow[j / bc];
       }
     }
     return {};
@@ -214,6 +274,7 @@ class WeightLoader {
 
   const Checkpoint& ck_;
   const ModelConfig& cfg_;
+  TensorParallel tp_;
 };
 
 // splitmix64 + Box-Muller: fast enough to fill a billion-parameter model in seconds.
@@ -322,9 +383,10 @@ DecoderLayerWeights random_layer(const ModelConfig& c, int layer, RandomFiller& 
 
 Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
                                   const LoadOptions& options) {
-  WeightLoader loader(ck, c);
+  CP_RETURN_IF_ERROR(validate_tensor_parallel(c, options.tp));
+  WeightLoader loader(ck, c, options.tp);
   ModelWeights w;
-  const int64_t h = c.hidden_size, v = c.vocab_size;
+  const int64_t h = c.hidden_size;
   const int end = options.layer_end < 0 ? c.num_hidden_layers : options.layer_end;
   if (options.layer_begin < 0 || options.layer_begin > end || end > c.num_hidden_layers) {
     return common::invalid_argument("layer range [" + std::to_string(options.layer_begin) + ", " +
@@ -332,11 +394,11 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
                                     std::to_string(c.num_hidden_layers) + " layers");
   }
   if (options.load_embedding) {
-    CP_ASSIGN_OR_RETURN(w.embed_tokens, loader.matrix("model.embed_tokens.weight", v, h));
+    CP_ASSIGN_OR_RETURN(w.embed_tokens, loader.vocab_table("model.embed_tokens.weight"));
   }
   if (options.load_head) {
     CP_ASSIGN_OR_RETURN(w.norm, loader.vector("model.norm.weight", h));
-    CP_ASSIGN_OR_RETURN(w.lm_head, loader.matrix("lm_head.weight", v, h));
+    CP_ASSIGN_OR_RETURN(w.lm_head, loader.vocab_table("lm_head.weight"));
   }
   w.layers.resize(c.num_hidden_layers);
   for (int layer = options.layer_begin; layer < end; ++layer) {

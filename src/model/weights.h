@@ -12,6 +12,7 @@
 #include "kernels/moe.h"
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "model/tensor_parallel.h"
 #include "tensor/weight_matrix.h"
 
 namespace model {
@@ -38,6 +39,9 @@ struct AttentionWeights {
 struct MoeWeights {
   tensor::WeightMatrix router;  // [E, H] F32 (routing runs in f32)
   Vector correction_bias;       // [E] e_score_correction_bias (empty when absent)
+  // Experts [first_expert, first_expert + experts.size()): all of them, or with expert
+  // parallelism this rank's share.
+  int first_expert = 0;
   std::vector<MlpWeights> experts;
   std::vector<kernels::ExpertWeights> expert_views;
   std::optional<MlpWeights> shared;
@@ -60,8 +64,8 @@ struct MtpWeights {
 };
 
 struct ModelWeights {
-  tensor::WeightMatrix embed_tokens;  // [V, H]
-  tensor::WeightMatrix lm_head;       // [V, H]
+  tensor::WeightMatrix embed_tokens;  // [V, H], or this rank's padded vocabulary shard
+  tensor::WeightMatrix lm_head;       // [V, H], or this rank's padded vocabulary shard
   Vector norm;                        // [H]
   // Indexed by layer id; layers outside the loaded range stay default (empty).
   std::vector<DecoderLayerWeights> layers;
@@ -74,6 +78,7 @@ struct LoadOptions {
   bool load_embedding = true;  // first pipeline stage
   bool load_head = true;       // last pipeline stage: norm, lm_head
   bool load_mtp = true;        // MTP layers (need load_head's stage)
+  TensorParallel tp;           // this rank's shard (whole model when tp.size == 1)
 };
 
 common::Result<ModelWeights> load_weights(const Checkpoint& checkpoint, const ModelConfig& config,

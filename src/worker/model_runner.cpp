@@ -15,7 +15,7 @@ ModelRunner::ModelRunner(const model::DeepseekV3Model& model, const RunnerOption
       layer_end_(o.layer_end < 0 ? model.config().num_hidden_layers : o.layer_end),
       cache_(model.config().num_total_layers(), layer_begin_, layer_end_, o.num_blocks,
              o.block_size, model.config().kv_cache_row_dim(),
-             o.expanded_kv_cache ? model.config().expanded_kv_row_dim() : 0),
+             o.expanded_kv_cache ? model.expanded_kv_row_dim() : 0),
       pool_(o.num_threads),
       states_(model.config().vocab_size, o.num_blocks, o.block_size),
       connector_(o.kv_connector) {
@@ -35,7 +35,7 @@ common::Result<std::vector<float>> ModelRunner::run(const model::ForwardBatch& b
   const int64_t rows = batch.num_tokens();
   if (first()) {
     hidden.assign(rows * H, 0.0f);
-    model_.embed(batch, hidden.data());
+    CP_RETURN_IF_ERROR(model_.embed(batch, hidden.data()));
   } else if (static_cast<int64_t>(hidden.size()) != rows * H) {
     return common::data_loss("layers [" + std::to_string(layer_begin_) + ", " +
                              std::to_string(layer_end_) + ") received " +
@@ -43,20 +43,21 @@ common::Result<std::vector<float>> ModelRunner::run(const model::ForwardBatch& b
                              std::to_string(rows) + " tokens");
   }
   if (!connected) {
-    model_.run_layers(batch, layer_begin_, layer_end_, hidden.data(), cache_, pool_);
+    CP_RETURN_IF_ERROR(
+        model_.run_layers(batch, layer_begin_, layer_end_, hidden.data(), cache_, pool_));
     return hidden;
   }
   for (int l = layer_begin_; l < layer_end_; ++l) {  // one layer at a time, for the hooks
     connector_->wait_for_layer_load(l);
-    model_.run_layers(batch, l, l + 1, hidden.data(), cache_, pool_);
+    CP_RETURN_IF_ERROR(model_.run_layers(batch, l, l + 1, hidden.data(), cache_, pool_));
     CP_RETURN_IF_ERROR(connector_->save_kv_layer(l));
   }
   CP_RETURN_IF_ERROR(connector_->wait_for_save());
   return hidden;
 }
 
-std::vector<float> ModelRunner::logits_of_rows(const std::vector<float>& hidden,
-                                               const std::vector<int64_t>& rows) {
+common::Result<std::vector<float>> ModelRunner::logits_of_rows(const std::vector<float>& hidden,
+                                                               const std::vector<int64_t>& rows) {
   const model::ModelConfig& c = model_.config();
   const int64_t H = c.hidden_size;
   const int64_t n = static_cast<int64_t>(rows.size());
@@ -66,7 +67,7 @@ std::vector<float> ModelRunner::logits_of_rows(const std::vector<float>& hidden,
     picked.insert(picked.end(), hidden.begin() + row * H, hidden.begin() + (row + 1) * H);
   model_.final_norm(picked.data(), n, picked.data());
   std::vector<float> logits(n * c.vocab_size);
-  if (n > 0) model_.compute_logits(picked.data(), n, logits.data(), pool_);
+  if (n > 0) CP_RETURN_IF_ERROR(model_.compute_logits(picked.data(), n, logits.data(), pool_));
   return logits;
 }
 
@@ -93,7 +94,7 @@ common::Result<StepResult> ModelRunner::execute_model(const sched::SchedulerOutp
     row += s.num_scheduled_tokens;
     if (s.samples) rows.push_back(row - 1);
   }
-  const std::vector<float> logits = logits_of_rows(hidden, rows);
+  CP_ASSIGN_OR_RETURN(const std::vector<float> logits, logits_of_rows(hidden, rows));
   const int64_t V = model_.config().vocab_size;
   result.sampled.resize(output.scheduled.size());
   for (size_t i = 0, k = 0; i < output.scheduled.size(); ++i) {
@@ -120,7 +121,7 @@ double ModelRunner::profile_ms(int64_t num_tokens) {
   std::vector<float> hidden(first() ? 0 : n * c.hidden_size, 0.0f);
   const double t0 = common::now_seconds();
   auto out = run(batch, std::move(hidden), /*connected=*/false);
-  if (out.ok() && last()) logits_of_rows(*out, {n - 1});
+  if (out.ok() && last()) (void)logits_of_rows(*out, {n - 1});
   return (common::now_seconds() - t0) * 1000.0;
 }
 

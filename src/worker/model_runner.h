@@ -66,8 +66,8 @@ class ModelRunner {
   // Runs the slice on `batch` (with the KV connector's per-layer hooks when `connected`).
   common::Result<std::vector<float>> run(const model::ForwardBatch& batch,
                                          std::vector<float> hidden, bool connected);
-  std::vector<float> logits_of_rows(const std::vector<float>& hidden,
-                                    const std::vector<int64_t>& rows);
+  common::Result<std::vector<float>> logits_of_rows(const std::vector<float>& hidden,
+                                                    const std::vector<int64_t>& rows);
 
   const model::DeepseekV3Model& model_;
   int layer_begin_, layer_end_;

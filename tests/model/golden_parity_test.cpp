@@ -147,11 +147,11 @@ TEST(GoldenParityTest, MixedBatchOfThreeSequencesMatchesReference) {
         }
         const int64_t T = batch.num_tokens();
         std::vector<float> hidden(T * H), logits(T * V), draft(T * V);
-        m.embed(batch, hidden.data());
-        m.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache, pool());
+        ASSERT_TRUE(m.embed(batch, hidden.data()).ok());
+        ASSERT_TRUE(m.run_layers(batch, 0, c.num_hidden_layers, hidden.data(), cache, pool()).ok());
         m.final_norm(hidden.data(), T, hidden.data());
-        m.compute_logits(hidden.data(), T, logits.data(), pool());
-        m.mtp_logits(batch, hidden.data(), next_ids, cache, pool(), draft.data());
+        ASSERT_TRUE(m.compute_logits(hidden.data(), T, logits.data(), pool()).ok());
+        ASSERT_TRUE(m.mtp_logits(batch, hidden.data(), next_ids, cache, pool(), draft.data()).ok());
         int64_t row = 0;
         for (const auto& [s, b, e] : step) {
           worst = std::max(worst,
@@ -214,16 +214,17 @@ TEST(GoldenParityTest, PipelineStagesLoadAndRunTheirLayerSlices) {
     model::ForwardBatch batch;
     batch.sequences.push_back({std::span<const int32_t>(g.ids.data() + start, n), start, table});
     hidden.assign(n * H, 0.0f);
-    (*stage0)->embed(batch, hidden.data());
-    (*stage0)->run_layers(batch, 0, 2, hidden.data(), cache0, pool());
-    (*stage1)->run_layers(batch, 2, 4, hidden.data(), cache1, pool());
+    ASSERT_TRUE((*stage0)->embed(batch, hidden.data()).ok());
+    ASSERT_TRUE((*stage0)->run_layers(batch, 0, 2, hidden.data(), cache0, pool()).ok());
+    ASSERT_TRUE((*stage1)->run_layers(batch, 2, 4, hidden.data(), cache1, pool()).ok());
     (*stage1)->final_norm(hidden.data(), n, hidden.data());
     logits.resize(n * V);
     draft.resize(n * V);
-    (*stage1)->compute_logits(hidden.data(), n, logits.data(), pool());
+    ASSERT_TRUE((*stage1)->compute_logits(hidden.data(), n, logits.data(), pool()).ok());
     std::vector<int32_t> next(g.ids.begin() + start + 1, g.ids.begin() + start + n);
     next.push_back(start + n < T ? g.ids[start + n] : g.mtp_next_token);
-    (*stage1)->mtp_logits(batch, hidden.data(), next, cache1, pool(), draft.data());
+    ASSERT_TRUE(
+        (*stage1)->mtp_logits(batch, hidden.data(), next, cache1, pool(), draft.data()).ok());
     worst = std::max(worst, max_abs_diff(logits.data(), g.all_logits, start, n, V));
     worst_draft = std::max(worst_draft, max_abs_diff(draft.data(), g.draft_logits, start, n, V));
   }

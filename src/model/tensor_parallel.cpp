@@ -1,0 +1,30 @@
+// Which model dimensions a tensor-parallel size must divide.
+#include "model/tensor_parallel.h"
+
+namespace model {
+
+common::Status validate_tensor_parallel(const ModelConfig& c, const TensorParallel& tp) {
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
+    return common::invalid_argument("tensor-parallel rank " + std::to_string(tp.rank) + " of " +
+                                    std::to_string(tp.size) + " is out of range");
+  auto divides = [&](int64_t n, const std::string& what) -> common::Status {
+    if (n % tp.size == 0) return {};
+    return common::invalid_argument(what + " (" + std::to_string(n) +
+                                    ") is not divisible by --tensor-parallel-size " +
+                                    std::to_string(tp.size));
+  };
+  CP_RETURN_IF_ERROR(divides(c.num_attention_heads, "num_attention_heads"));
+  CP_RETURN_IF_ERROR(divides(c.intermediate_size, "intermediate_size"));
+  if (c.n_routed_experts > 0) {
+    if (tp.expert_parallel) {
+      CP_RETURN_IF_ERROR(divides(c.n_routed_experts, "n_routed_experts (expert parallel)"));
+    } else {
+      CP_RETURN_IF_ERROR(divides(c.moe_intermediate_size, "moe_intermediate_size"));
+      CP_RETURN_IF_ERROR(divides(c.moe_intermediate_size * c.n_shared_experts,
+                                 "moe_intermediate_size * n_shared_experts"));
+    }
+  }
+  return {};
+}
+
+}  // namespace model

@@ -1,0 +1,194 @@
+// Tensor and expert parallelism at the model level: every rank loads only its shard, the ranks
+// (threads here, one shared-memory group) run the same sequences, and their logits and MTP draft
+// logits must be within 1e-4 of TP=1. The parameters cover every weight kind: BF16, FP8 with
+// 128x128 scale blocks that the shard boundaries cut, F32 without q_lora (q_proj), dense MLPs,
+// experts sliced (TP) or whole (EP), shared experts, vocabulary-parallel embedding and lm_head
+// (with a vocabulary that does not divide evenly), both attention forms, and a 64-expert model
+// with group-limited routing.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/group_factory.h"
+#include "model/checkpoint_writer.h"
+#include "model/config.h"
+#include "model/deepseek_v3.h"
+#include "model/sequence_runner.h"
+#include "model/tensor_parallel.h"
+#include "model/weights.h"
+
+namespace {
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  return worst;
+}
+
+// A 64-expert model (top-6 of 8 groups, 4 used), vocabulary 510: written once per process.
+const std::string& wide_moe_model() {
+  static const std::string dir = [] {
+    const std::string d =
+        std::filesystem::temp_directory_path() / ("chunkpipe_tp_moe64_" + std::to_string(getpid()));
+    auto base = model::load_model_config(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16");
+    EXPECT_TRUE(base.ok());
+    model::ModelConfig c = *base;
+    c.vocab_size = 510;
+    c.n_routed_experts = 64;
+    c.num_experts_per_tok = 6;
+    c.n_group = 8;
+    c.topk_group = 4;
+    c.num_hidden_layers = 3;
+    const model::ModelWeights w = model::random_weights(c, tensor::DType::kBF16, 11);
+    std::filesystem::create_directories(d);
+    EXPECT_TRUE(
+        model::write_safetensors_checkpoint(d, model::weights_to_tensors(c, w, false), 2).ok());
+    std::ofstream(d + "/config.json") << model::config_to_json(c).dump(2);
+    return d;
+  }();
+  return dir;
+}
+
+struct Case {
+  std::string model;  // under tests/data, or "moe64"
+  int tp;
+  bool ep;
+  model::AttentionMode mode;
+  int64_t chunk;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string m = c.model;
+  for (char& ch : m)
+    if (ch == '-') ch = '_';
+  return m + "_tp" + std::to_string(c.tp) + (c.ep ? "_ep" : "") +
+         (c.mode == model::AttentionMode::kAbsorbed ? "_absorbed" : "_expanded") + "_chunk" +
+         std::to_string(c.chunk);
+}
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.model << " tp=" << c.tp << (c.ep ? " ep" : "") << " chunk=" << c.chunk;
+}
+
+class TensorParallelTest : public testing::TestWithParam<Case> {};
+
+TEST_P(TensorParallelTest, LogitsMatchOneRank) {
+  const Case& tc = GetParam();
+  const std::string dir = tc.model == "moe64"
+                              ? wide_moe_model()
+                              : std::string(CHUNKPIPE_TEST_DATA_DIR) + "/" + tc.model;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(int32_t((i * 37 + 11) % 500));
+  model::SequenceLogitsOptions so;
+  so.chunk_size = tc.chunk;
+  so.all_logits = true;
+  so.mtp = true;
+  so.mtp_next_token = 5;
+
+  auto whole = model::DeepseekV3Model::load(dir);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  (*whole)->set_attention_mode(tc.mode);
+  common::ThreadPool pool(1);
+  auto want = model::compute_sequence_logits(**whole, ids, so, pool);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+
+  const int port = free_port();
+  auto server = dist::StoreServer::start("127.0.0.1", port);
+  ASSERT_TRUE(server.ok());
+  std::mutex mu;
+  std::vector<model::SequenceLogits> got(static_cast<size_t>(tc.tp));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < tc.tp; ++r) {
+    ranks.emplace_back([&, r] {
+      model::LoadOptions lo;
+      lo.tp = {r, tc.tp, tc.ep};
+      auto shard = model::DeepseekV3Model::load(dir, lo);
+      ASSERT_TRUE(shard.ok()) << shard.status().message();
+      dist::StoreClient store("127.0.0.1", port, 30);
+      dist::GroupSpec spec;
+      spec.name = "tp";
+      spec.rank = r;
+      spec.size = tc.tp;
+      spec.timeout_s = 60;
+      auto group = dist::make_process_group(store, spec);
+      ASSERT_TRUE(group.ok()) << group.status().message();
+      (*shard)->set_process_group(group->get());
+      (*shard)->set_attention_mode(tc.mode);
+      common::ThreadPool rank_pool(1);
+      auto out = model::compute_sequence_logits(**shard, ids, so, rank_pool);
+      ASSERT_TRUE(out.ok()) << out.status().message();
+      if (tc.ep && r == 0) {
+        const model::MoeTimes& t = (*shard)->moe_times();
+        EXPECT_GT(t.layers, 0);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      got[static_cast<size_t>(r)] = std::move(*out);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < tc.tp; ++r) {
+    const model::SequenceLogits& g = got[static_cast<size_t>(r)];
+    EXPECT_LT(max_diff(g.all_logits, want->all_logits), 1e-4) << "rank " << r;
+    EXPECT_LT(max_diff(g.mtp_draft_logits, want->mtp_draft_logits), 1e-4) << "rank " << r;
+    EXPECT_EQ(g.all_logits, got[0].all_logits) << "rank " << r << " differs from rank 0";
+  }
+}
+
+using model::AttentionMode;
+INSTANTIATE_TEST_SUITE_P(
+    Shards, TensorParallelTest,
+    testing::Values(Case{"tiny-bf16", 2, false, AttentionMode::kExpanded, 13},
+                    Case{"tiny-bf16", 2, true, AttentionMode::kAbsorbed, 7},
+                    Case{"tiny-bf16", 4, false, AttentionMode::kAbsorbed, 40},
+                    Case{"tiny-bf16", 4, true, AttentionMode::kExpanded, 9},
+                    Case{"tiny-fp8", 2, false, AttentionMode::kExpanded, 40},
+                    Case{"tiny-fp8", 2, true, AttentionMode::kAbsorbed, 11},
+                    Case{"tiny-fp8", 4, false, AttentionMode::kExpanded, 7},
+                    Case{"tiny-noq-f32", 2, false, AttentionMode::kAbsorbed, 13},
+                    Case{"tiny-noq-f32", 4, true, AttentionMode::kExpanded, 40},
+                    Case{"moe64", 2, true, AttentionMode::kExpanded, 13},
+                    Case{"moe64", 4, true, AttentionMode::kAbsorbed, 7},
+                    Case{"moe64", 2, false, AttentionMode::kAbsorbed, 40}),
+    case_name);
+
+TEST(TensorParallelConfigTest, ASplitThatDoesNotDivideNamesTheDimension) {
+  auto c = model::load_model_config(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16");
+  ASSERT_TRUE(c.ok());
+  const common::Status heads = model::validate_tensor_parallel(*c, {0, 3, false});
+  ASSERT_FALSE(heads.ok());
+  EXPECT_NE(heads.message().find("num_attention_heads (4)"), std::string::npos) << heads.message();
+  model::ModelConfig odd = *c;
+  odd.num_attention_heads = 8;
+  odd.n_routed_experts = 6;
+  const common::Status experts = model::validate_tensor_parallel(odd, {0, 4, true});
+  ASSERT_FALSE(experts.ok());
+  EXPECT_NE(experts.message().find("n_routed_experts"), std::string::npos) << experts.message();
+  EXPECT_TRUE(model::validate_tensor_parallel(*c, {1, 2, true}).ok());
+}
+
+}  // namespace
