@@ -186,6 +186,7 @@ void EngineCore::loop() {
       t.callback = std::move(cb);
       t.detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(
           tokenizer_, req->sampling.skip_special_tokens);
+      t.detokenizer->seed(req->prompt_token_ids);
       // The workers sample: they get the request's generator seed and every id that min_tokens
       // holds back.
       sched::SamplingParams& sp = req->sampling;
@@ -434,7 +435,8 @@ void EngineCore::finish_recomputed() {
     out.request_id = r->request_id;
     out.finished = true;
     out.finish_reason = sched::FinishReason::kStop;
-    t.text += t.detokenizer->flush();
+    // No flush: a character the last tokens began is finished by the next round, whose
+    // prompt ends with these tokens (IncrementalDetokenizer::seed).
     if (t.text.size() > t.sent) out.new_text = t.text.substr(t.sent);
     out.stop_reason = std::string("recomputed");
     out.num_prompt_tokens = t.num_prompt_tokens;

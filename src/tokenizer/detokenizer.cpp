@@ -68,6 +68,19 @@ std::string sanitize_utf8(std::string_view bytes) {
   return out;
 }
 
+void IncrementalDetokenizer::seed(std::span<const int32_t> prompt_ids) {
+  // A UTF-8 character is at most 4 bytes: the last 3 tokens hold any unfinished one.
+  std::string tail;
+  const size_t from = prompt_ids.size() > 3 ? prompt_ids.size() - 3 : 0;
+  for (size_t i = from; i < prompt_ids.size(); ++i) {
+    if (prompt_ids[i] < 0 || prompt_ids[i] >= tokenizer_.vocab_size()) return;
+    if (skip_special_tokens_ && tokenizer_.is_special(prompt_ids[i])) continue;
+    tail += tokenizer_.token_bytes(prompt_ids[i]);
+  }
+  std::string ignored;
+  pending_ = tail.substr(append_sanitized(tail, false, &ignored));
+}
+
 std::string IncrementalDetokenizer::push(int32_t id) {
   if (skip_special_tokens_ && tokenizer_.is_special(id)) return {};
   pending_ += tokenizer_.token_bytes(id);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,10 @@ class IncrementalDetokenizer {
   IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens)
       : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
+  // Carries over a character the prompt's last tokens began and did not finish (a prompt of
+  // token ids that continues an earlier output, as a PD proxy's recompute round sends it), so
+  // that the first output token completes it instead of turning into U+FFFD.
+  void seed(std::span<const int32_t> prompt_ids);
   // Text completed by this token (may be empty while a character is still incomplete).
   std::string push(int32_t id);
   // End of stream: whatever is still held, sanitized.

@@ -59,6 +59,33 @@ TEST(IncrementalDetokenizerTest, StreamEqualsFullDecodeAndNeverSplitsCharacters)
   EXPECT_GT(held_pieces, 0) << "the corpus should contain characters split across tokens";
 }
 
+// A PD recompute round: the output so far goes back as the prompt of a second request. Cut
+// wherever a character is split across tokens, the first round (not flushed) and the second
+// (seeded with its prompt) must still join into the full decode.
+TEST(IncrementalDetokenizerTest, ARoundThatEndsInsideACharacterIsFinishedByTheNext) {
+  auto tok = load_v31();
+  std::ifstream in(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tokenizer/deepseek_v31_corpus.jsonl");
+  std::string line;
+  int cuts = 0;
+  while (std::getline(in, line) && cuts < 200) {
+    const auto ids = nlohmann::json::parse(line)["ids"].get<std::vector<int32_t>>();
+    tokenizer::IncrementalDetokenizer probe(*tok, false);
+    for (size_t cut = 0; cut + 1 < ids.size(); ++cut) {
+      if (!probe.push(ids[cut]).empty() || tok->token_bytes(ids[cut]).empty()) continue;
+      // ids[cut] left bytes pending: end round one after it.
+      tokenizer::IncrementalDetokenizer first(*tok, false), second(*tok, false);
+      std::string text;
+      for (size_t i = 0; i <= cut; ++i) text += first.push(ids[i]);
+      second.seed(std::span<const int32_t>(ids.data(), cut + 1));
+      for (size_t i = cut + 1; i < ids.size(); ++i) text += second.push(ids[i]);
+      text += second.flush();
+      ASSERT_EQ(text, tokenizer::sanitize_utf8(tok->decode(ids))) << "cut after token " << cut;
+      ++cuts;
+    }
+  }
+  EXPECT_GT(cuts, 10) << "the corpus should contain characters split across tokens";
+}
+
 TEST(IncrementalDetokenizerTest, SkipsSpecialTokens) {
   auto tok = load_v31();
   std::vector<int32_t> ids = {0};
