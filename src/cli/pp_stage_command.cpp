@@ -41,19 +41,22 @@ int run_pp_stage_command(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   const worker::StageSpec& spec = parsed->spec;
   common::set_log_prefix("(PipelineStage" + std::to_string(spec.stage) +
+                         (spec.tp_size > 1 ? "_TP" + std::to_string(spec.tp_rank) : "") +
                          " pid=" + std::to_string(getpid()) + ")");
   const std::string name = "pipeline stage " + std::to_string(spec.stage);
-  auto in = worker::open_link(parsed->recv_link, /*sending=*/false, name + " input");
-  auto out = worker::open_link(parsed->send_link, /*sending=*/true, name + " output");
-  if (!in.ok() || !out.ok()) {
-    LOG(ERROR) << (in.ok() ? out.status() : in.status()).message();
-    return 1;
-  }
   int exit_code = 1;
   {
     dist::Communicator comm;
-    comm.set_recv_link(worker::upstream_peer(spec), std::move(in).value());
-    comm.set_send_link(worker::downstream_peer(spec), std::move(out).value());
+    if (spec.tp_rank == 0) {  // the other TP ranks get their messages from this one
+      auto in = worker::open_link(parsed->recv_link, /*sending=*/false, name + " input");
+      auto out = worker::open_link(parsed->send_link, /*sending=*/true, name + " output");
+      if (!in.ok() || !out.ok()) {
+        LOG(ERROR) << (in.ok() ? out.status() : in.status()).message();
+        return 1;
+      }
+      comm.set_recv_link(worker::upstream_peer(spec), std::move(in).value());
+      comm.set_send_link(worker::downstream_peer(spec), std::move(out).value());
+    }
     std::shared_ptr<worker::KvConnectorWorker> connector;
     if (!spec.kv_transfer_config.empty()) {
       auto config = transfer::parse_kv_transfer_config(spec.kv_transfer_config);

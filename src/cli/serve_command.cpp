@@ -29,6 +29,7 @@
 #include "engine/pipeline_executor.h"
 #include "engine/uniproc_executor.h"
 #include "model/deepseek_v3.h"
+#include "model/tensor_parallel.h"
 #include "sched/profiling_chunk_config.h"
 #include "server/api_server.h"
 #include "tokenizer/chat_template.h"
@@ -190,6 +191,8 @@ struct ServePlan {
   std::string chat_template_file;
   std::string tokenizer_dir;
   int pipeline_parallel_size = 1;
+  int tensor_parallel_size = 1;       // processes per pipeline stage
+  bool expert_parallel = false;       // --enable-expert-parallel with tensor_parallel_size > 1
   std::vector<int> layer_partition;   // empty: even split
   worker::PipelineTopology topology;  // hosts of a multi-node pipeline
   bool headless = false;              // this node runs stages only (node_rank > 0)
@@ -283,14 +286,14 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
       }
     }
   }
-  for (const char* f : {"tensor-parallel-size", "data-parallel-size"}) {
-    CP_ASSIGN_OR_RETURN(int64_t v, p.int_option(f, 1));
-    if (v > 1) {
-      const std::string what = std::string(f) == "tensor-parallel-size"
-                                   ? "tensor parallelism (--tensor-parallel-size > 1)"
-                                   : "data parallelism (--data-parallel-size > 1)";
-      return unbuilt(what, "planned: tensor and expert parallel, then data parallel");
-    }
+  {
+    CP_ASSIGN_OR_RETURN(int64_t tp, p.int_option("tensor-parallel-size", 1));
+    if (tp > 64) return common::invalid_argument("--tensor-parallel-size must be at most 64");
+    plan->tensor_parallel_size = static_cast<int>(tp);
+    plan->expert_parallel = tp > 1 && p.flag("enable-expert-parallel");
+    CP_ASSIGN_OR_RETURN(int64_t dp, p.int_option("data-parallel-size", 1));
+    if (dp > 1)
+      return unbuilt("data parallelism (--data-parallel-size > 1)", "planned: data parallel");
   }
   {
     auto& t = plan->topology;
@@ -362,8 +365,11 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   }
   if (p.given("speculative-config"))
     return unbuilt("speculative decoding (--speculative-config)", "planned: MTP");
-  if (p.flag("enable-expert-parallel"))
+  if (p.flag("enable-expert-parallel") && plan->tensor_parallel_size == 1)
     LOG(INFO) << "--enable-expert-parallel with one rank: experts stay in this process";
+  if (plan->tensor_parallel_size > 1 && !plan->kv_transfer_config.empty())
+    return unbuilt("a KV connector with --tensor-parallel-size > 1",
+                   "planned with the TP placement of the pull connector's ports");
   if (p.given("compilation-config"))
     LOG(INFO) << "--compilation-config has no meaning on CPU: kernels run eagerly";
   if (p.flag("enforce-eager")) LOG(INFO) << "--enforce-eager: the CPU backend always runs eagerly";
@@ -466,9 +472,9 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   e.trace_file = p.option("trace-file").value_or("");
   CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1));
   e.num_threads = static_cast<int>(threads);
-  if (!p.given("threads") && plan->pipeline_parallel_size > 1) {  // --threads is per stage
-    e.num_threads = std::max(
-        1, static_cast<int>(std::thread::hardware_concurrency()) / plan->pipeline_parallel_size);
+  const int ranks = plan->pipeline_parallel_size * plan->tensor_parallel_size;
+  if (!p.given("threads") && ranks > 1) {  // --threads is per rank (stage x TP rank)
+    e.num_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks);
   }
   if (p.given("kv-cache-memory")) {
     CP_ASSIGN_OR_RETURN(plan->kv_cache_bytes, p.int_option("kv-cache-memory", 1));
@@ -512,6 +518,8 @@ worker::PipelineOptions pipeline_options(const ServePlan& plan) {
   o.topology = plan.topology;
   o.kv_transfer_config = plan.kv_transfer_config;
   o.kv_dp_rank = plan.data_parallel_rank;
+  o.tensor_parallel_size = plan.tensor_parallel_size;
+  o.expert_parallel = plan.expert_parallel;
   return o;
 }
 
@@ -610,10 +618,11 @@ int run_serve_command(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   const double t0 = common::now_seconds();
-  // One stage loads the whole model; a pipeline loads one slice per stage (below).
+  // One stage loads the whole model; a pipeline (or TP ranks) loads one shard per process.
   std::unique_ptr<model::DeepseekV3Model> whole_model;
   model::ModelConfig mc;
-  if (plan.pipeline_parallel_size == 1) {
+  const bool one_process = plan.pipeline_parallel_size == 1 && plan.tensor_parallel_size == 1;
+  if (one_process) {
     auto model = model::DeepseekV3Model::load(plan.model_dir, {.load_mtp = false});
     if (!model.ok()) {
       LOG(ERROR) << model.status().message();
@@ -628,6 +637,11 @@ int run_serve_command(int argc, char** argv) {
       return 1;
     }
     mc = *config;
+    const model::TensorParallel tp{0, plan.tensor_parallel_size, plan.expert_parallel};
+    if (auto st = model::validate_tensor_parallel(mc, tp); !st.ok()) {
+      LOG(ERROR) << st.message();
+      return 1;
+    }
   }
   LOG(INFO) << "Resolved architecture: DeepseekV3ForCausalLM";
   auto tok = tokenizer::Tokenizer::load(plan.tokenizer_dir);
@@ -730,7 +744,7 @@ int run_serve_command(int argc, char** argv) {
               << plan.kv_transfer.kv_role << ")";
   }
   std::unique_ptr<engine::EngineCore> engine_ptr;
-  if (plan.pipeline_parallel_size == 1) {
+  if (one_process) {
     auto executor = std::make_unique<engine::UniProcExecutor>(*whole_model, runner);
     if (auto st = executor->init_status(); !st.ok()) {
       LOG(ERROR) << st.message();
@@ -746,8 +760,10 @@ int run_serve_command(int argc, char** argv) {
     std::string ranges;
     for (const auto& [b, e] : (*pipeline)->layer_ranges())
       ranges += (ranges.empty() ? "" : ", ") + std::to_string(b) + "-" + std::to_string(e - 1);
-    LOG(INFO) << "Pipeline parallel: " << plan.pipeline_parallel_size << " stages (layers "
-              << ranges << "), " << plan.engine.num_threads << " threads per stage";
+    LOG(INFO) << "Model parallel: " << plan.pipeline_parallel_size << " pipeline stage(s) (layers "
+              << ranges << ") x " << plan.tensor_parallel_size << " tensor-parallel rank(s)"
+              << (plan.expert_parallel ? " with expert parallelism" : "") << ", "
+              << plan.engine.num_threads << " thread(s) per rank";
     engine_ptr =
         std::make_unique<engine::EngineCore>(std::move(pipeline).value(), **tok, plan.engine);
   }

@@ -20,8 +20,10 @@ namespace dist {
 
 class StoreServer {
  public:
-  // Binds tcp://host:port ("*" for every interface) and serves until destroyed.
+  // Binds tcp://host:port ("*" for every interface; port 0: a free one) and serves until
+  // destroyed.
   static common::Result<std::unique_ptr<StoreServer>> start(const std::string& host, int port);
+  int port() const { return server_->port(); }
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;

@@ -4,6 +4,7 @@
 #include <zmq.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <thread>
 
 namespace dist {
@@ -42,7 +43,7 @@ common::Result<std::unique_ptr<RequestServer>> RequestServer::bind(const std::st
                                                                    int port,
                                                                    const std::string& what) {
   std::unique_ptr<RequestServer> s(new RequestServer());
-  s->endpoint_ = "tcp://" + host + ":" + std::to_string(port);
+  s->endpoint_ = "tcp://" + host + ":" + (port == 0 ? std::string("*") : std::to_string(port));
   s->socket_ = zmq_socket(context(), ZMQ_ROUTER);
   if (s->socket_ == nullptr) return common::invalid_argument("zmq_socket: " + zmq_error());
   set_int(s->socket_, ZMQ_LINGER, 0);
@@ -54,6 +55,14 @@ common::Result<std::unique_ptr<RequestServer>> RequestServer::bind(const std::st
                   "net.ipv4.ip_local_port_range, can be taken by outgoing connections)"
                 : ""));
   }
+  if (port == 0) {  // the kernel chose: read back which
+    char bound[256] = {0};
+    size_t len = sizeof(bound);
+    zmq_getsockopt(s->socket_, ZMQ_LAST_ENDPOINT, bound, &len);
+    s->endpoint_ = bound;
+  }
+  const size_t colon = s->endpoint_.rfind(':');
+  s->port_ = std::atoi(s->endpoint_.c_str() + colon + 1);
   return s;
 }
 

@@ -20,8 +20,8 @@ using Bytes = std::vector<uint8_t>;
 
 class RequestServer {
  public:
-  // Binds tcp://host:port (host "*" for every interface); `what` names the socket in errors
-  // ("the KV side channel").
+  // Binds tcp://host:port (host "*" for every interface; port 0: one the kernel picks);
+  // `what` names the socket in errors ("the KV side channel").
   static common::Result<std::unique_ptr<RequestServer>> bind(const std::string& host, int port,
                                                              const std::string& what);
   ~RequestServer();
@@ -33,11 +33,13 @@ class RequestServer {
   // extra_fd was readable.
   bool serve(int timeout_ms, int extra_fd, const std::function<Bytes(const Bytes&)>& handler);
   const std::string& endpoint() const { return endpoint_; }
+  int port() const { return port_; }
 
  private:
   RequestServer() = default;
   void* socket_ = nullptr;
   std::string endpoint_;
+  int port_ = 0;
 };
 
 class RequestClient {

@@ -112,20 +112,45 @@ common::Result<LocalStages> launch_local_stages(const std::vector<StageSpec>& sp
       }
     }
   }
+  // Tensor parallelism: the stages' ranks meet in a rendezvous store this node serves on a
+  // port the kernel picks (one host: every rank is a child of this process).
+  const int tp = specs.empty() ? 1 : specs[0].tp_size;
+  std::string store;
+  if (tp > 1) {
+    if (topo.nnodes > 1)
+      return common::unimplemented(
+          "tensor parallelism across --nnodes hosts is not built yet in chunkpipe (each node "
+          "can run TP ranks of its own stages only once ranks are placed per node)");
+    CP_ASSIGN_OR_RETURN(out.store, dist::StoreServer::start("127.0.0.1", 0));
+    store = "127.0.0.1:" + std::to_string(out.store->port());
+  }
   for (int s = 0; s < n; ++s) {
     if (node_of_stage(topo, s) != topo.node_rank) continue;
-    auto pid = dist::spawn_process(
-        worker_binary, stage_worker_args(specs[s], recv_spec[s], send_spec[s]), child_fds[s]);
-    if (!pid.ok()) {  // stop the stages already started: nobody will drain them
-      out.close_all();
-      for (pid_t started : out.pids) {
-        kill(started, SIGKILL);
-        waitpid(started, nullptr, 0);
+    for (int r = 0; r < tp; ++r) {
+      StageSpec spec = specs[s];
+      spec.tp_rank = r;
+      spec.store = store;
+      if (r > 0) {  // cores after rank 0's, wrapping as the stages do
+        const int ncpu = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+        for (int& c : spec.cpus) c = (c + r * int(spec.cpus.size())) % ncpu;
       }
-      return pid.status();
+      auto pid =
+          r == 0 ? dist::spawn_process(worker_binary,
+                                       stage_worker_args(spec, recv_spec[s], send_spec[s]),
+                                       child_fds[s])
+                 : dist::spawn_process(worker_binary, stage_worker_args(spec, "none", "none"), {});
+      if (!pid.ok()) {  // stop the stages already started: nobody will drain them
+        out.close_all();
+        for (pid_t started : out.pids) {
+          kill(started, SIGKILL);
+          waitpid(started, nullptr, 0);
+        }
+        return pid.status();
+      }
+      out.pids.push_back(*pid);
+      out.stages.push_back(s);
+      out.tp_ranks.push_back(r);
     }
-    out.pids.push_back(*pid);
-    out.stages.push_back(s);
   }
   return out;
 }
@@ -157,6 +182,13 @@ std::vector<std::string> stage_worker_args(const StageSpec& spec, const std::str
     a.push_back(join_ints(spec.cpus));
   }
   if (spec.expanded_kv_cache) a.push_back("--expanded-kv-cache");
+  if (spec.tp_size > 1) {
+    for (const std::string& x :
+         {std::string("--tp-rank"), std::to_string(spec.tp_rank), std::string("--tp-size"),
+          std::to_string(spec.tp_size), std::string("--store"), spec.store})
+      a.push_back(x);
+    if (spec.expert_parallel) a.push_back("--expert-parallel");
+  }
   if (!spec.kv_transfer_config.empty()) {
     a.push_back("--kv-transfer-config");
     a.push_back(spec.kv_transfer_config);
@@ -183,10 +215,16 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
       out.spec.expanded_kv_cache = true;
       continue;
     }
+    if (f == "--expert-parallel") {
+      out.spec.expert_parallel = true;
+      continue;
+    }
     if (i + 1 >= args.size()) return common::invalid_argument("pp-stage: " + f + " needs a value");
     const std::string& v = args[++i];
     if (f == "--kv-transfer-config") {
       out.spec.kv_transfer_config = v;
+    } else if (f == "--store") {
+      out.spec.store = v;
     } else if (f == "--kv-dp-rank") {
       CP_ASSIGN_OR_RETURN(int64_t rank, number(f, v));
       out.spec.kv_dp_rank = static_cast<int>(rank);
@@ -224,10 +262,21 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
         out.spec.num_blocks = x;
       } else if (f == "--block-size") {
         out.spec.block_size = static_cast<int>(x);
+      } else if (f == "--tp-rank") {
+        out.spec.tp_rank = static_cast<int>(x);
+      } else if (f == "--tp-size") {
+        out.spec.tp_size = static_cast<int>(x);
       } else {
         return common::invalid_argument("pp-stage: unknown flag " + f);
       }
     }
+  }
+  if (out.spec.tp_size < 1 || out.spec.tp_rank < 0 || out.spec.tp_rank >= out.spec.tp_size)
+    return common::invalid_argument("pp-stage: --tp-rank out of range");
+  if (out.spec.tp_size > 1 && out.spec.store.empty())
+    return common::invalid_argument("pp-stage: tensor parallelism needs --store");
+  if (out.spec.tp_rank > 0 && out.recv_link.empty() && out.send_link.empty()) {
+    out.recv_link = out.send_link = "none";  // fed by TP rank 0, not by the ring
   }
   if (out.spec.model_dir.empty() || out.recv_link.empty() || out.send_link.empty())
     return common::invalid_argument("pp-stage needs --model, --recv and --send");
@@ -270,7 +319,9 @@ std::optional<std::string> StageMonitor::poll() {
       reaped_[i] = true;
     }
     if (!failure && !how->starts_with("exited with status 0")) {
-      failure = "pipeline stage " + std::to_string(stages_.stages[i]) + " (pid " +
+      const int tp_rank = i < stages_.tp_ranks.size() ? stages_.tp_ranks[i] : 0;
+      failure = "pipeline stage " + std::to_string(stages_.stages[i]) +
+                (tp_rank > 0 ? " tensor-parallel rank " + std::to_string(tp_rank) : "") + " (pid " +
                 std::to_string(stages_.pids[i]) + ") " + *how;
     }
   }

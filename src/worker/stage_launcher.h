@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "dist/communicator.h"
+#include "dist/rendezvous_store.h"
 #include "dist/shm_pipe.h"
 #include "worker/stage_worker.h"
 
@@ -34,8 +35,10 @@ int node_of_stage(const PipelineTopology& t, int stage);
 // This node's stage processes, and (on node 0) the engine's ends of the ring.
 struct LocalStages {
   std::vector<pid_t> pids;
-  std::vector<int> stages;           // stages[i] runs in pids[i]
-  std::vector<dist::ShmPipe> pipes;  // links between two local stages (kept to close them)
+  std::vector<int> stages;                   // stages[i] runs in pids[i]
+  std::vector<int> tp_ranks;                 // as its tensor-parallel rank tp_ranks[i]
+  std::unique_ptr<dist::StoreServer> store;  // the TP groups' rendezvous (tp > 1)
+  std::vector<dist::ShmPipe> pipes;          // links between two local stages (kept to close them)
   std::unique_ptr<dist::Link> driver_send, driver_recv;  // node 0: to stage 0, from the last
   // Closes every link this node holds, so that blocked ranks wake up and fail.
   void close_all();

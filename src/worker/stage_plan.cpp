@@ -67,10 +67,12 @@ common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
     spec.expanded_kv_cache = o.expanded_kv_cache;
     spec.kv_transfer_config = o.kv_transfer_config;
     spec.kv_dp_rank = o.kv_dp_rank;
-    if (o.pin_stages) {  // the node's k-th stage on cores [k·t, (k+1)·t), wrapping
-      const int k = s % per_node;
+    spec.tp_size = o.tensor_parallel_size;
+    spec.expert_parallel = o.expert_parallel;
+    if (o.pin_stages) {  // the node's k-th stage on cores [k·tp·t, (k·tp + 1)·t), wrapping;
+      const int k = s % per_node;  // its TP rank r adds r·t (launch_local_stages)
       for (int t = 0; t < o.threads_per_stage; ++t)
-        spec.cpus.push_back((k * o.threads_per_stage + t) % ncpu);
+        spec.cpus.push_back((k * o.tensor_parallel_size * o.threads_per_stage + t) % ncpu);
     }
     specs.push_back(std::move(spec));
   }

@@ -29,6 +29,8 @@ struct PipelineOptions {
   bool expanded_kv_cache = false;
   std::string kv_transfer_config;  // passed to every stage (empty: no KV connector)
   int kv_dp_rank = 0;              // the instance's data-parallel rank, for the connector
+  int tensor_parallel_size = 1;    // processes per stage
+  bool expert_parallel = false;    // experts split over each stage's TP ranks
   PipelineTopology topology;       // num_stages is copied from above
   std::string worker_binary;       // empty: this binary
   double startup_timeout_s = 900;  // all stages (also remote ones) must be up by then

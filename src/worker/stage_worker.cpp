@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -12,7 +13,9 @@
 
 #include "common/logging.h"
 #include "common/timer.h"
+#include "dist/group_factory.h"
 #include "model/deepseek_v3.h"
+#include "model/tensor_parallel.h"
 #include "worker/model_runner.h"
 #include "worker/stage_protocol.h"
 
@@ -65,12 +68,92 @@ class Inbox {
   std::string error_;
 };
 
+// TP rank 0 hands each ring message to the stage's other ranks: sizes, then meta and data.
+common::Status share_message(dist::ProcessGroup& group, dist::Message* m) {
+  int64_t sizes[2] = {int64_t(m->meta.size()), int64_t(m->data.size())};
+  CP_RETURN_IF_ERROR(group.broadcast(sizes, sizeof(sizes), 0));
+  if (group.rank() != 0) {
+    if (sizes[0] < 0 || sizes[1] < 0 || sizes[0] > (int64_t(1) << 34) ||
+        sizes[1] > (int64_t(1) << 34))
+      return common::data_loss("a malformed message size from tensor-parallel rank 0");
+    m->meta.resize(size_t(sizes[0]));
+    m->data.resize(size_t(sizes[1]));
+  }
+  CP_RETURN_IF_ERROR(group.broadcast(m->meta.data(), m->meta.size(), 0));
+  return group.broadcast(m->data.data(), m->data.size() * sizeof(float), 0);
+}
+
+// A TP rank other than 0: computes its shard of every step rank 0 shares, answers nothing.
+int follow_stage_leader(const StageSpec& spec, const std::string& name, dist::ProcessGroup& group,
+                        ModelRunner& runner) {
+  while (true) {
+    dist::Message m;
+    common::Status st = share_message(group, &m);
+    auto kind = message_kind(m);
+    if (st.ok()) st = kind.status();
+    if (st.ok() && *kind == StageMessageKind::kShutdown) return 0;
+    if (st.ok() && *kind == StageMessageKind::kProfile) {
+      ProfileProbe probe;
+      st = decode_profile(m, &probe);
+      if (st.ok() && probe.stage == spec.stage) runner.profile_ms(probe.num_tokens);
+    } else if (st.ok() && *kind != StageMessageKind::kHello) {
+      StepEnvelope step;
+      st = decode_step(m, &step);
+      if (st.ok()) st = runner.execute_model(step.output, std::move(m.data)).status();
+    }
+    if (!st.ok()) {
+      LOG(ERROR) << name << ": " << st.message();
+      return 1;
+    }
+  }
+}
+
+// The stage's TP group, met in the store at spec.store ("HOST:PORT").
+common::Result<std::unique_ptr<dist::ProcessGroup>> join_stage_group(const StageSpec& spec) {
+  const size_t colon = spec.store.rfind(':');
+  if (colon == std::string::npos)
+    return common::invalid_argument("pp-stage: --store expects HOST:PORT, got " + spec.store);
+  dist::StoreClient store(spec.store.substr(0, colon), std::atoi(spec.store.c_str() + colon + 1),
+                          300);
+  dist::GroupSpec g;
+  g.name = "tp.stage" + std::to_string(spec.stage);
+  g.rank = spec.tp_rank;
+  g.size = spec.tp_size;
+  return dist::make_process_group(store, g);
+}
+
+// The startup line that says what this rank holds.
+void log_placement(const StageSpec& spec, const model::ModelConfig& c) {
+  const model::TensorParallel tp{spec.tp_rank, spec.tp_size, spec.expert_parallel};
+  const model::ShardRange heads = model::even_shard(c.num_attention_heads, tp);
+  std::string experts = "none";
+  if (c.n_routed_experts > 0) {
+    if (spec.expert_parallel) {
+      const model::ShardRange e = model::even_shard(c.n_routed_experts, tp);
+      experts = "experts " + std::to_string(e.begin) + "-" + std::to_string(e.end - 1) +
+                " whole (expert parallel), shared experts whole";
+    } else {
+      const model::ShardRange part = model::even_shard(c.moe_intermediate_size, tp);
+      experts = "all " + std::to_string(c.n_routed_experts) + " experts, intermediate columns " +
+                std::to_string(part.begin) + "-" + std::to_string(part.end - 1);
+    }
+  }
+  const int64_t vocab_rows = model::vocab_shard_rows(c.vocab_size, tp);
+  LOG(INFO) << "Pipeline stage " << spec.stage << " tensor-parallel rank " << spec.tp_rank << "/"
+            << spec.tp_size << ": attention heads " << heads.begin << "-" << heads.end - 1 << "; "
+            << experts << "; vocabulary rows " << vocab_rows * tp.rank << "-"
+            << std::min<int64_t>(c.vocab_size, vocab_rows * (tp.rank + 1)) - 1;
+}
+
 }  // namespace
 
 int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
                      std::shared_ptr<KvConnectorWorker> kv_connector) {
-  const std::string name = "pipeline stage " + std::to_string(spec.stage);
+  const std::string name =
+      "pipeline stage " + std::to_string(spec.stage) +
+      (spec.tp_size > 1 ? " tensor-parallel rank " + std::to_string(spec.tp_rank) : "");
   model::LoadOptions opts;
+  opts.tp = {spec.tp_rank, spec.tp_size, spec.expert_parallel};
   opts.layer_begin = spec.layer_begin;
   opts.layer_end = spec.layer_end;
   opts.load_embedding = spec.stage == 0;
@@ -82,6 +165,17 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
     return 1;
   }
   const std::unique_ptr<model::DeepseekV3Model> slice = std::move(model).value();
+  std::unique_ptr<dist::ProcessGroup> group;
+  if (spec.tp_size > 1) {
+    auto joined = join_stage_group(spec);
+    if (!joined.ok()) {
+      LOG(ERROR) << name << ": " << joined.status().message();
+      return 1;
+    }
+    group = std::move(joined).value();
+    slice->set_process_group(group.get());
+    log_placement(spec, slice->config());
+  }
   RunnerOptions ro;
   ro.layer_begin = spec.layer_begin;
   ro.layer_end = spec.layer_end;
@@ -96,6 +190,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
     return 1;
   }
   runner.pin_threads(spec.cpus);
+  if (spec.tp_rank > 0) return follow_stage_leader(spec, name, *group, runner);
 
   Inbox inbox;
   std::thread receiver([&] {
@@ -119,8 +214,13 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
       LOG(ERROR) << name << ": the link from the previous rank failed: " << error;
       break;
     }
+    common::Status st = group ? share_message(*group, &m) : common::Status();
+    if (!st.ok()) {
+      LOG(ERROR) << name << ": " << st.message();
+      break;
+    }
     auto kind = message_kind(m);
-    common::Status st = kind.status();
+    st = kind.status();
     if (st.ok() && *kind == StageMessageKind::kShutdown) {
       (void)comm.send(downstream_peer(spec), m);  // the next rank may already be gone
       exit_code = 0;

@@ -1,7 +1,9 @@
 // The body of one pipeline-stage process: loads the stage's layer slice, owns the KV cache of
 // those layers and a pinned thread pool, and serves the ring's messages in order (receive from
 // the previous rank, compute, send to the next). A receiver thread drains the inbound link into
-// a queue so the previous stage never waits for this one to finish its current step.
+// a queue so the previous stage never waits for this one to finish its current step. With
+// tensor parallelism the stage is several processes: TP rank 0 is on the ring and broadcasts
+// each message to the others; all of them compute their shard, and only rank 0 answers.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,12 @@ struct StageSpec {
   bool expanded_kv_cache = false;
   std::string kv_transfer_config;  // --kv-transfer-config JSON (empty: no KV connector)
   int kv_dp_rank = 0;              // --kv-dp-rank: the instance's data-parallel rank
+  // Tensor parallelism inside the stage: tp_size processes, rank 0 on the ring, the others
+  // fed by it over the stage's process group (which meets in the store at `store`).
+  int tp_rank = 0;
+  int tp_size = 1;
+  bool expert_parallel = false;
+  std::string store;  // "HOST:PORT" of the rendezvous store (tp_size > 1)
 };
 
 inline int upstream_peer(const StageSpec& s) {
@@ -38,8 +46,8 @@ inline int downstream_peer(const StageSpec& s) {
   return s.stage + 1 == s.num_stages ? kDriverPeer : s.stage + 1;
 }
 
-// Returns the process exit code: 0 after a shutdown message, 1 when loading fails or a link
-// breaks (the peer died), with the reason logged.
+// Returns the process exit code: 0 after a shutdown message, 1 when loading fails, a link
+// breaks or a collective of the stage's group fails (a peer died), with the reason logged.
 // `kv_connector` (may be null) is the stage's side of the KV connector.
 int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
                      std::shared_ptr<KvConnectorWorker> kv_connector = nullptr);

@@ -802,16 +802,22 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   auto [rc, out] = run("--bogus-flag 1");
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("unrecognized argument: --bogus-flag"), std::string::npos) << out;
-  std::tie(rc, out) = run("--host 127.0.0.1 --tensor-parallel-size 2");
+  std::tie(rc, out) = run("--host 127.0.0.1 --data-parallel-size 2");
   EXPECT_EQ(rc, 2);
-  EXPECT_NE(out.find("tensor parallelism (--tensor-parallel-size > 1) is not built yet"),
+  EXPECT_NE(out.find("data parallelism (--data-parallel-size > 1) is not built yet"),
             std::string::npos)
       << out;
   // The model can be given as --model instead of the positional.
   auto by_flag = e2e::run_shell("timeout 60 " + std::string(CHUNKPIPE_BINARY) + " serve --model " +
-                                m + " --host 127.0.0.1 --tensor-parallel-size 2");
+                                m + " --host 127.0.0.1 --data-parallel-size 2");
   EXPECT_EQ(by_flag.exit_code, 2) << by_flag.out;
-  EXPECT_NE(by_flag.out.find("tensor parallelism"), std::string::npos) << by_flag.out;
+  EXPECT_NE(by_flag.out.find("data parallelism"), std::string::npos) << by_flag.out;
+  // A tensor-parallel size the model's heads do not split into.
+  std::tie(rc, out) = run("--host 127.0.0.1 --tensor-parallel-size 3");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("num_attention_heads (4) is not divisible by --tensor-parallel-size 3"),
+            std::string::npos)
+      << out;
   std::tie(rc, out) = run("--port notaport");
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("argument --port: invalid int value: 'notaport'"), std::string::npos) << out;

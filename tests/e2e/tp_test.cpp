@@ -1,0 +1,181 @@
+// Tensor and expert parallelism through `chunkpipe serve`: ranks are processes of the binary,
+// and greedy outputs over 8 prompts, streamed and not, equal TP=1's for TP=2, TP=2 with expert
+// parallelism, TP=4 with expert parallelism (oversubscribed on purpose) and PP=2 x TP=2 with
+// dynamic chunked prefill. A TP rank killed mid-stream fails the requests in flight with an
+// error and the server exits 1, leaving no rank behind.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server_process.h"
+
+namespace {
+
+using json = nlohmann::json;
+
+// 4 heads and 8 experts: splits 2 and 4 ways.
+const std::string& model_dir() {
+  static const std::string dir = [] {
+    const std::string d =
+        std::filesystem::temp_directory_path() / ("chunkpipe_tp_model_" + std::to_string(getpid()));
+    const int rc = e2e::run_chunkpipe(
+        {"make-model",    d,    "--hidden",       "64",  "--layers",    "4",  "--heads",   "4",
+         "--q-lora-rank", "32", "--kv-lora-rank", "32",  "--qk-nope",   "16", "--qk-rope", "16",
+         "--v-head",      "16", "--experts",      "8",   "--top-k",     "2",  "--n-group", "2",
+         "--topk-group",  "1",  "--inter",        "128", "--moe-inter", "32", "--seed",    "5"});
+    EXPECT_EQ(rc, 0) << "make-model failed";
+    return d;
+  }();
+  return dir;
+}
+
+std::vector<std::string> flags(std::vector<std::string> extra) {
+  std::vector<std::string> f = {"--served-model-name", "m",  "--max-model-len",          "1024",
+                                "--block-size",        "16", "--kv-cache-memory",        "16000000",
+                                "--threads",           "1",  "--max-num-batched-tokens", "256"};
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
+std::string prompt(int i) {
+  std::string p = "prompt " + std::to_string(i) + ":";
+  for (int w = 0; w < 5 + i * 9; ++w) p += " w" + std::to_string((w * 7 + i) % 31);
+  return p;
+}
+
+// The greedy completion of prompt i, whole or assembled from the stream.
+std::string complete(const e2e::ServerProcess& s, int i, bool stream) {
+  auto c = s.client();
+  const json body = {{"prompt", prompt(i)},
+                     {"max_tokens", 12},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"stream", stream}};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  if (!r || r->status != 200) return "<error: " + (r ? r->body : std::string("no answer")) + ">";
+  if (!stream) return json::parse(r->body)["choices"][0]["text"].get<std::string>();
+  std::string text;
+  std::istringstream lines(r->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("data: ", 0) != 0 || line == "data: [DONE]") continue;
+    const json chunk = json::parse(line.substr(6), nullptr, false);
+    if (chunk.is_object() && chunk.contains("choices") && !chunk["choices"].empty())
+      text += chunk["choices"][0].value("text", "");
+  }
+  return text;
+}
+
+TEST(TensorParallelServeTest, GreedyOutputsMatchOneRank) {
+  const std::string cpp =
+      R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true, "min_chunk": 16}}})";
+  struct Layout {
+    const char* name;
+    std::vector<std::string> extra;
+  };
+  const std::vector<Layout> layouts = {
+      {"tp2", {"--tensor-parallel-size", "2"}},
+      {"tp2_ep", {"--tensor-parallel-size", "2", "--enable-expert-parallel"}},
+      {"tp4_ep", {"-tp", "4", "--enable-expert-parallel"}},
+      {"pp2_tp2_cpp",
+       {"--tensor-parallel-size", "2", "--pipeline-parallel-size", "2", "--additional-config",
+        cpp}}};
+  e2e::ServerProcess one(model_dir(), flags({}), "/tmp/chunkpipe_tp_one.log");
+  ASSERT_TRUE(one.ready());
+  std::vector<std::string> want;
+  for (int i = 0; i < 8; ++i) want.push_back(complete(one, i, false));
+  for (const Layout& l : layouts) {
+    e2e::ServerProcess s(model_dir(), flags(l.extra),
+                         std::string("/tmp/chunkpipe_tp_") + l.name + ".log");
+    ASSERT_TRUE(s.ready()) << l.name;
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(complete(s, i, false), want[size_t(i)]) << l.name << " prompt " << i;
+      EXPECT_EQ(complete(s, i, true), want[size_t(i)]) << l.name << " prompt " << i << " streamed";
+    }
+    EXPECT_EQ(s.stop(), 0) << l.name;
+  }
+}
+
+// Process ids of `parent`'s children whose command line contains `needle`.
+std::vector<pid_t> children(pid_t parent, const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream cmd(e.path() / "cmdline");
+    std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    std::replace(args.begin(), args.end(), '\0', ' ');
+    if (args.find(needle) != std::string::npos) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+TEST(TensorParallelServeTest, ARankKilledMidStreamFailsRequestsAndTheServerExitsOne) {
+  e2e::ServerProcess s(model_dir(),
+                       flags({"--tensor-parallel-size", "2", "--max-model-len", "8192",
+                              "--kv-cache-memory", "64000000"}),
+                       "/tmp/chunkpipe_tp_death.log");
+  ASSERT_TRUE(s.ready());
+  const std::vector<pid_t> ranks = children(s.pid(), "pp-stage");
+  ASSERT_EQ(ranks.size(), 2u) << "two rank processes under the server";
+  const std::vector<pid_t> rank1 = children(s.pid(), "--tp-rank 1 ");
+  ASSERT_EQ(rank1.size(), 1u);
+  std::atomic<int> chunks{0};
+  std::string body;
+  std::thread streaming([&] {
+    auto c = s.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{
+        {"prompt", "stream until a rank dies"},
+        {"max_tokens", 8000},
+        {"ignore_eos", true},
+        {"stream",
+         true}}.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      body.append(data, n);
+      ++chunks;
+      return true;
+    };
+    c.send(req);
+  });
+  for (int i = 0; i < 300 && chunks < 4; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(chunks.load(), 4) << "the stream did not start";
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(rank1[0], SIGKILL), 0);
+  streaming.join();
+  EXPECT_NE(body.find("EngineDeadError"), std::string::npos) << body.substr(0, 300);
+  EXPECT_NE(body.find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(s.wait_exit(20), 1) << "the server must exit 1 after losing a rank";
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 10.0) << "nothing may hang in a collective";
+  std::printf("    TP rank 1 killed: the stream failed and the server exited in %.1f s\n", seconds);
+  EXPECT_NE(kill(ranks[0], 0), 0) << "rank 0 must not outlive the server";
+}
+
+}  // namespace
