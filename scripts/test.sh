@@ -30,7 +30,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 LSAN_OPTIONS=suppressions="$PWD/tests/sanitizer/lsan.supp":print_suppressions=0 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800 \
-    -E 'two_host_pipeline_test' "$@"
+    -E 'two_host_pipeline_test|two_host_tp_test' "$@"
 
 echo "== TSan (build-tsan)"
 sanitized_build build-tsan thread chunkpipe engine_test serve_e2e_test abuse_e2e_test transfer_test \

@@ -306,10 +306,10 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     t.master_addr = *p.option("master-addr");
     t.master_port = static_cast<int>(master_port);
     plan->headless = p.flag("headless");
+    t.tp_size = plan->tensor_parallel_size;
     if (t.nnodes > 1) {
-      if (plan->pipeline_parallel_size < 2)
-        return unbuilt("multi-node serving without pipeline parallelism",
-                       "planned with data parallelism");
+      if (plan->pipeline_parallel_size * plan->tensor_parallel_size < 2)
+        return unbuilt("multi-node serving of a single rank", "planned with data parallelism");
       CP_RETURN_IF_ERROR(worker::validate_topology(t));
       if (t.node_rank > 0 && !plan->headless)
         return common::invalid_argument("--node-rank " + std::to_string(t.node_rank) +
@@ -539,6 +539,7 @@ int run_headless_node(const ServePlan& plan) {
   }
   worker::PipelineTopology topo = o.topology;
   topo.num_stages = o.num_stages;
+  topo.tp_size = o.tensor_parallel_size;
   auto local = worker::launch_local_stages(*specs, topo, dist::self_binary());
   if (!local.ok()) {
     LOG(ERROR) << local.status().message();

@@ -21,6 +21,7 @@ common::Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::create(
   CP_ASSIGN_OR_RETURN(std::vector<StageSpec> specs, plan_stages(options));
   PipelineTopology topo = options.topology;
   topo.num_stages = options.num_stages;
+  topo.tp_size = options.tensor_parallel_size;
   if (topo.node_rank != 0)
     return common::invalid_argument("the engine runs on node 0; use --headless elsewhere");
   std::unique_ptr<PipelineExecutor> ex(new PipelineExecutor());

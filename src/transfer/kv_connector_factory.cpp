@@ -5,7 +5,7 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "transfer/host_ip.h"
+#include "dist/host_ip.h"
 #include "transfer/pull_connector.h"
 #include "transfer/shared_storage_connector.h"
 
@@ -46,7 +46,7 @@ common::Result<PullOptions> pull_options(const KvTransferConfig& c, const Connec
   o.producer = c.is_producer();
   o.consumer = c.is_consumer();
   o.engine_id = c.engine_id;
-  o.host = host_ip();
+  o.host = dist::host_ip();
   int port = 0;
   const auto [end, ec] =
       std::from_chars(c.kv_port.data(), c.kv_port.data() + c.kv_port.size(), port);

@@ -33,18 +33,28 @@ common::Status validate_topology(const PipelineTopology& t) {
         "pipeline parallel over more than 2 nodes is not built yet in chunkpipe (every TCP link "
         "is bound on node 0)");
   }
-  if (t.num_stages % t.nnodes != 0) {
+  const int world = t.num_stages * t.tp_size;
+  if (world % t.nnodes != 0) {
     return common::invalid_argument("--pipeline-parallel-size " + std::to_string(t.num_stages) +
+                                    " x --tensor-parallel-size " + std::to_string(t.tp_size) +
                                     " is not a multiple of --nnodes " + std::to_string(t.nnodes));
   }
-  if (t.nnodes > 1 && (t.master_port <= 0 || t.master_port + t.num_stages > 65535))
+  if (t.nnodes > 1 && (t.master_port <= 0 || store_port(t) > 65535))
     return common::invalid_argument("--master-port " + std::to_string(t.master_port) +
                                     " is invalid");
   return {};
 }
 
+int node_of_rank(const PipelineTopology& t, int stage, int tp_rank) {
+  return (stage * t.tp_size + tp_rank) / (t.num_stages * t.tp_size / t.nnodes);
+}
+
 int node_of_stage(const PipelineTopology& t, int stage) {
-  return stage / (t.num_stages / t.nnodes);
+  return node_of_rank(t, stage, 0);
+}
+
+int store_port(const PipelineTopology& t) {
+  return t.master_port + t.num_stages + 1;  // after the ring's links
 }
 
 void LocalStages::close_all() {
@@ -112,27 +122,33 @@ common::Result<LocalStages> launch_local_stages(const std::vector<StageSpec>& sp
       }
     }
   }
-  // Tensor parallelism: the stages' ranks meet in a rendezvous store this node serves on a
-  // port the kernel picks (one host: every rank is a child of this process).
-  const int tp = specs.empty() ? 1 : specs[0].tp_size;
+  // Tensor parallelism: the stages' ranks meet in a rendezvous store. On one host this node
+  // serves it on a loopback port the kernel picks (every rank is a child of this process);
+  // across hosts node 0 serves it on store_port() and the others dial --master-addr.
+  const int tp = topo.tp_size;
   std::string store;
   if (tp > 1) {
-    if (topo.nnodes > 1)
-      return common::unimplemented(
-          "tensor parallelism across --nnodes hosts is not built yet in chunkpipe (each node "
-          "can run TP ranks of its own stages only once ranks are placed per node)");
-    CP_ASSIGN_OR_RETURN(out.store, dist::StoreServer::start("127.0.0.1", 0));
-    store = "127.0.0.1:" + std::to_string(out.store->port());
+    if (topo.nnodes == 1) {
+      CP_ASSIGN_OR_RETURN(out.store, dist::StoreServer::start("127.0.0.1", 0));
+      store = "127.0.0.1:" + std::to_string(out.store->port());
+    } else {
+      if (topo.node_rank == 0) {
+        CP_ASSIGN_OR_RETURN(out.store, dist::StoreServer::start("*", store_port(topo)));
+      }
+      store = topo.master_addr + ":" + std::to_string(store_port(topo));
+    }
   }
+  const int ncpu = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int ranks_per_node = n * tp / topo.nnodes;
   for (int s = 0; s < n; ++s) {
-    if (node_of_stage(topo, s) != topo.node_rank) continue;
     for (int r = 0; r < tp; ++r) {
+      if (node_of_rank(topo, s, r) != topo.node_rank) continue;
       StageSpec spec = specs[s];
       spec.tp_rank = r;
       spec.store = store;
-      if (r > 0) {  // cores after rank 0's, wrapping as the stages do
-        const int ncpu = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-        for (int& c : spec.cpus) c = (c + r * int(spec.cpus.size())) % ncpu;
+      if (!spec.cpus.empty()) {  // pinned: the node's k-th rank on cores [k·t, (k+1)·t)
+        const int k = (s * tp + r) % ranks_per_node, t = int(spec.cpus.size());
+        for (int i = 0; i < t; ++i) spec.cpus[size_t(i)] = (k * t + i) % ncpu;
       }
       auto pid =
           r == 0 ? dist::spawn_process(worker_binary,

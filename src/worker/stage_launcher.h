@@ -23,6 +23,7 @@ namespace worker {
 
 struct PipelineTopology {
   int num_stages = 1;
+  int tp_size = 1;  // processes per stage; rank (stage s, tp rank r) is s·tp_size + r
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
@@ -30,7 +31,11 @@ struct PipelineTopology {
 };
 
 common::Status validate_topology(const PipelineTopology& t);
+// Ranks are split over the nodes in contiguous blocks; a stage lives where its TP rank 0 is.
+int node_of_rank(const PipelineTopology& t, int stage, int tp_rank);
 int node_of_stage(const PipelineTopology& t, int stage);
+// Where the TP groups' rendezvous store listens with --nnodes > 1 (node 0 serves it).
+int store_port(const PipelineTopology& t);
 
 // This node's stage processes, and (on node 0) the engine's ends of the ring.
 struct LocalStages {

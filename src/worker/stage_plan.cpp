@@ -50,9 +50,9 @@ common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
                       partition_layers(config.num_hidden_layers, o.num_stages, o.layer_counts));
   PipelineTopology topo = o.topology;
   topo.num_stages = o.num_stages;
+  topo.tp_size = o.tensor_parallel_size;
   CP_RETURN_IF_ERROR(validate_topology(topo));
   const int ncpu = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const int per_node = o.num_stages / topo.nnodes;
   std::vector<StageSpec> specs;
   for (int s = 0; s < o.num_stages; ++s) {
     StageSpec spec;
@@ -69,10 +69,11 @@ common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
     spec.kv_dp_rank = o.kv_dp_rank;
     spec.tp_size = o.tensor_parallel_size;
     spec.expert_parallel = o.expert_parallel;
-    if (o.pin_stages) {  // the node's k-th stage on cores [k·tp·t, (k·tp + 1)·t), wrapping;
-      const int k = s % per_node;  // its TP rank r adds r·t (launch_local_stages)
+    if (o.pin_stages) {  // the node's k-th rank on cores [k·t, (k+1)·t), wrapping (the
+      // launcher places each TP rank)
+      const int k = (s * topo.tp_size) % (o.num_stages * topo.tp_size / topo.nnodes);
       for (int t = 0; t < o.threads_per_stage; ++t)
-        spec.cpus.push_back((k * o.tensor_parallel_size * o.threads_per_stage + t) % ncpu);
+        spec.cpus.push_back((k * o.threads_per_stage + t) % ncpu);
     }
     specs.push_back(std::move(spec));
   }

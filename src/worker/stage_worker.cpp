@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/timer.h"
 #include "dist/group_factory.h"
+#include "dist/host_ip.h"
 #include "model/deepseek_v3.h"
 #include "model/tensor_parallel.h"
 #include "worker/model_runner.h"
@@ -119,11 +120,12 @@ common::Result<std::unique_ptr<dist::ProcessGroup>> join_stage_group(const Stage
   g.name = "tp.stage" + std::to_string(spec.stage);
   g.rank = spec.tp_rank;
   g.size = spec.tp_size;
+  g.address = dist::host_ip(spec.store.substr(0, colon));  // where gloo peers dial this rank
   return dist::make_process_group(store, g);
 }
 
 // The startup line that says what this rank holds.
-void log_placement(const StageSpec& spec, const model::ModelConfig& c) {
+void log_placement(const StageSpec& spec, const model::ModelConfig& c, const char* backend) {
   const model::TensorParallel tp{spec.tp_rank, spec.tp_size, spec.expert_parallel};
   const model::ShardRange heads = model::even_shard(c.num_attention_heads, tp);
   std::string experts = "none";
@@ -142,7 +144,8 @@ void log_placement(const StageSpec& spec, const model::ModelConfig& c) {
   LOG(INFO) << "Pipeline stage " << spec.stage << " tensor-parallel rank " << spec.tp_rank << "/"
             << spec.tp_size << ": attention heads " << heads.begin << "-" << heads.end - 1 << "; "
             << experts << "; vocabulary rows " << vocab_rows * tp.rank << "-"
-            << std::min<int64_t>(c.vocab_size, vocab_rows * (tp.rank + 1)) - 1;
+            << std::min<int64_t>(c.vocab_size, vocab_rows * (tp.rank + 1)) - 1
+            << "; collectives over " << backend;
 }
 
 }  // namespace
@@ -174,7 +177,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
     }
     group = std::move(joined).value();
     slice->set_process_group(group.get());
-    log_placement(spec, slice->config());
+    log_placement(spec, slice->config(), group->backend());
   }
   RunnerOptions ro;
   ro.layer_begin = spec.layer_begin;

@@ -8,34 +8,7 @@
 # usage: two_host_pipeline.sh CHUNKPIPE_BINARY MODEL_DIR TOKENIZER_DIR
 set -euo pipefail
 bin=$1 model=$2 tok=$3
-tag="cp$$"
-ns_a="${tag}a" ns_b="${tag}b"
-net=$((100 + $$ % 150))
-addr_a="10.$net.0.1" addr_b="10.$net.0.2"
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  ip netns del "$ns_a" 2>/dev/null || true
-  ip netns del "$ns_b" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-make_hosts() {
-  ip netns add "$ns_a" && ip netns add "$ns_b" &&
-    ip link add "${tag}va" type veth peer name "${tag}vb" &&
-    ip link set "${tag}va" netns "$ns_a" && ip link set "${tag}vb" netns "$ns_b" &&
-    ip -n "$ns_a" addr add "$addr_a/24" dev "${tag}va" &&
-    ip -n "$ns_b" addr add "$addr_b/24" dev "${tag}vb" &&
-    ip -n "$ns_a" link set lo up && ip -n "$ns_b" link set lo up &&
-    ip -n "$ns_a" link set "${tag}va" up && ip -n "$ns_b" link set "${tag}vb" up &&
-    ip netns exec "$ns_a" true
-}
-if ! command -v ip >/dev/null || ! make_hosts 2>/dev/null; then
-  echo "SKIP: cannot create network namespaces joined by veth here (needs root and iproute2)"
-  exit 77
-fi
+source "$(dirname "$0")/two_hosts.sh"
 
 common=(--tokenizer "$tok" --served-model-name m --max-model-len 2048 --block-size 16
         --kv-cache-memory 40000000 --max-num-batched-tokens 64 --max-num-seqs 8 --threads 1)
@@ -55,28 +28,13 @@ ip netns exec "$ns_b" "$bin" serve "$model" "${common[@]}" "${pp2[@]}" --node-ra
 node1=$!
 pids+=($node1)
 
-wait_ready() {
-  for _ in $(seq 1 300); do
-    if ip netns exec "$ns_a" curl -sf "127.0.0.1:$1/health" >/dev/null; then return 0; fi
-    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || break 2; done
-    sleep 0.1
-  done
-  echo "FAIL: server on port $1 did not become ready"; cat "$work"/*.log; exit 1
-}
 wait_ready 8101
 wait_ready 8102
 
 long_prompt=$(seq -s, 1 600 | awk -F, '{for(i=1;i<=NF;i++) printf "%s%d", (i>1?",":""), ($i*37)%500+3}')
 prompts=("[5,6,7,8,9,10]" "[400,3,77,12]" "[$long_prompt]")
-texts() {  # port -> one JSON-encoded greedy text per prompt
-  for p in "${prompts[@]}"; do
-    ip netns exec "$ns_a" curl -sf "127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
-      -d "{\"model\":\"m\",\"prompt\":$p,\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true}" |
-      node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.stringify(JSON.parse(s).choices[0].text)))'
-  done
-}
-texts 8101 > "$work/pp1.txt"
-texts 8102 > "$work/pp2.txt"
+texts 8101 "${prompts[@]}" > "$work/pp1.txt"
+texts 8102 "${prompts[@]}" > "$work/pp2.txt"
 if ! cmp -s "$work/pp1.txt" "$work/pp2.txt"; then
   echo "FAIL: PP=2 across namespaces differs from PP=1"; diff "$work/pp1.txt" "$work/pp2.txt"; exit 1
 fi

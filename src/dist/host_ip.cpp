@@ -1,6 +1,6 @@
-// host_ip(): VLLM_HOST_IP, then the default route's source address (a UDP connect sends
-// nothing), then loopback.
-#include "transfer/host_ip.h"
+// host_ip(): VLLM_HOST_IP, then the source address of the route toward a target (a UDP
+// connect sends nothing), then loopback.
+#include "dist/host_ip.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -9,9 +9,9 @@
 
 #include <cstdlib>
 
-namespace transfer {
+namespace dist {
 
-std::string host_ip() {
+std::string host_ip(const std::string& toward) {
   if (const char* env = std::getenv("VLLM_HOST_IP"); env != nullptr && *env != '\0') return env;
   std::string ip = "127.0.0.1";
   const int fd = socket(AF_INET, SOCK_DGRAM, 0);
@@ -19,7 +19,10 @@ std::string host_ip() {
   sockaddr_in target{};
   target.sin_family = AF_INET;
   target.sin_port = htons(80);
-  inet_pton(AF_INET, "8.8.8.8", &target.sin_addr);
+  if (inet_pton(AF_INET, toward.c_str(), &target.sin_addr) != 1) {
+    close(fd);
+    return ip;
+  }
   sockaddr_in local{};
   socklen_t len = sizeof(local);
   char text[INET_ADDRSTRLEN] = {};
@@ -31,4 +34,4 @@ std::string host_ip() {
   return ip;
 }
 
-}  // namespace transfer
+}  // namespace dist
