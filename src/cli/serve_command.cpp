@@ -191,12 +191,13 @@ struct ServePlan {
   std::string chat_template_file;
   std::string tokenizer_dir;
   int pipeline_parallel_size = 1;
-  int tensor_parallel_size = 1;       // processes per pipeline stage
-  bool expert_parallel = false;       // --enable-expert-parallel with tensor_parallel_size > 1
-  std::vector<int> layer_partition;   // empty: even split
-  worker::PipelineTopology topology;  // hosts of a multi-node pipeline
-  bool headless = false;              // this node runs stages only (node_rank > 0)
-  std::string kv_transfer_config;     // --kv-transfer-config as given (empty: none)
+  int tensor_parallel_size = 1;         // processes per pipeline stage
+  bool expert_parallel = false;         // --enable-expert-parallel with tensor_parallel_size > 1
+  int lmhead_tensor_parallel_size = 0;  // additional_config.finegrained_tp_config
+  std::vector<int> layer_partition;     // empty: even split
+  worker::PipelineTopology topology;    // hosts of a multi-node pipeline
+  bool headless = false;                // this node runs stages only (node_rank > 0)
+  std::string kv_transfer_config;       // --kv-transfer-config as given (empty: none)
   transfer::KvTransferConfig kv_transfer;
   int data_parallel_rank = 0;  // --data-parallel-rank (the pull connector's port offset)
 };
@@ -252,6 +253,22 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
       if (plan->engine.expanded_kv_cache)
         LOG(INFO) << "expanded_kv_cache: k_nope and v are cached per token beside the latent";
     }
+    if (extra.contains("finegrained_tp_config")) {
+      const json& f = extra["finegrained_tp_config"];
+      if (!f.is_object())
+        return common::invalid_argument(
+            "additional_config.finegrained_tp_config must be an object");
+      for (const auto& [key, value] : f.items()) {
+        if (!value.is_number_integer())
+          return common::invalid_argument("additional_config.finegrained_tp_config." + key +
+                                          " must be an integer");
+        if (key == "lmhead_tensor_parallel_size") {
+          plan->lmhead_tensor_parallel_size = value.get<int>();
+        } else if (value.get<int64_t>() > 0) {
+          return unbuilt("finegrained_tp_config." + key, "only lmhead_tensor_parallel_size is");
+        }
+      }
+    }
     if (pcc.enabled) {
       plan->engine.profiling_chunk = pcc;
       LOG(INFO) << "profiling_chunk_config enabled: smooth_factor=" << pcc.smooth_factor
@@ -261,6 +278,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     } else {
       json unused = extra;
       unused.erase("expanded_kv_cache");
+      unused.erase("finegrained_tp_config");
       unused.erase("recompute_scheduler_enable");
       if (unused.contains("scheduler_config") && unused["scheduler_config"].is_object()) {
         unused["scheduler_config"].erase("recompute_scheduler_enable");
@@ -644,6 +662,15 @@ int run_serve_command(int argc, char** argv) {
       return 1;
     }
   }
+  // Data parallelism is not built: one rank, so only a group of 1 passes upstream's checks.
+  if (auto st = model::validate_finegrained_tp(mc, plan.lmhead_tensor_parallel_size, 1); !st.ok()) {
+    LOG(ERROR) << st.message();
+    return 1;
+  }
+  if (plan.lmhead_tensor_parallel_size > 0)
+    LOG(INFO) << "finegrained_tp_config enabled: lmhead_tensor_parallel_size="
+              << plan.lmhead_tensor_parallel_size
+              << " (one data-parallel rank: the lm_head stays whole)";
   LOG(INFO) << "Resolved architecture: DeepseekV3ForCausalLM";
   auto tok = tokenizer::Tokenizer::load(plan.tokenizer_dir);
   if (!tok.ok()) {

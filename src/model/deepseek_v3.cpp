@@ -44,8 +44,9 @@ struct DeepseekV3Model::Layout {
   }
 };
 
-DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights, TensorParallel tp)
-    : config_(std::move(config)), weights_(std::move(weights)), tp_(tp) {
+DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights, TensorParallel tp,
+                                 LmHeadParallel lmhead_tp)
+    : config_(std::move(config)), weights_(std::move(weights)), tp_(tp), lmhead_tp_(lmhead_tp) {
   rope_ = kernels::compute_rope_params(config_.qk_rope_head_dim, config_.rope_theta,
                                        config_.qk_head_dim(), config_.yarn);
 }
@@ -55,7 +56,8 @@ common::Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(const std
   CP_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(model_dir));
   CP_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::open(model_dir));
   CP_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(*checkpoint, config, options));
-  return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights), options.tp);
+  return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights), options.tp,
+                                           options.lmhead_tp);
 }
 
 common::Status DeepseekV3Model::all_reduce(float* data, int64_t count) const {
@@ -410,6 +412,34 @@ common::Status DeepseekV3Model::head_logits(const tensor::WeightMatrix& head, co
                                             common::ThreadPool& pool) const {
   CHECK(!head.empty()) << "lm_head not loaded on this stage";
   const int64_t V = config_.vocab_size;
+  if (lmhead_tp_.active()) {
+    // vllm-ascend's lm_head TP: gather every rank's rows (padded to the longest), multiply
+    // this rank's vocabulary shard, and send each rank its rows' logits (all-to-all).
+    CHECK(lmhead_group_ != nullptr) << "lmhead_tensor_parallel_size without its group";
+    const int g = lmhead_tp_.size;
+    const int64_t H = config_.hidden_size, per = head.rows();
+    std::vector<int64_t> counts(static_cast<size_t>(g));
+    int64_t mine = rows;
+    CP_RETURN_IF_ERROR(lmhead_group_->all_gather(&mine, sizeof(mine), counts.data()));
+    const int64_t R = *std::max_element(counts.begin(), counts.end());
+    if (R == 0) return {};
+    std::vector<float> padded(size_t(R * H), 0.0f), all_rows(size_t(g) * size_t(R * H));
+    std::copy(normed, normed + rows * H, padded.begin());
+    CP_RETURN_IF_ERROR(
+        lmhead_group_->all_gather(padded.data(), padded.size() * sizeof(float), all_rows.data()));
+    std::vector<float> local(size_t(g) * size_t(R * per)), back(local.size());
+    kernels::linear(all_rows.data(), g * R, head.view(), local.data(), pool);
+    const std::vector<size_t> block(static_cast<size_t>(g), size_t(R * per) * sizeof(float));
+    CP_RETURN_IF_ERROR(lmhead_group_->all_to_all_v(local.data(), block, back.data(), block));
+    for (int p = 0; p < g; ++p) {
+      const int64_t v0 = per * p, width = std::min(per, V - v0);
+      if (width <= 0) continue;
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(logits + r * V + v0, back.data() + (int64_t(p) * R + r) * per,
+                    size_t(width) * sizeof(float));
+    }
+    return {};
+  }
   if (!tp_.active()) {
     kernels::linear(normed, rows, head.view(), logits, pool);
     return {};

@@ -36,8 +36,9 @@ struct MoeTimes {
 
 class DeepseekV3Model {
  public:
-  // `weights` must be the shard of `tp` (load_weights with LoadOptions::tp).
-  DeepseekV3Model(ModelConfig config, ModelWeights weights, TensorParallel tp = {});
+  // `weights` must be the shard of `tp` and `lmhead_tp` (load_weights with LoadOptions).
+  DeepseekV3Model(ModelConfig config, ModelWeights weights, TensorParallel tp = {},
+                  LmHeadParallel lmhead_tp = {});
 
   static common::Result<std::unique_ptr<DeepseekV3Model>> load(const std::string& model_dir,
                                                                const LoadOptions& options = {});
@@ -48,6 +49,8 @@ class DeepseekV3Model {
   const TensorParallel& tensor_parallel() const { return tp_; }
   // The group of this model's TP ranks (required when tp.size > 1); not owned.
   void set_process_group(dist::ProcessGroup* group) { group_ = group; }
+  // The lm_head group (lmhead_tp.size > 1): ranks that each bring their own rows; not owned.
+  void set_lmhead_group(dist::ProcessGroup* group) { lmhead_group_ = group; }
   // Per-token width of this rank's expanded KV cache rows (its heads' k_nope ‖ v).
   int64_t expanded_kv_row_dim() const { return config_.expanded_kv_row_dim() / tp_.size; }
   const MoeTimes& moe_times() const { return moe_times_; }
@@ -89,7 +92,8 @@ class DeepseekV3Model {
   // Embedding rows of `ids` from this rank's vocabulary shard of `table`, summed over ranks.
   common::Status embed_rows(const tensor::WeightMatrix& table, std::span<const int32_t> ids,
                             float* out) const;
-  // logits[rows, V] from this rank's vocabulary shard of `head`, gathered over ranks.
+  // logits[rows, V] from this rank's vocabulary shard of `head`, gathered over ranks (the TP
+  // group, or the lm_head group, whose ranks each bring their own rows).
   common::Status head_logits(const tensor::WeightMatrix& head, const float* normed, int64_t rows,
                              float* logits, common::ThreadPool& pool) const;
   // Sum over the TP group (nothing without TP).
@@ -98,7 +102,9 @@ class DeepseekV3Model {
   ModelConfig config_;
   ModelWeights weights_;
   TensorParallel tp_;
+  LmHeadParallel lmhead_tp_;
   dist::ProcessGroup* group_ = nullptr;
+  dist::ProcessGroup* lmhead_group_ = nullptr;
   kernels::RopeParams rope_;
   AttentionMode attention_mode_ = AttentionMode::kAuto;
   mutable MoeTimes moe_times_;

@@ -27,4 +27,21 @@ common::Status validate_tensor_parallel(const ModelConfig& c, const TensorParall
   return {};
 }
 
+common::Status validate_finegrained_tp(const ModelConfig& c, int lmhead_tensor_parallel_size,
+                                       int data_parallel_size) {
+  if (lmhead_tensor_parallel_size < 0)
+    return common::invalid_argument(
+        "finegrained_tp_config.lmhead_tensor_parallel_size must not be negative");
+  if (lmhead_tensor_parallel_size == 0) return {};
+  if (c.n_routed_experts == 0)
+    return common::invalid_argument("The finegrained tp sizes can be enabled only for MOE models.");
+  if (data_parallel_size % lmhead_tensor_parallel_size != 0)
+    return common::invalid_argument(
+        "finegrained tp sizes must divide by data_parallel_size. "
+        "(finegrained_tp_config.lmhead_tensor_parallel_size is " +
+        std::to_string(lmhead_tensor_parallel_size) + ", --data-parallel-size is " +
+        std::to_string(data_parallel_size) + ")");
+  return {};
+}
+
 }  // namespace model

@@ -20,6 +20,15 @@ struct TensorParallel {
   bool active() const { return size > 1; }
 };
 
+// vllm-ascend's finegrained_tp_config.lmhead_tensor_parallel_size: the lm_head (and the MTP
+// head) split over its own group of ranks, each with its own tokens (data-parallel ranks),
+// instead of the TP group. size 0: off.
+struct LmHeadParallel {
+  int rank = 0;
+  int size = 0;
+  bool active() const { return size > 1; }
+};
+
 struct ShardRange {
   int64_t begin = 0;
   int64_t end = 0;
@@ -40,5 +49,10 @@ inline int64_t vocab_shard_rows(int64_t vocab, const TensorParallel& tp) {
 
 // Errors, naming the dimension, for a model that cannot be split `tp.size` ways.
 common::Status validate_tensor_parallel(const ModelConfig& config, const TensorParallel& tp);
+
+// vllm-ascend's checks of finegrained_tp_config sizes, with its messages: MoE models only, and
+// each size must divide data_parallel_size.
+common::Status validate_finegrained_tp(const ModelConfig& config, int lmhead_tensor_parallel_size,
+                                       int data_parallel_size);
 
 }  // namespace model

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "common/check.h"
 
@@ -136,11 +137,18 @@ class WeightLoader {
     return w;
   }
 
-  // This rank's vocabulary shard of a [V, H] table (embedding or head), zero-padded.
-  Result<WeightMatrix> vocab_table(const std::string& name) const {
-    const int64_t v = cfg_.vocab_size, per = vocab_shard_rows(v, tp_);
-    return matrix(name, v, cfg_.hidden_size, false, {per * tp_.rank, per * (tp_.rank + 1), 0, -1});
+  // This rank's vocabulary shard of a [V, H] table (embedding or head), zero-padded: of the
+  // TP group, or of `split` when given (lmhead_tensor_parallel_size).
+  Result<WeightMatrix> vocab_table(const std::string& name,
+                                   const TensorParallel* split = nullptr) const {
+    const TensorParallel& by = split != nullptr ? *split : tp_;
+    const int64_t v = cfg_.vocab_size, per = vocab_shard_rows(v, by);
+    return matrix(name, v, cfg_.hidden_size, false, {per * by.rank, per * (by.rank + 1), 0, -1});
   }
+  void set_head_split(const LmHeadParallel& l) {
+    if (l.active()) head_split_ = TensorParallel{l.rank, l.size, false};
+  }
+  const TensorParallel* head_split() const { return head_split_ ? &*head_split_ : nullptr; }
 
   Result<DecoderLayerWeights> decoder_layer(int layer) const {
     const ModelConfig& c = cfg_;
@@ -218,7 +226,8 @@ class WeightLoader {
       CP_ASSIGN_OR_RETURN(w.embed_tokens, vocab_table(p + "embed_tokens.weight"));
     }
     if (ck_.contains(p + "shared_head.head.weight")) {
-      CP_ASSIGN_OR_RETURN(w.shared_head_head, vocab_table(p + "shared_head.head.weight"));
+      CP_ASSIGN_OR_RETURN(w.shared_head_head,
+                          vocab_table(p + "shared_head.head.weight", head_split()));
     }
     CP_ASSIGN_OR_RETURN(w.layer, decoder_layer(layer));
     return w;
@@ -275,6 +284,7 @@ class WeightLoader {
   const Checkpoint& ck_;
   const ModelConfig& cfg_;
   TensorParallel tp_;
+  std::optional<TensorParallel> head_split_;
 };
 
 // splitmix64 + Box-Muller: fast enough to fill a billion-parameter model in seconds.
@@ -385,6 +395,7 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
                                   const LoadOptions& options) {
   CP_RETURN_IF_ERROR(validate_tensor_parallel(c, options.tp));
   WeightLoader loader(ck, c, options.tp);
+  loader.set_head_split(options.lmhead_tp);
   ModelWeights w;
   const int64_t h = c.hidden_size;
   const int end = options.layer_end < 0 ? c.num_hidden_layers : options.layer_end;
@@ -398,7 +409,7 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
   }
   if (options.load_head) {
     CP_ASSIGN_OR_RETURN(w.norm, loader.vector("model.norm.weight", h));
-    CP_ASSIGN_OR_RETURN(w.lm_head, loader.vocab_table("lm_head.weight"));
+    CP_ASSIGN_OR_RETURN(w.lm_head, loader.vocab_table("lm_head.weight", loader.head_split()));
   }
   w.layers.resize(c.num_hidden_layers);
   for (int layer = options.layer_begin; layer < end; ++layer) {

@@ -79,6 +79,7 @@ struct LoadOptions {
   bool load_head = true;       // last pipeline stage: norm, lm_head
   bool load_mtp = true;        // MTP layers (need load_head's stage)
   TensorParallel tp;           // this rank's shard (whole model when tp.size == 1)
+  LmHeadParallel lmhead_tp;    // splits the heads over their own group instead of tp's
 };
 
 common::Result<ModelWeights> load_weights(const Checkpoint& checkpoint, const ModelConfig& config,

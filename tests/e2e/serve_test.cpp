@@ -812,6 +812,13 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
                                 m + " --host 127.0.0.1 --data-parallel-size 2");
   EXPECT_EQ(by_flag.exit_code, 2) << by_flag.out;
   EXPECT_NE(by_flag.out.find("data parallelism"), std::string::npos) << by_flag.out;
+  // finegrained_tp_config as vllm-ascend checks it: the lm_head group must divide the DP size.
+  std::tie(rc, out) =
+      run("--host 127.0.0.1 --additional-config "
+          "'{\"finegrained_tp_config\": {\"lmhead_tensor_parallel_size\": 16}}'");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("finegrained tp sizes must divide by data_parallel_size"), std::string::npos)
+      << out;
   // A tensor-parallel size the model's heads do not split into.
   std::tie(rc, out) = run("--host 127.0.0.1 --tensor-parallel-size 3");
   EXPECT_EQ(rc, 1);

@@ -176,6 +176,77 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"moe64", 2, false, AttentionMode::kAbsorbed, 40}),
     case_name);
 
+// lmhead_tensor_parallel_size: the heads split over a group of data-parallel ranks, each with
+// its own sequence (of its own length); each rank's logits and MTP draft logits must equal
+// TP=1's on its own sequence.
+TEST(LmHeadParallelTest, EachRankGetsTheLogitsOfItsOwnRows) {
+  const std::string dir = wide_moe_model();  // vocabulary 510: a padded last shard
+  for (const int g : {2, 4}) {
+    auto whole = model::DeepseekV3Model::load(dir);
+    ASSERT_TRUE(whole.ok()) << whole.status().message();
+    common::ThreadPool pool(1);
+    auto sequence = [](int r) {
+      std::vector<int32_t> ids;
+      for (int i = 0; i < 9 + 7 * r; ++i) ids.push_back(int32_t((i * 31 + r * 101 + 7) % 509));
+      return ids;
+    };
+    model::SequenceLogitsOptions so;
+    so.all_logits = true;
+    so.mtp = true;
+    so.mtp_next_token = 3;
+    std::vector<model::SequenceLogits> wants;
+    for (int r = 0; r < g; ++r) {
+      auto want = model::compute_sequence_logits(**whole, sequence(r), so, pool);
+      ASSERT_TRUE(want.ok());
+      wants.push_back(std::move(*want));
+    }
+    const int port = free_port();
+    auto server = dist::StoreServer::start("127.0.0.1", port);
+    ASSERT_TRUE(server.ok());
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < g; ++r) {
+      ranks.emplace_back([&, r] {
+        const model::SequenceLogits* want = &wants[static_cast<size_t>(r)];
+        model::LoadOptions lo;
+        lo.lmhead_tp = {r, g};
+        auto shard = model::DeepseekV3Model::load(dir, lo);
+        ASSERT_TRUE(shard.ok()) << shard.status().message();
+        EXPECT_EQ((*shard)->weights().lm_head.rows(), (510 + g - 1) / g);
+        dist::StoreClient store("127.0.0.1", port, 30);
+        dist::GroupSpec spec;
+        spec.name = "lmhead";
+        spec.rank = r;
+        spec.size = g;
+        auto group = dist::make_process_group(store, spec);
+        ASSERT_TRUE(group.ok()) << group.status().message();
+        (*shard)->set_lmhead_group(group->get());
+        common::ThreadPool rank_pool(1);
+        auto got = model::compute_sequence_logits(**shard, sequence(r), so, rank_pool);
+        ASSERT_TRUE(got.ok()) << got.status().message();
+        EXPECT_LT(max_diff(got->all_logits, want->all_logits), 1e-4) << "rank " << r << " of " << g;
+        EXPECT_LT(max_diff(got->mtp_draft_logits, want->mtp_draft_logits), 1e-4) << "rank " << r;
+      });
+    }
+    for (auto& t : ranks) t.join();
+  }
+}
+
+TEST(TensorParallelConfigTest, FinegrainedTpIsValidatedAsUpstream) {
+  auto c = model::load_model_config(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(model::validate_finegrained_tp(*c, 0, 1).ok());
+  EXPECT_TRUE(model::validate_finegrained_tp(*c, 16, 32).ok());
+  const common::Status uneven = model::validate_finegrained_tp(*c, 16, 1);
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.message().find("finegrained tp sizes must divide by data_parallel_size"),
+            std::string::npos)
+      << uneven.message();
+  model::ModelConfig dense = *c;
+  dense.n_routed_experts = 0;
+  EXPECT_NE(model::validate_finegrained_tp(dense, 2, 2).message().find("only for MOE models"),
+            std::string::npos);
+}
+
 TEST(TensorParallelConfigTest, ASplitThatDoesNotDivideNamesTheDimension) {
   auto c = model::load_model_config(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16");
   ASSERT_TRUE(c.ok());
