@@ -13,6 +13,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <ostream>
 #include <string>
@@ -23,6 +25,7 @@
 #include "model/checkpoint_writer.h"
 #include "model/config.h"
 #include "model/deepseek_v3.h"
+#include "model/kv_cache.h"
 #include "model/sequence_runner.h"
 #include "model/tensor_parallel.h"
 #include "model/weights.h"
@@ -175,6 +178,97 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"moe64", 4, true, AttentionMode::kAbsorbed, 7},
                     Case{"moe64", 2, false, AttentionMode::kAbsorbed, 40}),
     case_name);
+
+// PP=2 x TP=2: two stages of two ranks each, the hidden state handed from stage 0's rank 0
+// to stage 1, chunk by chunk (with and without expert parallelism).
+TEST(PipelineTensorParallelTest, TwoStagesOfTwoRanksMatchOneRank) {
+  const std::string dir = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-fp8";
+  for (const bool ep : {false, true}) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 40; ++i) ids.push_back(int32_t((i * 53 + 5) % 500));
+    auto whole = model::DeepseekV3Model::load(dir);
+    ASSERT_TRUE(whole.ok());
+    common::ThreadPool pool(1);
+    model::SequenceLogitsOptions so;
+    so.all_logits = true;
+    so.chunk_size = 13;
+    auto want = model::compute_sequence_logits(**whole, ids, so, pool);
+    ASSERT_TRUE(want.ok());
+    const model::ModelConfig& c = (*whole)->config();
+    const int64_t H = c.hidden_size, V = c.vocab_size;
+
+    const int port = free_port();
+    auto server = dist::StoreServer::start("127.0.0.1", port);
+    ASSERT_TRUE(server.ok());
+    // ranks[s * 2 + r]: its model slice, group, cache and pool.
+    struct Rank {
+      std::unique_ptr<model::DeepseekV3Model> model;
+      std::unique_ptr<dist::ProcessGroup> group;
+      std::unique_ptr<model::LatentKvCache> cache;
+      std::unique_ptr<common::ThreadPool> pool;
+    };
+    std::vector<Rank> ranks(4);
+    auto on_stage = [&](int s, const std::function<void(Rank&)>& body) {
+      std::vector<std::thread> t;
+      for (int r = 0; r < 2; ++r) t.emplace_back([&, r] { body(ranks[size_t(s * 2 + r)]); });
+      for (auto& x : t) x.join();
+    };
+    std::vector<std::thread> setup;
+    for (int i = 0; i < 4; ++i) {
+      setup.emplace_back([&, i] {
+        const int s = i / 2, r = i % 2;
+        model::LoadOptions lo;
+        lo.layer_begin = s * 2;
+        lo.layer_end = s * 2 + 2;
+        lo.load_embedding = s == 0;
+        lo.load_head = s == 1;
+        lo.load_mtp = false;
+        lo.tp = {r, 2, ep};
+        auto m = model::DeepseekV3Model::load(dir, lo);
+        ASSERT_TRUE(m.ok()) << m.status().message();
+        dist::StoreClient store("127.0.0.1", port, 30);
+        dist::GroupSpec spec;
+        spec.name = "tp.stage" + std::to_string(s);
+        spec.rank = r;
+        spec.size = 2;
+        auto g = dist::make_process_group(store, spec);
+        ASSERT_TRUE(g.ok()) << g.status().message();
+        Rank& me = ranks[size_t(i)];
+        me.model = std::move(*m);
+        me.group = std::move(*g);
+        me.model->set_process_group(me.group.get());
+        me.cache = std::make_unique<model::LatentKvCache>(c.num_total_layers(), s * 2, s * 2 + 2, 4,
+                                                          16, c.kv_cache_row_dim());
+        me.pool = std::make_unique<common::ThreadPool>(1);
+      });
+    }
+    for (auto& t : setup) t.join();
+    ASSERT_TRUE(ranks[3].model != nullptr);
+    const std::vector<int32_t> table = {0, 1, 2, 3};
+    std::vector<float> got(size_t(40 * V));
+    for (int64_t start = 0; start < 40; start += 13) {
+      const int64_t n = std::min<int64_t>(13, 40 - start);
+      model::ForwardBatch batch;
+      batch.sequences.push_back({std::span<const int32_t>(ids.data() + start, n), start, table});
+      std::vector<float> handoff;
+      on_stage(0, [&](Rank& me) {
+        std::vector<float> hidden(size_t(n * H));
+        ASSERT_TRUE(me.model->embed(batch, hidden.data()).ok());
+        ASSERT_TRUE(me.model->run_layers(batch, 0, 2, hidden.data(), *me.cache, *me.pool).ok());
+        if (me.group->rank() == 0) handoff = hidden;
+      });
+      on_stage(1, [&](Rank& me) {
+        std::vector<float> hidden = handoff;
+        ASSERT_TRUE(me.model->run_layers(batch, 2, 4, hidden.data(), *me.cache, *me.pool).ok());
+        me.model->final_norm(hidden.data(), n, hidden.data());
+        std::vector<float> logits(size_t(n * V));
+        ASSERT_TRUE(me.model->compute_logits(hidden.data(), n, logits.data(), *me.pool).ok());
+        if (me.group->rank() == 0) std::copy(logits.begin(), logits.end(), got.begin() + start * V);
+      });
+    }
+    EXPECT_LT(max_diff(got, want->all_logits), 1e-4) << (ep ? "with EP" : "without EP");
+  }
+}
 
 // lmhead_tensor_parallel_size: the heads split over a group of data-parallel ranks, each with
 // its own sequence (of its own length); each rank's logits and MTP draft logits must equal
