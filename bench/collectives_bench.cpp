@@ -3,55 +3,20 @@
 // one compute thread per rank), at the sizes TP all-reduces: one decode step's hidden state
 // and one 512-token prefill chunk's, for the `small` model (hidden 2048) and DeepSeek-V3
 // (hidden 7168). Prints the CPU and its flags first. Usage: collectives_bench [ranks] [iters]
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/timer.h"
+#include "cpu_line.h"
 #include "dist/group_factory.h"
 
 namespace {
-
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-void print_cpu() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, model;
-  std::set<std::string> flags;
-  while (std::getline(in, line)) {
-    if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
-    if (flags.empty() && line.rfind("flags", 0) == 0) {
-      std::istringstream words(line.substr(line.find(':') + 1));
-      for (std::string w; words >> w;)
-        if (w == "avx2" || w.rfind("avx512", 0) == 0 || w == "avx_vnni" || w.rfind("amx", 0) == 0)
-          flags.insert(w);
-    }
-  }
-  std::string f;
-  for (const auto& w : flags) f += (f.empty() ? "" : " ") + w;
-  std::printf("cpu: %s; flags: %s; cores: %u\n", model.c_str(), f.c_str(),
-              std::thread::hardware_concurrency());
-}
 
 struct Case {
   const char* what;
@@ -63,7 +28,7 @@ struct Case {
 int main(int argc, char** argv) {
   const int ranks = argc > 1 ? std::atoi(argv[1]) : 2;
   const int iters = argc > 2 ? std::atoi(argv[2]) : 200;
-  print_cpu();
+  bench::print_cpu_line();
   std::printf("all_reduce (sum, f32), %d ranks, one thread each; median of %d calls\n", ranks,
               iters);
   std::printf("%-8s %-34s %12s %12s %12s\n", "backend", "payload", "bytes", "latency_us",
@@ -73,8 +38,8 @@ int main(int argc, char** argv) {
                         {"prefill chunk, small (512 x 2048)", 512 * 2048},
                         {"prefill chunk, V3 (512 x 7168)", 512 * 7168}};
   for (const auto backend : {dist::GroupBackend::kShm, dist::GroupBackend::kGloo}) {
-    const int port = free_port();
-    auto server = dist::StoreServer::start("127.0.0.1", port);
+    auto server = dist::StoreServer::start("127.0.0.1", 0);  // a free port
+    const int port = server.ok() ? (*server)->port() : 0;
     if (!server.ok()) {
       std::fprintf(stderr, "%s\n", server.status().message().c_str());
       return 1;
@@ -84,10 +49,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < ranks; ++r) {
       threads.emplace_back([&, r] {
         dist::StoreClient store("127.0.0.1", port, 30);
-        dist::GroupSpec spec;
-        spec.name = "bench";
-        spec.rank = r;
-        spec.size = ranks;
+        dist::GroupSpec spec("bench", r, ranks);
         spec.backend = backend;
         auto group = dist::make_process_group(store, spec);
         if (!group.ok()) {

@@ -5,17 +5,12 @@
 // Ranks run as threads of this process, each with its own shard, cache, one-thread pool and
 // the shared-memory group serve uses between rank processes. Prints the CPU and its flags.
 // Usage: tp_bench MODEL_DIR [prefill_tokens=512] [decode_steps=32]
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <numeric>
-#include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,41 +18,11 @@
 #include "common/check.h"
 #include "common/thread_pool.h"
 #include "common/timer.h"
+#include "cpu_line.h"
 #include "dist/group_factory.h"
 #include "model/deepseek_v3.h"
 
 namespace {
-
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-void print_cpu() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, model;
-  std::set<std::string> flags;
-  while (std::getline(in, line)) {
-    if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
-    if (flags.empty() && line.rfind("flags", 0) == 0) {
-      std::istringstream words(line.substr(line.find(':') + 1));
-      for (std::string w; words >> w;)
-        if (w == "avx2" || w.rfind("avx512", 0) == 0 || w == "avx_vnni" || w.rfind("amx", 0) == 0)
-          flags.insert(w);
-    }
-  }
-  std::string f;
-  for (const auto& w : flags) f += (f.empty() ? "" : " ") + w;
-  std::printf("cpu: %s; flags: %s; cores: %u\n", model.c_str(), f.c_str(),
-              std::thread::hardware_concurrency());
-}
 
 struct Figures {
   double prefill_tps = 0, decode_tps = 0;
@@ -105,8 +70,8 @@ Figures run_rank(model::DeepseekV3Model& m, int threads, int prefill, int decode
 }
 
 Figures run_tp(const std::string& dir, int tp, bool ep, int prefill, int decode) {
-  const int port = free_port();
-  auto server = dist::StoreServer::start("127.0.0.1", port);
+  auto server = dist::StoreServer::start("127.0.0.1", 0);  // a free port
+  const int port = server.ok() ? (*server)->port() : 0;
   CHECK(server.ok()) << server.status().message();
   std::vector<Figures> out(static_cast<size_t>(tp));
   std::vector<std::thread> ranks;
@@ -118,10 +83,7 @@ Figures run_tp(const std::string& dir, int tp, bool ep, int prefill, int decode)
       auto m = model::DeepseekV3Model::load(dir, lo);
       CHECK(m.ok()) << m.status().message();
       dist::StoreClient store("127.0.0.1", port, 300);
-      dist::GroupSpec spec;
-      spec.name = "bench";
-      spec.rank = r;
-      spec.size = tp;
+      dist::GroupSpec spec("bench", r, tp);
       auto group = dist::make_process_group(store, spec);
       CHECK(group.ok()) << group.status().message();
       (*m)->set_process_group(group->get());
@@ -143,7 +105,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   const int prefill = argc > 2 ? std::atoi(argv[2]) : 512;
   const int decode = argc > 3 ? std::atoi(argv[3]) : 32;
-  print_cpu();
+  bench::print_cpu_line();
   std::printf("model %s: prefill %d tokens, then %d decode steps\n", dir.c_str(), prefill, decode);
   std::printf("%-34s %14s %14s\n", "layout", "prefill tok/s", "decode tok/s");
   Figures one;

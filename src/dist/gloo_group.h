@@ -20,11 +20,7 @@ class Context;
 
 namespace dist {
 
-struct GlooGroupOptions {
-  std::string name;  // names the group in errors
-  int rank = 0;
-  int size = 1;
-  double timeout_s = 300;
+struct GlooGroupOptions : GroupOptions {
   std::string address;  // the IP (or host name) this rank listens on for its peers
 };
 

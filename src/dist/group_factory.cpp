@@ -38,19 +38,13 @@ common::Result<std::unique_ptr<ProcessGroup>> make_process_group(StoreClient& st
       return common::invalid_argument(spec.name +
                                       ": the shared-memory backend needs every rank on one host");
     ShmGroupOptions o;
-    o.name = spec.name;
-    o.rank = spec.rank;
-    o.size = spec.size;
-    o.timeout_s = spec.timeout_s;
+    static_cast<GroupOptions&>(o) = spec;
     o.slot_bytes = spec.shm_slot_bytes;
     CP_ASSIGN_OR_RETURN(auto g, ShmGroup::create(store, spec.name + "/shm", o));
     return std::unique_ptr<ProcessGroup>(std::move(g));
   }
   GlooGroupOptions o;
-  o.name = spec.name;
-  o.rank = spec.rank;
-  o.size = spec.size;
-  o.timeout_s = spec.timeout_s;
+  static_cast<GroupOptions&>(o) = spec;
   o.address = spec.address;
   CP_ASSIGN_OR_RETURN(auto g, GlooGroup::create(store, spec.name + "/gloo/", o));
   return std::unique_ptr<ProcessGroup>(std::move(g));

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "dist/process_group.h"
 #include "dist/rendezvous_store.h"
@@ -15,11 +16,14 @@ namespace dist {
 
 enum class GroupBackend { kAuto, kShm, kGloo };
 
-struct GroupSpec {
-  std::string name;  // unique per group in the job ("tp.stage0"); names it in errors too
-  int rank = 0;
-  int size = 1;
-  double timeout_s = 300;
+// name: unique per group in the job ("tp.stage0").
+struct GroupSpec : GroupOptions {
+  GroupSpec() = default;
+  GroupSpec(std::string group_name, int group_rank, int group_size) {
+    name = std::move(group_name);
+    rank = group_rank;
+    size = group_size;
+  }
   std::string address = "127.0.0.1";  // this rank's IP, for gloo
   GroupBackend backend = GroupBackend::kAuto;
   size_t shm_slot_bytes = 4 << 20;

@@ -16,6 +16,14 @@ namespace dist {
 
 enum class ReduceOp { kSum, kMax };
 
+// What a group is made with, whatever its backend.
+struct GroupOptions {
+  std::string name;  // names the group in errors ("tp.stage0")
+  int rank = 0;
+  int size = 1;
+  double timeout_s = 300;  // a collective that waits longer fails the group
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;

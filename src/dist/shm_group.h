@@ -19,11 +19,7 @@
 
 namespace dist {
 
-struct ShmGroupOptions {
-  std::string name;  // names the group in errors ("tp group of stage 0")
-  int rank = 0;
-  int size = 1;
-  double timeout_s = 300;       // a collective that waits longer fails the group
+struct ShmGroupOptions : GroupOptions {
   size_t slot_bytes = 4 << 20;  // per rank and set; larger collectives run in rounds
 };
 

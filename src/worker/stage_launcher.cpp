@@ -35,9 +35,10 @@ common::Status validate_topology(const PipelineTopology& t) {
   }
   const int world = t.num_stages * t.tp_size;
   if (world % t.nnodes != 0) {
-    return common::invalid_argument("--pipeline-parallel-size " + std::to_string(t.num_stages) +
-                                    " x --tensor-parallel-size " + std::to_string(t.tp_size) +
-                                    " is not a multiple of --nnodes " + std::to_string(t.nnodes));
+    return common::invalid_argument(
+        "--pipeline-parallel-size " + std::to_string(t.num_stages) +
+        (t.tp_size > 1 ? " x --tensor-parallel-size " + std::to_string(t.tp_size) : "") +
+        " is not a multiple of --nnodes " + std::to_string(t.nnodes));
   }
   if (t.nnodes > 1 && (t.master_port <= 0 || store_port(t) > 65535))
     return common::invalid_argument("--master-port " + std::to_string(t.master_port) +

@@ -116,10 +116,7 @@ common::Result<std::unique_ptr<dist::ProcessGroup>> join_stage_group(const Stage
     return common::invalid_argument("pp-stage: --store expects HOST:PORT, got " + spec.store);
   dist::StoreClient store(spec.store.substr(0, colon), std::atoi(spec.store.c_str() + colon + 1),
                           300);
-  dist::GroupSpec g;
-  g.name = "tp.stage" + std::to_string(spec.stage);
-  g.rank = spec.tp_rank;
-  g.size = spec.tp_size;
+  dist::GroupSpec g("tp.stage" + std::to_string(spec.stage), spec.tp_rank, spec.tp_size);
   g.address = dist::host_ip(spec.store.substr(0, colon));  // where gloo peers dial this rank
   return dist::make_process_group(store, g);
 }

@@ -13,10 +13,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   dist::StoreClient store("127.0.0.1", std::atoi(argv[1]), 30);
-  dist::GroupSpec spec;
-  spec.name = "dead";
-  spec.rank = std::atoi(argv[2]);
-  spec.size = std::atoi(argv[3]);
+  dist::GroupSpec spec("dead", std::atoi(argv[2]), std::atoi(argv[3]));
   spec.backend =
       std::string(argv[4]) == "shm" ? dist::GroupBackend::kShm : dist::GroupBackend::kGloo;
   auto group = dist::make_process_group(store, spec);

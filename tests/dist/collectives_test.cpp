@@ -4,9 +4,7 @@
 // that dies. Ranks run as threads here (each with its own group, as separate processes
 // would have), except where a process has to die.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,19 +28,6 @@ using dist::GroupBackend;
 using dist::ProcessGroup;
 using dist::ReduceOp;
 
-// A free TCP port on loopback, for the store (the kernel picks; we release it at once).
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 struct Params {
   GroupBackend backend;
   int size;
@@ -59,17 +44,14 @@ constexpr size_t kSlotBytes = 64 << 10;
 // Runs body(group) on `size` threads, one rank each, all in one group.
 void run_ranks(GroupBackend backend, int size, const std::function<void(ProcessGroup&)>& body,
                double timeout_s = 60) {
-  const int port = free_port();
-  auto server = dist::StoreServer::start("127.0.0.1", port);
+  auto server = dist::StoreServer::start("127.0.0.1", 0);  // a free port
+  const int port = server.ok() ? (*server)->port() : 0;
   ASSERT_TRUE(server.ok()) << server.status().message();
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       dist::StoreClient store("127.0.0.1", port, 30);
-      dist::GroupSpec spec;
-      spec.name = "test";
-      spec.rank = r;
-      spec.size = size;
+      dist::GroupSpec spec("test", r, size);
       spec.timeout_s = timeout_s;
       spec.backend = backend;
       spec.shm_slot_bytes = kSlotBytes;
@@ -257,8 +239,8 @@ TEST(ShmGroupTest, AbortFromOneRankFailsTheOthersAtOnce) {
 
 TEST(GroupFactoryTest, OneHostGetsSharedMemoryAndTheStoreNamesAMissingRank) {
   run_ranks(GroupBackend::kAuto, 2, [](ProcessGroup& g) { EXPECT_STREQ(g.backend(), "shm"); });
-  const int port = free_port();
-  auto server = dist::StoreServer::start("127.0.0.1", port);
+  auto server = dist::StoreServer::start("127.0.0.1", 0);  // a free port
+  const int port = server.ok() ? (*server)->port() : 0;
   ASSERT_TRUE(server.ok());
   dist::StoreClient store("127.0.0.1", port, 0.5);
   dist::GroupSpec spec;
@@ -268,7 +250,13 @@ TEST(GroupFactoryTest, OneHostGetsSharedMemoryAndTheStoreNamesAMissingRank) {
   ASSERT_FALSE(group.ok());
   EXPECT_NE(group.status().message().find("lonely/host/1"), std::string::npos)
       << group.status().message();
-  dist::StoreClient nobody("127.0.0.1", free_port(), 0.3);
+  int unused_port = 0;  // a port that was free a moment ago, and no store on it now
+  {
+    auto gone = dist::StoreServer::start("127.0.0.1", 0);
+    ASSERT_TRUE(gone.ok());
+    unused_port = (*gone)->port();
+  }
+  dist::StoreClient nobody("127.0.0.1", unused_port, 0.3);
   auto missing = nobody.get("x");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("is rank 0 running"), std::string::npos)
@@ -279,8 +267,8 @@ TEST(GroupFactoryTest, OneHostGetsSharedMemoryAndTheStoreNamesAMissingRank) {
 // naming what happened, on both backends.
 TEST(DeadPeerTest, APeerProcessThatExitsFailsTheCollective) {
   for (const GroupBackend backend : {GroupBackend::kShm, GroupBackend::kGloo}) {
-    const int port = free_port();
-    auto server = dist::StoreServer::start("127.0.0.1", port);
+    auto server = dist::StoreServer::start("127.0.0.1", 0);  // a free port
+    const int port = server.ok() ? (*server)->port() : 0;
     ASSERT_TRUE(server.ok());
     auto child = dist::spawn_process(
         COLLECTIVE_RANK_BINARY,

@@ -266,6 +266,25 @@ TEST(StageLauncherTest, TopologyRules) {
   t.nnodes = 3;
   t.num_stages = 3;
   EXPECT_EQ(worker::validate_topology(t).code(), common::StatusCode::kUnimplemented);
+  // Tensor parallelism: ranks s * tp + r in contiguous blocks per node; a stage lives where
+  // its rank 0 is.
+  t.nnodes = 2;
+  t.num_stages = 1;
+  t.tp_size = 2;
+  EXPECT_TRUE(worker::validate_topology(t).ok());
+  EXPECT_EQ(worker::node_of_rank(t, 0, 0), 0);
+  EXPECT_EQ(worker::node_of_rank(t, 0, 1), 1);
+  EXPECT_EQ(worker::node_of_stage(t, 0), 0);
+  t.num_stages = 2;
+  EXPECT_EQ(worker::node_of_rank(t, 0, 1), 0);
+  EXPECT_EQ(worker::node_of_rank(t, 1, 0), 1);
+  t.master_port = 29500;
+  EXPECT_EQ(worker::store_port(t), 29503) << "after the ring's three links";
+  t.num_stages = 3;
+  t.tp_size = 3;
+  EXPECT_EQ(
+      worker::validate_topology(t).message(),
+      "--pipeline-parallel-size 3 x --tensor-parallel-size 3 is not a multiple of --nnodes 2");
 }
 
 }  // namespace

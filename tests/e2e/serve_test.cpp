@@ -365,30 +365,6 @@ TEST_F(ServeTest, GreedyOutputsAreInvariant) {
   }
 }
 
-// Process ids of `parent`'s children whose command line contains `needle`.
-std::vector<pid_t> child_processes(pid_t parent, const std::string& needle) {
-  std::vector<pid_t> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(e.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent) continue;
-    std::ifstream cmd(e.path() / "cmdline");
-    std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    std::replace(args.begin(), args.end(), '\0', ' ');
-    if (args.find(needle) != std::string::npos) out.push_back(std::stoi(name));
-  }
-  return out;
-}
-
 // A pipeline stage that dies fails the requests in flight with an error (streamed and not),
 // and the server exits non-zero instead of hanging; no stage process is left behind.
 TEST(ServePipelineFailureTest, DeadStageFailsRequestsAndTheServerExitsNonZero) {
@@ -397,32 +373,17 @@ TEST(ServePipelineFailureTest, DeadStageFailsRequestsAndTheServerExitsNonZero) {
                              "--kv-cache-memory", "64000000"});
   e2e::ServerProcess pp(model_dir(), flags, "/tmp/chunkpipe_e2e_pp2_death.log");
   ASSERT_TRUE(pp.ready());
-  const std::vector<pid_t> stages = child_processes(pp.pid(), "pp-stage");
+  const std::vector<pid_t> stages = e2e::child_processes(pp.pid(), "pp-stage");
   ASSERT_EQ(stages.size(), 2u) << "two stage processes under the server";
-  const std::vector<pid_t> stage1 = child_processes(pp.pid(), "--stage 1 ");
+  const std::vector<pid_t> stage1 = e2e::child_processes(pp.pid(), "--stage 1 ");
   ASSERT_EQ(stage1.size(), 1u);
 
-  std::atomic<int> streamed_chunks{0};
-  std::string stream_body;
-  std::thread streaming([&] {
-    auto c = pp.client();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = json{
-        {"prompt", "stream until the stage dies"},
-        {"max_tokens", 8000},
-        {"ignore_eos", true},
-        {"stream",
-         true}}.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-      stream_body.append(data, n);
-      ++streamed_chunks;
-      return true;
-    };
-    c.send(req);
-  });
+  e2e::BackgroundStream streaming(pp, "/v1/completions",
+                                  json{{"prompt", "stream until the stage dies"},
+                                       {"max_tokens", 8000},
+                                       {"ignore_eos", true},
+                                       {"stream", true}}
+                                      .dump());
   Response plain;
   std::thread non_streaming([&] {
     plain =
@@ -431,12 +392,11 @@ TEST(ServePipelineFailureTest, DeadStageFailsRequestsAndTheServerExitsNonZero) {
                  .dump(),
              false);
   });
-  for (int i = 0; i < 200 && streamed_chunks < 4; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_GE(streamed_chunks.load(), 4) << "the stream did not start";
+  ASSERT_TRUE(streaming.wait_chunks(4, 4000)) << "the stream did not start";
   ASSERT_EQ(kill(stage1[0], SIGKILL), 0);
   streaming.join();
   non_streaming.join();
+  const std::string stream_body = streaming.body();
   EXPECT_NE(stream_body.find("EngineDeadError"), std::string::npos) << stream_body.substr(0, 300);
   EXPECT_NE(stream_body.find("pipeline stage 1"), std::string::npos);
   EXPECT_NE(stream_body.find("data: [DONE]"), std::string::npos);

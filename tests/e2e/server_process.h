@@ -10,7 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -148,5 +155,74 @@ inline double metric(const ServerProcess& s, const std::string& name) {
   pos = r->body.find("} ", pos);
   return std::stod(r->body.substr(pos + 2));
 }
+
+// Process ids of `parent`'s children whose command line contains `needle`.
+inline std::vector<pid_t> child_processes(pid_t parent, const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream cmd(e.path() / "cmdline");
+    std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    std::replace(args.begin(), args.end(), '\0', ' ');
+    if (args.find(needle) != std::string::npos) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// A POST whose streamed answer is read on its own thread: chunks() counts what has arrived,
+// and after join() body() holds all of it.
+class BackgroundStream {
+ public:
+  BackgroundStream(const ServerProcess& server, const std::string& path, std::string body)
+      : thread_([this, &server, path, body = std::move(body)] {
+          auto c = server.client();
+          httplib::Request req;
+          req.method = "POST";
+          req.path = path;
+          req.body = body;
+          req.set_header("Content-Type", "application/json");
+          req.content_receiver = [this](const char* data, size_t n, uint64_t, uint64_t) {
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              body_.append(data, n);
+            }
+            ++chunks_;
+            return true;
+          };
+          c.send(req);
+        }) {}
+  ~BackgroundStream() { join(); }
+  int chunks() const { return chunks_.load(); }
+  // Waits up to timeout_ms for at least n chunks.
+  bool wait_chunks(int n, int timeout_ms) const {
+    for (int i = 0; i < timeout_ms / 20 && chunks_ < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return chunks_ >= n;
+  }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::string body() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return body_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string body_;
+  std::atomic<int> chunks_{0};
+  std::thread thread_;  // last: starts once the members above exist
+};
 
 }  // namespace e2e

@@ -14,18 +14,33 @@
 
 namespace e2e {
 
+// A random-weight model made once per process and tag: `heads` attention heads over `layers`
+// layers, 8 experts (top-2 of 2 groups).
+inline std::string make_model(const std::string& tag, int heads, int layers, int seed) {
+  const std::string d = std::filesystem::temp_directory_path() /
+                        ("chunkpipe_" + tag + "_" + std::to_string(getpid()));
+  const int rc = run_chunkpipe({"make-model",     d,
+                                "--hidden",       "64",
+                                "--layers",       std::to_string(layers),
+                                "--heads",        std::to_string(heads),
+                                "--q-lora-rank",  "32",
+                                "--kv-lora-rank", "32",
+                                "--qk-nope",      "16",
+                                "--qk-rope",      "16",
+                                "--v-head",       "16",
+                                "--experts",      "8",
+                                "--top-k",        "2",
+                                "--n-group",      "2",
+                                "--topk-group",   "1",
+                                "--inter",        "128",
+                                "--moe-inter",    "32",
+                                "--seed",         std::to_string(seed)});
+  EXPECT_EQ(rc, 0) << "make-model failed";
+  return d;
+}
+
 inline std::string model_dir() {
-  static const std::string dir = [] {
-    const std::string d = std::filesystem::temp_directory_path() /
-                          ("chunkpipe_e2e_model_" + std::to_string(getpid()));
-    const int rc = run_chunkpipe(
-        {"make-model",    d,    "--hidden",       "64",  "--layers",    "2",  "--heads",   "2",
-         "--q-lora-rank", "32", "--kv-lora-rank", "32",  "--qk-nope",   "16", "--qk-rope", "16",
-         "--v-head",      "16", "--experts",      "8",   "--top-k",     "2",  "--n-group", "2",
-         "--topk-group",  "1",  "--inter",        "128", "--moe-inter", "32", "--seed",    "7"});
-    EXPECT_EQ(rc, 0) << "make-model failed";
-    return d;
-  }();
+  static const std::string dir = make_model("e2e_model", 2, 2, 7);
   return dir;
 }
 

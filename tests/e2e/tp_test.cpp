@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server_process.h"
+#include "test_model.h"
 
 namespace {
 
@@ -27,17 +28,7 @@ using json = nlohmann::json;
 
 // 4 heads and 8 experts: splits 2 and 4 ways.
 const std::string& model_dir() {
-  static const std::string dir = [] {
-    const std::string d =
-        std::filesystem::temp_directory_path() / ("chunkpipe_tp_model_" + std::to_string(getpid()));
-    const int rc = e2e::run_chunkpipe(
-        {"make-model",    d,    "--hidden",       "64",  "--layers",    "4",  "--heads",   "4",
-         "--q-lora-rank", "32", "--kv-lora-rank", "32",  "--qk-nope",   "16", "--qk-rope", "16",
-         "--v-head",      "16", "--experts",      "8",   "--top-k",     "2",  "--n-group", "2",
-         "--topk-group",  "1",  "--inter",        "128", "--moe-inter", "32", "--seed",    "5"});
-    EXPECT_EQ(rc, 0) << "make-model failed";
-    return d;
-  }();
+  static const std::string dir = e2e::make_model("tp_model", 4, 4, 5);
   return dir;
 }
 
@@ -107,67 +98,27 @@ TEST(TensorParallelServeTest, GreedyOutputsMatchOneRank) {
   }
 }
 
-// Process ids of `parent`'s children whose command line contains `needle`.
-std::vector<pid_t> children(pid_t parent, const std::string& needle) {
-  std::vector<pid_t> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(e.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent) continue;
-    std::ifstream cmd(e.path() / "cmdline");
-    std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    std::replace(args.begin(), args.end(), '\0', ' ');
-    if (args.find(needle) != std::string::npos) out.push_back(std::stoi(name));
-  }
-  return out;
-}
-
 TEST(TensorParallelServeTest, ARankKilledMidStreamFailsRequestsAndTheServerExitsOne) {
   e2e::ServerProcess s(model_dir(),
                        flags({"--tensor-parallel-size", "2", "--max-model-len", "8192",
                               "--kv-cache-memory", "64000000"}),
                        "/tmp/chunkpipe_tp_death.log");
   ASSERT_TRUE(s.ready());
-  const std::vector<pid_t> ranks = children(s.pid(), "pp-stage");
+  const std::vector<pid_t> ranks = e2e::child_processes(s.pid(), "pp-stage");
   ASSERT_EQ(ranks.size(), 2u) << "two rank processes under the server";
-  const std::vector<pid_t> rank1 = children(s.pid(), "--tp-rank 1 ");
+  const std::vector<pid_t> rank1 = e2e::child_processes(s.pid(), "--tp-rank 1 ");
   ASSERT_EQ(rank1.size(), 1u);
-  std::atomic<int> chunks{0};
-  std::string body;
-  std::thread streaming([&] {
-    auto c = s.client();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = json{
-        {"prompt", "stream until a rank dies"},
-        {"max_tokens", 8000},
-        {"ignore_eos", true},
-        {"stream",
-         true}}.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-      body.append(data, n);
-      ++chunks;
-      return true;
-    };
-    c.send(req);
-  });
-  for (int i = 0; i < 300 && chunks < 4; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_GE(chunks.load(), 4) << "the stream did not start";
+  e2e::BackgroundStream streaming(s, "/v1/completions",
+                                  json{{"prompt", "stream until a rank dies"},
+                                       {"max_tokens", 8000},
+                                       {"ignore_eos", true},
+                                       {"stream", true}}
+                                      .dump());
+  ASSERT_TRUE(streaming.wait_chunks(4, 6000)) << "the stream did not start";
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(rank1[0], SIGKILL), 0);
   streaming.join();
+  const std::string body = streaming.body();
   EXPECT_NE(body.find("EngineDeadError"), std::string::npos) << body.substr(0, 300);
   EXPECT_NE(body.find("data: [DONE]"), std::string::npos);
   EXPECT_EQ(s.wait_exit(20), 1) << "the server must exit 1 after losing a rank";

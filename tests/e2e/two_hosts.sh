@@ -1,8 +1,13 @@
 # Sourced by the two-host tests: two "hosts" as network namespaces joined by a veth pair
 # (iproute2). Sets ns_a/ns_b, addr_a (10.M.0.1) / addr_b (10.M.0.2), work (a temp dir) and
 # pids (killed on exit); exits 77 (CTest: skipped) without the rights to make namespaces.
-# Also defines wait_ready PORT (a server in namespace A answering /health) and
-# texts PORT PROMPT... (one JSON-encoded greedy text of 24 tokens per prompt).
+# Also defines wait_ready PORT (a server in namespace A answering /health),
+# texts PORT PROMPT... (one JSON-encoded greedy text of 24 tokens per prompt),
+# same_texts WANT_PORT GOT_PORT WHAT PROMPT... (both servers' texts equal and none empty),
+# stop_nodes REF NODE0 NODE1 (SIGTERM to the reference and node 0; both nodes must exit 0) and
+# kill_mid_stream PORT NODE0 NODE1 PGREP_PATTERN (a stream on PORT, then SIGKILL of node 1's
+# child matching the pattern: the stream must end with an EngineDeadError and both nodes exit
+# 1; prints how long that took).
 tag="cp$$"
 ns_a="${tag}a" ns_b="${tag}b"
 net=$((100 + $$ % 150))
@@ -49,4 +54,55 @@ texts() {
       -d "{\"model\":\"m\",\"prompt\":$p,\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true}" |
       node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.stringify(JSON.parse(s).choices[0].text)))'
   done
+}
+
+same_texts() {
+  local want=$1 got=$2 what=$3
+  shift 3
+  texts "$want" "$@" > "$work/want.txt"
+  texts "$got" "$@" > "$work/got.txt"
+  if ! cmp -s "$work/want.txt" "$work/got.txt"; then
+    echo "FAIL: $what"; diff "$work/want.txt" "$work/got.txt"; exit 1
+  fi
+  if grep -q '^""$' "$work/got.txt"; then echo "FAIL: an empty text"; cat "$work/got.txt"; exit 1; fi
+}
+
+stop_nodes() {
+  kill -TERM "$1"
+  wait "$1" || true
+  kill -TERM "$2"
+  local rc0=0 rc1=0
+  wait "$2" || rc0=$?
+  wait "$3" || rc1=$?
+  if [[ $rc0 -ne 0 || $rc1 -ne 0 ]]; then
+    echo "FAIL: exit codes node0=$rc0 node1=$rc1"; tail -n 8 "$work"/node*.log; exit 1
+  fi
+  echo "both nodes exited 0 after SIGTERM on node 0"
+}
+
+kill_mid_stream() {
+  local port=$1 node0=$2 node1=$3 pattern=$4
+  ip netns exec "$ns_a" curl -sN "127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"model":"m","prompt":[5,6,7],"max_tokens":2000,"ignore_eos":true,"stream":true}' \
+    > "$work/stream.txt" &
+  local curl_pid=$!
+  for _ in $(seq 1 100); do [[ $(grep -c '^data:' "$work/stream.txt") -ge 4 ]] && break; sleep 0.05; done
+  local victim
+  victim=$(pgrep -f -P "$node1" "$pattern" | head -1)  # node 1's own child, never another test's
+  local start
+  start=$(date +%s%N)
+  kill -9 "$victim"
+  local rc0=0 rc1=0
+  timeout 30 tail --pid="$node0" -f /dev/null || true
+  wait "$node0" || rc0=$?
+  wait "$node1" || rc1=$?
+  wait "$curl_pid" || true
+  local took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  grep -q "EngineDeadError" "$work/stream.txt" || { echo "FAIL: no error event"; tail -c 500 "$work/stream.txt"; exit 1; }
+  if [[ $rc0 -ne 1 || $rc1 -ne 1 ]]; then
+    echo "FAIL: after the remote rank died: node0=$rc0 node1=$rc1 (want 1 and 1)"
+    tail -n 8 "$work"/node*.log; exit 1
+  fi
+  echo "killed '$pattern' mid-stream: error event streamed, node 0 exited $rc0 and node 1 $rc1 after ${took_ms} ms"
+  grep -h "ERROR" "$work"/node0*.log "$work"/node1*.log | tail -4
 }

@@ -6,8 +6,6 @@
 // (with a vocabulary that does not divide evenly), both attention forms, and a 64-expert model
 // with group-limited routing.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -31,18 +29,6 @@
 #include "model/weights.h"
 
 namespace {
-
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -120,8 +106,8 @@ TEST_P(TensorParallelTest, LogitsMatchOneRank) {
   auto want = model::compute_sequence_logits(**whole, ids, so, pool);
   ASSERT_TRUE(want.ok()) << want.status().message();
 
-  const int port = free_port();
-  auto server = dist::StoreServer::start("127.0.0.1", port);
+  auto server = dist::StoreServer::start("127.0.0.1", 0);  // a free port
+  const int port = server.ok() ? (*server)->port() : 0;
   ASSERT_TRUE(server.ok());
   std::mutex mu;
   std::vector<model::SequenceLogits> got(static_cast<size_t>(tc.tp));
@@ -133,10 +119,7 @@ TEST_P(TensorParallelTest, LogitsMatchOneRank) {
       auto shard = model::DeepseekV3Model::load(dir, lo);
       ASSERT_TRUE(shard.ok()) << shard.status().message();
       dist::StoreClient store("127.0.0.1", port, 30);
-      dist::GroupSpec spec;
-      spec.name = "tp";
-      spec.rank = r;
-      spec.size = tc.tp;
+      dist::GroupSpec spec("tp", r, tc.tp);
       spec.timeout_s = 60;
       auto group = dist::make_process_group(store, spec);
       ASSERT_TRUE(group.ok()) << group.status().message();
@@ -197,8 +180,8 @@ TEST(PipelineTensorParallelTest, TwoStagesOfTwoRanksMatchOneRank) {
     const model::ModelConfig& c = (*whole)->config();
     const int64_t H = c.hidden_size, V = c.vocab_size;
 
-    const int port = free_port();
-    auto server = dist::StoreServer::start("127.0.0.1", port);
+    auto server = dist::StoreServer::start("127.0.0.1", 0);  // a free port
+    const int port = server.ok() ? (*server)->port() : 0;
     ASSERT_TRUE(server.ok());
     // ranks[s * 2 + r]: its model slice, group, cache and pool.
     struct Rank {
@@ -227,10 +210,7 @@ TEST(PipelineTensorParallelTest, TwoStagesOfTwoRanksMatchOneRank) {
         auto m = model::DeepseekV3Model::load(dir, lo);
         ASSERT_TRUE(m.ok()) << m.status().message();
         dist::StoreClient store("127.0.0.1", port, 30);
-        dist::GroupSpec spec;
-        spec.name = "tp.stage" + std::to_string(s);
-        spec.rank = r;
-        spec.size = 2;
+        dist::GroupSpec spec("tp.stage" + std::to_string(s), r, 2);
         auto g = dist::make_process_group(store, spec);
         ASSERT_TRUE(g.ok()) << g.status().message();
         Rank& me = ranks[size_t(i)];
@@ -294,8 +274,8 @@ TEST(LmHeadParallelTest, EachRankGetsTheLogitsOfItsOwnRows) {
       ASSERT_TRUE(want.ok());
       wants.push_back(std::move(*want));
     }
-    const int port = free_port();
-    auto server = dist::StoreServer::start("127.0.0.1", port);
+    auto server = dist::StoreServer::start("127.0.0.1", 0);  // a free port
+    const int port = server.ok() ? (*server)->port() : 0;
     ASSERT_TRUE(server.ok());
     std::vector<std::thread> ranks;
     for (int r = 0; r < g; ++r) {
@@ -307,10 +287,7 @@ TEST(LmHeadParallelTest, EachRankGetsTheLogitsOfItsOwnRows) {
         ASSERT_TRUE(shard.ok()) << shard.status().message();
         EXPECT_EQ((*shard)->weights().lm_head.rows(), (510 + g - 1) / g);
         dist::StoreClient store("127.0.0.1", port, 30);
-        dist::GroupSpec spec;
-        spec.name = "lmhead";
-        spec.rank = r;
-        spec.size = g;
+        dist::GroupSpec spec("lmhead", r, g);
         auto group = dist::make_process_group(store, spec);
         ASSERT_TRUE(group.ok()) << group.status().message();
         (*shard)->set_lmhead_group(group->get());
