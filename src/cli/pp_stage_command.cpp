@@ -20,6 +20,7 @@ transfer::ConnectorPlacement placement(const worker::StageSpec& spec) {
   transfer::ConnectorPlacement at;
   at.dp_rank = spec.kv_dp_rank;
   at.pp_size = spec.num_stages;
+  at.tp_size = spec.tp_size;
   at.block_size = spec.block_size;
   return at;
 }
@@ -58,7 +59,8 @@ int run_pp_stage_command(int argc, char** argv) {
       comm.set_send_link(worker::downstream_peer(spec), std::move(out).value());
     }
     std::shared_ptr<worker::KvConnectorWorker> connector;
-    if (!spec.kv_transfer_config.empty()) {
+    // TP rank 0 of the stage serves the stage's KV (every rank holds the same latent cache).
+    if (!spec.kv_transfer_config.empty() && spec.tp_rank == 0) {
       auto config = transfer::parse_kv_transfer_config(spec.kv_transfer_config);
       auto made = config.ok()
                       ? transfer::make_worker_connector(*config, placement(spec), spec.stage)

@@ -208,6 +208,7 @@ transfer::ConnectorPlacement connector_placement(const ServePlan& plan) {
   transfer::ConnectorPlacement at;
   at.dp_rank = plan.data_parallel_rank;
   at.pp_size = plan.pipeline_parallel_size;
+  at.tp_size = plan.tensor_parallel_size;
   at.block_size = plan.engine.block_size;
   return at;
 }
@@ -359,6 +360,11 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
             "--kv-transfer-config: 'kv_connector_extra_config.prefill.pp_size' is " +
             std::to_string(kt.prefill->pp_size) + " but --pipeline-parallel-size is " +
             std::to_string(pp));
+      if (kt.is_producer() && kt.prefill->tp_size != plan->tensor_parallel_size)
+        return common::invalid_argument(
+            "--kv-transfer-config: 'kv_connector_extra_config.prefill.tp_size' is " +
+            std::to_string(kt.prefill->tp_size) + " but --tensor-parallel-size is " +
+            std::to_string(plan->tensor_parallel_size));
     }
     if (kt.kv_connector != "SharedStorageConnector" &&
         kt.kv_connector != transfer::kMooncakeConnector)
@@ -385,9 +391,12 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     return unbuilt("speculative decoding (--speculative-config)", "planned: MTP");
   if (p.flag("enable-expert-parallel") && plan->tensor_parallel_size == 1)
     LOG(INFO) << "--enable-expert-parallel with one rank: experts stay in this process";
-  if (plan->tensor_parallel_size > 1 && !plan->kv_transfer_config.empty())
-    return unbuilt("a KV connector with --tensor-parallel-size > 1",
-                   "planned with the TP placement of the pull connector's ports");
+  // A TP prefiller serves its KV from each stage's TP rank 0 (MLA's latent cache is the same
+  // on every TP rank); a TP decoder would have to load every rank's cache.
+  if (plan->tensor_parallel_size > 1 && !plan->kv_transfer_config.empty() &&
+      plan->kv_transfer.kv_role != "kv_producer")
+    return unbuilt("a " + plan->kv_transfer.kv_role + " with --tensor-parallel-size > 1",
+                   "a tensor-parallel prefiller (kv_producer) is");
   if (p.given("compilation-config"))
     LOG(INFO) << "--compilation-config has no meaning on CPU: kernels run eagerly";
   if (p.flag("enforce-eager")) LOG(INFO) << "--enforce-eager: the CPU backend always runs eagerly";

@@ -60,14 +60,14 @@ std::vector<std::string> flags(int max_model_len = 4096) {
 }
 
 json kv_config(const std::string& role, int kv_port, int prefill_pp,
-               const std::string& policy = "fail") {
+               const std::string& policy = "fail", int prefill_tp = 1) {
   return {{"kv_connector", "MooncakeConnectorV1"},
           {"kv_role", role},
           {"kv_port", std::to_string(kv_port)},
           {"engine_id", "0"},
           {"kv_load_failure_policy", policy},
           {"kv_connector_extra_config",
-           {{"prefill", {{"pp_size", prefill_pp}, {"dp_size", 1}, {"tp_size", 1}}},
+           {{"prefill", {{"pp_size", prefill_pp}, {"dp_size", 1}, {"tp_size", prefill_tp}}},
             {"decode", {{"dp_size", 2}, {"tp_size", 1}}}}}};
 }
 
@@ -76,17 +76,20 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
   return a;
 }
 
-std::vector<std::string> prefiller_flags(int kv_port, int pp) {
-  auto f = with(flags(), {"--kv-transfer-config", kv_config("kv_producer", kv_port, pp).dump()});
+std::vector<std::string> prefiller_flags(int kv_port, int pp, int tp = 1) {
+  auto f = with(flags(),
+                {"--kv-transfer-config", kv_config("kv_producer", kv_port, pp, "fail", tp).dump()});
   if (pp > 1) f = with(f, {"--pipeline-parallel-size", std::to_string(pp)});
+  if (tp > 1) f = with(f, {"--tensor-parallel-size", std::to_string(tp)});
   return f;
 }
 
 std::vector<std::string> decoder_flags(int kv_port, int prefill_pp,
-                                       const std::string& policy = "fail") {
+                                       const std::string& policy = "fail", int prefill_tp = 1) {
   return with(
       flags(),
-      {"--kv-transfer-config", kv_config("kv_consumer", kv_port, prefill_pp, policy).dump(),
+      {"--kv-transfer-config",
+       kv_config("kv_consumer", kv_port, prefill_pp, policy, prefill_tp).dump(),
        "--additional-config", R"({"scheduler_config": {"recompute_scheduler_enable": true}})",
        "--no-enable-prefix-caching"});  // as the seed's decoders: every block is pulled
 }
@@ -157,18 +160,19 @@ class PdTest : public ::testing::Test {
 };
 
 // 1P1D with a plain P (pp 1), or P with PP=2 and CPP (profiling_chunk_config) as the seed
-// runs it; the prefix cache on either way.
-void outputs_match_colocated(int pp) {
+// runs it, tensor-parallel too as the seed's P is (each stage's TP rank 0 serves its KV); the
+// prefix cache on either way.
+void outputs_match_colocated(int pp, int tp = 1) {
   const int kv_p = kv_port_base() + (pp == 1 ? 0 : 7), kv_d = kv_p + 4;
   ServerProcess colocated(e2e::model_dir(), flags(), "/tmp/chunkpipe_pd_colocated.log");
-  auto pf = with(prefiller_flags(kv_p, pp), {"--enable-prefix-caching"});
+  auto pf = with(prefiller_flags(kv_p, pp, tp), {"--enable-prefix-caching"});
   if (pp > 1) {
     pf = with(pf, {"--additional-config",
                    R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true,)"
                    R"( "smooth_factor": 1.0, "min_chunk": 64}}})"});
   }
   ServerProcess p(e2e::model_dir(), pf, "/tmp/chunkpipe_pd_p.log");
-  ServerProcess d(e2e::model_dir(), decoder_flags(kv_d, pp), "/tmp/chunkpipe_pd_d.log");
+  ServerProcess d(e2e::model_dir(), decoder_flags(kv_d, pp, "fail", tp), "/tmp/chunkpipe_pd_d.log");
   ASSERT_TRUE(colocated.ready() && p.ready() && d.ready()) << "see /tmp/chunkpipe_pd_*.log";
   ServerProcess proxy(
       {"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-port", std::to_string(p.port()),
@@ -244,6 +248,11 @@ TEST_F(PdTest, OutputsMatchColocatedServingOnePrefillerOneDecoder) {
 
 TEST_F(PdTest, OutputsMatchColocatedServingWithAPipelinedCppPrefiller) {
   outputs_match_colocated(2);
+}
+
+// The seed's P layout scaled down: PP=2 x TP=2 with CPP.
+TEST_F(PdTest, OutputsMatchColocatedServingWithAPipelinedTensorParallelPrefiller) {
+  outputs_match_colocated(2, 2);
 }
 
 // The P leg by hand, as the proxy sends it.
