@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "common/status.h"
+#include "dist/request_channel.h"
 #include "model/kv_cache.h"
 #include "sched/scheduler_output.h"
 #include "transfer/pull_protocol.h"
-#include "dist/request_channel.h"
 #include "transfer/ucx_transport.h"
 
 namespace transfer {
