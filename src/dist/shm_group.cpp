@@ -144,6 +144,14 @@ void ShmGroup::abort(const std::string& why) {
   futex_wake_all(&header_->arrivals);
 }
 
+std::string ShmGroup::abort_reason() const {
+  // The aborter writes the reason between the flag's 1 and 2; one killed in between must not
+  // leave the others spinning.
+  for (int spin = 0; spin < 1000000 && header_->aborted.load() != 2; ++spin) _mm_pause();
+  if (header_->aborted.load() != 2) return "another rank aborted the group";
+  return std::string(header_->abort_reason);
+}
+
 std::string ShmGroup::dead_peer() const {
   for (int p = 0; p < o_.size; ++p) {
     const pid_t pid = header_->pids[p].load();
@@ -162,10 +170,7 @@ common::Status ShmGroup::sync(const char* what) {
     return common::unavailable(o_.name + ": " + what + " failed on rank " +
                                std::to_string(o_.rank) + ": " + why);
   };
-  if (header_->aborted.load() != 0) {
-    while (header_->aborted.load() != 2) _mm_pause();
-    return failed(header_->abort_reason);
-  }
+  if (header_->aborted.load() != 0) return failed(abort_reason());
   if (header_->arrivals.fetch_add(1) + 1 == target) {
     if (header_->sleepers.load() != 0) futex_wake_all(&header_->arrivals);
     return {};
@@ -182,10 +187,7 @@ common::Status ShmGroup::sync(const char* what) {
     if (!reached(seen) && header_->aborted.load() == 0) futex_wait(&header_->arrivals, seen, 20);
     header_->sleepers.fetch_sub(1);
     if (reached(header_->arrivals.load(std::memory_order_acquire))) return {};
-    if (header_->aborted.load() != 0) {
-      while (header_->aborted.load() != 2) _mm_pause();
-      return failed(header_->abort_reason);
-    }
+    if (header_->aborted.load() != 0) return failed(abort_reason());
     const double now = common::now_seconds();
     if (now >= next_liveness_check) {
       next_liveness_check = now + 0.1;

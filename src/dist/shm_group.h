@@ -60,6 +60,7 @@ class ShmGroup : public ProcessGroup {
   template <typename T>
   common::Status reduce(T* data, size_t count, ReduceOp op);
   std::string dead_peer() const;
+  std::string abort_reason() const;
 
   ShmGroupOptions o_;
   Header* header_ = nullptr;
