@@ -407,6 +407,23 @@ void DeepseekV3Model::final_norm(const float* hidden, int64_t rows, float* norme
                     static_cast<float>(config_.rms_norm_eps), normed, H);
 }
 
+namespace {
+
+// logits[rows, V] from `parts` vocabulary shards of `per` columns each; shard p's row r is at
+// shards[(p * stride + r) * per] (the last shard's padding columns are dropped).
+void assemble_vocab_shards(const float* shards, int parts, int64_t stride, int64_t rows,
+                           int64_t per, int64_t V, float* logits) {
+  for (int p = 0; p < parts; ++p) {
+    const int64_t v0 = per * p, width = std::min(per, V - v0);
+    if (width <= 0) continue;
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(logits + r * V + v0, shards + (int64_t(p) * stride + r) * per,
+                  size_t(width) * sizeof(float));
+  }
+}
+
+}  // namespace
+
 common::Status DeepseekV3Model::head_logits(const tensor::WeightMatrix& head, const float* normed,
                                             int64_t rows, float* logits,
                                             common::ThreadPool& pool) const {
@@ -431,13 +448,7 @@ common::Status DeepseekV3Model::head_logits(const tensor::WeightMatrix& head, co
     kernels::linear(all_rows.data(), g * R, head.view(), local.data(), pool);
     const std::vector<size_t> block(static_cast<size_t>(g), size_t(R * per) * sizeof(float));
     CP_RETURN_IF_ERROR(lmhead_group_->all_to_all_v(local.data(), block, back.data(), block));
-    for (int p = 0; p < g; ++p) {
-      const int64_t v0 = per * p, width = std::min(per, V - v0);
-      if (width <= 0) continue;
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(logits + r * V + v0, back.data() + (int64_t(p) * R + r) * per,
-                    size_t(width) * sizeof(float));
-    }
+    assemble_vocab_shards(back.data(), g, R, rows, per, V, logits);
     return {};
   }
   if (!tp_.active()) {
@@ -449,13 +460,7 @@ common::Status DeepseekV3Model::head_logits(const tensor::WeightMatrix& head, co
   std::vector<float> local(size_t(rows * per)), all(size_t(rows * per) * size_t(tp_.size));
   kernels::linear(normed, rows, head.view(), local.data(), pool);
   CP_RETURN_IF_ERROR(group_->all_gather(local.data(), local.size() * sizeof(float), all.data()));
-  for (int p = 0; p < tp_.size; ++p) {
-    const int64_t v0 = per * p, width = std::min(per, V - v0);
-    if (width <= 0) continue;
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(logits + r * V + v0, all.data() + (int64_t(p) * rows + r) * per,
-                  size_t(width) * sizeof(float));
-  }
+  assemble_vocab_shards(all.data(), tp_.size, rows, rows, per, V, logits);
   return {};
 }
 
