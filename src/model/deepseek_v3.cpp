@@ -45,8 +45,12 @@ struct DeepseekV3Model::Layout {
 };
 
 DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights, TensorParallel tp,
-                                 LmHeadParallel lmhead_tp)
-    : config_(std::move(config)), weights_(std::move(weights)), tp_(tp), lmhead_tp_(lmhead_tp) {
+                                 LmHeadParallel lmhead_tp, DataParallelExperts dp_experts)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      tp_(tp),
+      lmhead_tp_(lmhead_tp),
+      dp_experts_(dp_experts) {
   rope_ = kernels::compute_rope_params(config_.qk_rope_head_dim, config_.rope_theta,
                                        config_.qk_head_dim(), config_.yarn);
 }
@@ -57,7 +61,7 @@ common::Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(const std
   CP_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::open(model_dir));
   CP_ASSIGN_OR_RETURN(ModelWeights weights, load_weights(*checkpoint, config, options));
   return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights), options.tp,
-                                           options.lmhead_tp);
+                                           options.lmhead_tp, options.dp_experts);
 }
 
 common::Status DeepseekV3Model::all_reduce(float* data, int64_t count) const {
@@ -273,7 +277,8 @@ common::Status DeepseekV3Model::feed_forward(const DecoderLayerWeights& w, int64
   }
   CHECK(w.moe.has_value()) << "layer has neither a dense MLP nor MoE weights";
   const MoeWeights& m = *w.moe;
-  if (tp_.active() && tp_.expert_parallel) return moe_expert_parallel(m, T, x, out, pool);
+  if ((tp_.active() && tp_.expert_parallel) || dp_experts_.active())
+    return moe_expert_parallel(m, T, x, out, pool);
   const kernels::RouterParams rp = config_.router_params();
   std::vector<float> router_logits(T * rp.num_experts), topk_weights(T * rp.top_k);
   std::vector<int32_t> topk_ids(T * rp.top_k);
@@ -298,19 +303,22 @@ common::Status DeepseekV3Model::feed_forward(const DecoderLayerWeights& w, int64
 // and sends the weighted rows back in the order they came (a second all-to-all). Each rank
 // adds its tokens' returned rows in ascending expert order, after the shared experts (whole
 // on every rank, run on its own slice), which is the order TP=1 adds them in. An all-gather
-// of the slices gives every rank the whole output.
+// of the slices gives every rank the whole output. Over DP ranks each rank's slice is all of
+// its own tokens, and its output is its own: no gather.
 common::Status DeepseekV3Model::moe_expert_parallel(const MoeWeights& m, int64_t T, const float* x,
                                                     float* out, common::ThreadPool& pool) const {
   const int64_t H = config_.hidden_size;
-  CHECK(group_ != nullptr) << "expert parallel model without a process group";
-  const int P = tp_.size, me = tp_.rank;
+  const bool over_dp = dp_experts_.active();
+  dist::ProcessGroup* group = over_dp ? expert_group_ : group_;
+  CHECK(group != nullptr) << "expert parallel model without a process group";
+  const int P = over_dp ? dp_experts_.size : tp_.size, me = over_dp ? dp_experts_.rank : tp_.rank;
   const int per_rank_experts = static_cast<int>(m.experts.size());
   const kernels::RouterParams rp = config_.router_params();
   const int k = rp.top_k;
   const double t_start = common::now_seconds();
   // This rank's token slice.
-  const int64_t per = (T + P - 1) / P;
-  const int64_t t0 = std::min(T, per * me), t1 = std::min(T, t0 + per), n = t1 - t0;
+  const int64_t per = over_dp ? T : (T + P - 1) / P;
+  const int64_t t0 = over_dp ? 0 : std::min(T, per * me), t1 = std::min(T, t0 + per), n = t1 - t0;
   std::vector<float> router_logits(n * rp.num_experts), topk_weights(n * k);
   std::vector<int32_t> topk_ids(n * k);
   if (n > 0) {
@@ -328,7 +336,7 @@ common::Status DeepseekV3Model::moe_expert_parallel(const MoeWeights& m, int64_t
       all_counts(static_cast<size_t>(P) * static_cast<size_t>(P));
   for (int p = 0; p < P; ++p) counts[size_t(p)] = int64_t(to[size_t(p)].size());
   CP_RETURN_IF_ERROR(
-      group_->all_gather(counts.data(), counts.size() * sizeof(int64_t), all_counts.data()));
+      group->all_gather(counts.data(), counts.size() * sizeof(int64_t), all_counts.data()));
   std::vector<uint8_t> send, recv;
   for (int p = 0; p < P; ++p) {
     send_bytes[size_t(p)] = size_t(counts[size_t(p)]) * record;
@@ -346,7 +354,7 @@ common::Status DeepseekV3Model::moe_expert_parallel(const MoeWeights& m, int64_t
   size_t received = 0;
   for (size_t b : recv_bytes) received += b;
   recv.resize(received);
-  CP_RETURN_IF_ERROR(group_->all_to_all_v(send.data(), send_bytes, recv.data(), recv_bytes));
+  CP_RETURN_IF_ERROR(group->all_to_all_v(send.data(), send_bytes, recv.data(), recv_bytes));
   const double t_dispatched = common::now_seconds();
   // This rank's experts on every record it received (top_k 1: one expert per record).
   const int64_t rows = int64_t(received / record);
@@ -370,7 +378,7 @@ common::Status DeepseekV3Model::moe_expert_parallel(const MoeWeights& m, int64_t
     back_recv[size_t(p)] = send_bytes[size_t(p)] / record * size_t(H) * sizeof(float);
   }
   std::vector<float> returned(size_t(n * k) * size_t(H));
-  CP_RETURN_IF_ERROR(group_->all_to_all_v(yr.data(), back_send, returned.data(), back_recv));
+  CP_RETURN_IF_ERROR(group->all_to_all_v(yr.data(), back_send, returned.data(), back_recv));
   // Combine: shared experts, then the routed rows in ascending expert order per token.
   std::vector<float> mine(size_t(per) * size_t(H), 0.0f);
   if (m.shared && n > 0) kernels::swiglu_mlp(x + t0 * H, n, m.shared->view(), mine.data(), pool);
@@ -389,9 +397,14 @@ common::Status DeepseekV3Model::moe_expert_parallel(const MoeWeights& m, int64_t
       for (int64_t d = 0; d < H; ++d) o[d] += y[d];
     }
   }
-  std::vector<float> gathered(size_t(per) * static_cast<size_t>(P) * size_t(H));
-  CP_RETURN_IF_ERROR(group_->all_gather(mine.data(), mine.size() * sizeof(float), gathered.data()));
-  std::memcpy(out, gathered.data(), size_t(T * H) * sizeof(float));
+  if (over_dp) {
+    std::copy(mine.begin(), mine.begin() + T * H, out);
+  } else {
+    std::vector<float> gathered(size_t(per) * static_cast<size_t>(P) * size_t(H));
+    CP_RETURN_IF_ERROR(
+        group->all_gather(mine.data(), mine.size() * sizeof(float), gathered.data()));
+    std::memcpy(out, gathered.data(), size_t(T * H) * sizeof(float));
+  }
   const double t_end = common::now_seconds();
   moe_times_.dispatch_s += t_dispatched - t_start;
   moe_times_.experts_s += t_computed - t_dispatched;

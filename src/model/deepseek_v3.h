@@ -38,7 +38,7 @@ class DeepseekV3Model {
  public:
   // `weights` must be the shard of `tp` and `lmhead_tp` (load_weights with LoadOptions).
   DeepseekV3Model(ModelConfig config, ModelWeights weights, TensorParallel tp = {},
-                  LmHeadParallel lmhead_tp = {});
+                  LmHeadParallel lmhead_tp = {}, DataParallelExperts dp_experts = {});
 
   static common::Result<std::unique_ptr<DeepseekV3Model>> load(const std::string& model_dir,
                                                                const LoadOptions& options = {});
@@ -51,6 +51,13 @@ class DeepseekV3Model {
   void set_process_group(dist::ProcessGroup* group) { group_ = group; }
   // The lm_head group (lmhead_tp.size > 1): ranks that each bring their own rows; not owned.
   void set_lmhead_group(dist::ProcessGroup* group) { lmhead_group_ = group; }
+  // The data-parallel group the routed experts are split over (dp_experts.size > 1); not
+  // owned. Every rank must then run a forward (a dummy one when it has no work) in lock step.
+  void set_expert_group(dist::ProcessGroup* group) { expert_group_ = group; }
+  const DataParallelExperts& dp_experts() const { return dp_experts_; }
+  // True when a forward's layers or head are collectives over ranks that hold other tokens
+  // (DP expert parallelism, the lm_head group): every rank must call them in every step.
+  bool needs_lockstep() const { return dp_experts_.active() || lmhead_tp_.active(); }
   // Per-token width of this rank's expanded KV cache rows (its heads' k_nope ‖ v).
   int64_t expanded_kv_row_dim() const { return config_.expanded_kv_row_dim() / tp_.size; }
   const MoeTimes& moe_times() const { return moe_times_; }
@@ -86,7 +93,8 @@ class DeepseekV3Model {
                            common::ThreadPool& pool) const;
   common::Status feed_forward(const DecoderLayerWeights& w, int64_t num_tokens, const float* x,
                               float* out, common::ThreadPool& pool) const;
-  // Expert parallelism: this rank's slice of the tokens goes to the experts' ranks and back.
+  // Expert parallelism: this rank's slice of the tokens (over TP) or all its own tokens (over
+  // DP) goes to the experts' ranks and back.
   common::Status moe_expert_parallel(const MoeWeights& m, int64_t num_tokens, const float* x,
                                      float* out, common::ThreadPool& pool) const;
   // Embedding rows of `ids` from this rank's vocabulary shard of `table`, summed over ranks.
@@ -105,6 +113,8 @@ class DeepseekV3Model {
   LmHeadParallel lmhead_tp_;
   dist::ProcessGroup* group_ = nullptr;
   dist::ProcessGroup* lmhead_group_ = nullptr;
+  DataParallelExperts dp_experts_;
+  dist::ProcessGroup* expert_group_ = nullptr;
   kernels::RopeParams rope_;
   AttentionMode attention_mode_ = AttentionMode::kAuto;
   mutable MoeTimes moe_times_;

@@ -29,6 +29,15 @@ struct LmHeadParallel {
   bool active() const { return size > 1; }
 };
 
+// Expert parallelism over data-parallel ranks (the seeds' decoders: DP 32, TP 1, EP over all):
+// every rank holds the whole attention and its own tokens, and the routed experts are split
+// evenly over the ranks of the DP group. size 1: off.
+struct DataParallelExperts {
+  int rank = 0;
+  int size = 1;
+  bool active() const { return size > 1; }
+};
+
 struct ShardRange {
   int64_t begin = 0;
   int64_t end = 0;
@@ -49,6 +58,11 @@ inline int64_t vocab_shard_rows(int64_t vocab, const TensorParallel& tp) {
 
 // Errors, naming the dimension, for a model that cannot be split `tp.size` ways.
 common::Status validate_tensor_parallel(const ModelConfig& config, const TensorParallel& tp);
+
+// Errors, naming the dimension, for experts that cannot be split over `ep.size` DP ranks, or
+// DP expert parallelism combined with tensor parallelism (not built).
+common::Status validate_dp_experts(const ModelConfig& config, const DataParallelExperts& ep,
+                                   const TensorParallel& tp);
 
 // vllm-ascend's checks of finegrained_tp_config sizes, with its messages: MoE models only, and
 // each size must divide data_parallel_size.

@@ -34,8 +34,9 @@ struct Slice {
 
 class WeightLoader {
  public:
-  WeightLoader(const Checkpoint& ck, const ModelConfig& cfg, const TensorParallel& tp)
-      : ck_(ck), cfg_(cfg), tp_(tp) {}
+  WeightLoader(const Checkpoint& ck, const ModelConfig& cfg, const TensorParallel& tp,
+               const DataParallelExperts& dp_experts = {})
+      : ck_(ck), cfg_(cfg), tp_(tp), dp_experts_(dp_experts) {}
 
   // A [rows, cols] tensor, or the part `slice` cuts from it (a TP shard: only those rows and
   // columns are read from the mapped file). Rows past the tensor's end (`pad_rows_to`, a
@@ -190,7 +191,12 @@ class WeightLoader {
       }
       // Expert parallel: whole experts, this rank's share of them; else every expert's
       // intermediate columns are split like a dense MLP's.
-      const ShardRange experts = tp_.expert_parallel ? even_shard(e, tp_) : ShardRange{0, e};
+      // Over DP ranks (tp_.size is then 1), this rank's share of the experts, whole.
+      const ShardRange experts =
+          dp_experts_.active()
+              ? even_shard(e, TensorParallel{dp_experts_.rank, dp_experts_.size, true})
+          : tp_.expert_parallel ? even_shard(e, tp_)
+                                : ShardRange{0, e};
       const ShardRange expert_part =
           tp_.expert_parallel ? ShardRange{0, inter} : even_shard(inter, tp_);
       m.first_expert = static_cast<int>(experts.begin);
@@ -284,6 +290,7 @@ class WeightLoader {
   const Checkpoint& ck_;
   const ModelConfig& cfg_;
   TensorParallel tp_;
+  DataParallelExperts dp_experts_;
   std::optional<TensorParallel> head_split_;
 };
 
@@ -394,7 +401,8 @@ DecoderLayerWeights random_layer(const ModelConfig& c, int layer, RandomFiller& 
 Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
                                   const LoadOptions& options) {
   CP_RETURN_IF_ERROR(validate_tensor_parallel(c, options.tp));
-  WeightLoader loader(ck, c, options.tp);
+  CP_RETURN_IF_ERROR(validate_dp_experts(c, options.dp_experts, options.tp));
+  WeightLoader loader(ck, c, options.tp, options.dp_experts);
   loader.set_head_split(options.lmhead_tp);
   ModelWeights w;
   const int64_t h = c.hidden_size;

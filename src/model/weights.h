@@ -73,13 +73,14 @@ struct ModelWeights {
 };
 
 struct LoadOptions {
-  int layer_begin = 0;         // main decoder layers to load: [layer_begin, layer_end)
-  int layer_end = -1;          // -1: all
-  bool load_embedding = true;  // first pipeline stage
-  bool load_head = true;       // last pipeline stage: norm, lm_head
-  bool load_mtp = true;        // MTP layers (need load_head's stage)
-  TensorParallel tp;           // this rank's shard (whole model when tp.size == 1)
-  LmHeadParallel lmhead_tp;    // splits the heads over their own group instead of tp's
+  int layer_begin = 0;             // main decoder layers to load: [layer_begin, layer_end)
+  int layer_end = -1;              // -1: all
+  bool load_embedding = true;      // first pipeline stage
+  bool load_head = true;           // last pipeline stage: norm, lm_head
+  bool load_mtp = true;            // MTP layers (need load_head's stage)
+  TensorParallel tp;               // this rank's shard (whole model when tp.size == 1)
+  LmHeadParallel lmhead_tp;        // splits the heads over their own group instead of tp's
+  DataParallelExperts dp_experts;  // routed experts split over DP ranks (tp.size must be 1)
 };
 
 common::Result<ModelWeights> load_weights(const Checkpoint& checkpoint, const ModelConfig& config,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/check.h"
 #include "common/timer.h"
 #include "worker/sampler.h"
 
@@ -13,13 +14,15 @@ ModelRunner::ModelRunner(const model::DeepseekV3Model& model, const RunnerOption
     : model_(model),
       layer_begin_(o.layer_begin),
       layer_end_(o.layer_end < 0 ? model.config().num_hidden_layers : o.layer_end),
-      cache_(model.config().num_total_layers(), layer_begin_, layer_end_, o.num_blocks,
-             o.block_size, model.config().kv_cache_row_dim(),
+      cache_(model.config().num_total_layers(), layer_begin_, layer_end_,
+             o.num_blocks + (o.dummy_block ? 1 : 0), o.block_size,
+             model.config().kv_cache_row_dim(),
              o.expanded_kv_cache ? model.expanded_kv_row_dim() : 0),
       pool_(o.num_threads),
       states_(model.config().vocab_size, o.num_blocks, o.block_size),
       connector_(o.kv_connector) {
   if (connector_) connector_->register_kv_cache(&cache_, layer_begin_, layer_end_);
+  if (o.dummy_block) dummy_block_ = static_cast<int32_t>(o.num_blocks);
 }
 
 int64_t ModelRunner::kv_bytes_per_block(const model::ModelConfig& c, int block_size,
@@ -67,7 +70,10 @@ common::Result<std::vector<float>> ModelRunner::logits_of_rows(const std::vector
     picked.insert(picked.end(), hidden.begin() + row * H, hidden.begin() + (row + 1) * H);
   model_.final_norm(picked.data(), n, picked.data());
   std::vector<float> logits(n * c.vocab_size);
-  if (n > 0) CP_RETURN_IF_ERROR(model_.compute_logits(picked.data(), n, logits.data(), pool_));
+  // A collective head (the lm_head group) runs even with no rows: the group's other ranks may
+  // have some.
+  if (n > 0 || model_.needs_lockstep())
+    CP_RETURN_IF_ERROR(model_.compute_logits(picked.data(), n, logits.data(), pool_));
   return logits;
 }
 
@@ -107,6 +113,20 @@ common::Result<StepResult> ModelRunner::execute_model(const sched::SchedulerOutp
     result.sampled[i] = sample_token(row_logits, st.sampling, {st.prompt(), st.outputs()}, rng);
   }
   return result;
+}
+
+common::Status ModelRunner::execute_dummy_batch() {
+  CHECK(dummy_block_ >= 0) << "a dummy batch without RunnerOptions::dummy_block";
+  const int32_t token = 0, block = dummy_block_;
+  model::ForwardBatch batch;
+  batch.sequences.push_back({{&token, 1}, 0, {&block, 1}});
+  std::vector<float> hidden(first() ? 0 : model_.config().hidden_size, 0.0f);
+  CP_ASSIGN_OR_RETURN(hidden, run(batch, std::move(hidden), /*connected=*/false));
+  if (last() && model_.needs_lockstep()) {
+    auto logits = logits_of_rows(hidden, {0});
+    if (!logits.ok()) return logits.status();
+  }
+  return {};
 }
 
 double ModelRunner::profile_ms(int64_t num_tokens) {

@@ -27,6 +27,9 @@ struct RunnerOptions {
   int num_threads = 1;
   bool expanded_kv_cache = false;
   std::shared_ptr<KvConnectorWorker> kv_connector;  // null: no KV connector
+  // Data-parallel lock step: one cache block beyond num_blocks, which no request gets, for the
+  // dummy batches a rank without work runs while other ranks have some.
+  bool dummy_block = false;
 };
 
 struct StepResult {
@@ -54,6 +57,11 @@ class ModelRunner {
   common::Result<StepResult> execute_model(const sched::SchedulerOutput& output,
                                            std::vector<float> hidden = {});
 
+  // Data-parallel lock step: a one-token forward through every layer and, when the head is a
+  // collective, the head, into the scratch block (RunnerOptions::dummy_block). Its output is
+  // dropped; it exists so that this rank joins the collectives of ranks that have work.
+  common::Status execute_dummy_batch();
+
   // CPP profiling: milliseconds of the slice on a from-scratch prefill of num_tokens dummy tokens
   // (clamped to the cache), zero input on later slices. Uses the first cache blocks as scratch,
   // so it must run while no request holds blocks.
@@ -75,6 +83,7 @@ class ModelRunner {
   common::ThreadPool pool_;
   RequestStates states_;
   std::shared_ptr<KvConnectorWorker> connector_;
+  int32_t dummy_block_ = -1;  // the scratch block of dummy batches (-1: none)
 };
 
 }  // namespace worker
