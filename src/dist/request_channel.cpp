@@ -1,6 +1,8 @@
 // ZeroMQ ROUTER server and REQ client of the pull connector's side channel.
 #include "dist/request_channel.h"
 
+#include "dist/zmq_util.h"
+
 #include <zmq.h>
 
 #include <cerrno>
@@ -10,31 +12,11 @@
 namespace dist {
 namespace {
 
-void* context() {
-  static void* ctx = zmq_ctx_new();  // process-wide, never destroyed (sockets linger 0)
-  return ctx;
-}
-
+using zmq_util::context;
+using zmq_util::recv_frame;
+using zmq_util::set_int;
 std::string zmq_error() {
-  return zmq_strerror(zmq_errno());
-}
-
-void set_int(void* socket, int option, int value) {
-  zmq_setsockopt(socket, option, &value, sizeof(value));
-}
-
-bool recv_frame(void* socket, Bytes* out, bool* more, int flags) {
-  zmq_msg_t msg;
-  zmq_msg_init(&msg);
-  if (zmq_msg_recv(&msg, socket, flags) < 0) {
-    zmq_msg_close(&msg);
-    return false;
-  }
-  const auto* p = static_cast<const uint8_t*>(zmq_msg_data(&msg));
-  out->assign(p, p + zmq_msg_size(&msg));
-  *more = zmq_msg_more(&msg) != 0;
-  zmq_msg_close(&msg);
-  return true;
+  return zmq_util::error();
 }
 
 }  // namespace
