@@ -25,6 +25,10 @@ struct EngineRequest {
   // The client's kv_transfer_params (a JSON object's text; empty for none): a PD request's
   // instructions to the KV connector (do_remote_decode on P, do_remote_prefill on D).
   std::string kv_transfer_params;
+  // Seeds the generator of a request without its own seed, with the engine's --seed (empty:
+  // request_id). The API server passes the client-visible id and choice, so one request samples
+  // the same tokens on whichever data-parallel rank serves it.
+  std::string sampling_key;
 };
 
 // A generated token with its logprob and the top alternatives (when asked for).
@@ -56,6 +60,8 @@ class EngineClient {
   // Unknown or finished ids are ignored.
   virtual void abort_request(const std::string& request_id) = 0;
   virtual MetricsSnapshot metrics() const = 0;
+  // Every engine's metrics (one entry unless a data-parallel client fronts several engines).
+  virtual std::vector<EngineMetrics> engine_metrics() const { return {{0, metrics()}}; }
   // False once the engine has failed (e.g. a pipeline stage died); it then takes no more work.
   virtual bool is_healthy() const = 0;
   // A request that carried kv_transfer_params was refused before it reached the engine: the

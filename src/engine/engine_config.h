@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "dist/process_group.h"
 #include "sched/kv_connector.h"
 #include "sched/profiling_chunk_config.h"
 #include "sched/scheduler.h"
@@ -33,6 +34,11 @@ struct EngineConfig {
   bool expanded_kv_cache = false;
   // The scheduler side of a KV connector (sched/kv_connector.h); null: none.
   std::shared_ptr<sched::KvConnectorScheduler> kv_connector;
+  // Data-parallel lock step (MoE experts or the lm_head split over DP ranks): the DP group
+  // whose ranks step together, every rank running a forward (a dummy one without work) while
+  // any rank has work. Not owned; null: this engine steps on its own.
+  dist::ProcessGroup* dp_group = nullptr;
+  int engine_index = 0;  // the data-parallel rank: the `engine` label of its metrics
   // Called once, from the engine thread, if the engine fails (a pipeline stage died): every
   // request has then been finished with the error, and the engine accepts no more work.
   std::function<void(const std::string&)> on_fatal;

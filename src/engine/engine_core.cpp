@@ -10,6 +10,16 @@
 namespace engine {
 namespace {
 
+// A generator seed from the engine's seed and a request id (FNV-1a, then splitmix64).
+uint64_t request_seed(uint64_t seed, const std::string& id) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+  h += 0x9e3779b97f4a7c15ull;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
 // Largest cut <= n that does not split a UTF-8 character of `s`.
 size_t utf8_floor(const std::string& s, size_t n) {
   while (n > 0 && n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
@@ -25,8 +35,7 @@ EngineCore::EngineCore(std::unique_ptr<Executor> executor, const tokenizer::Toke
       executor_(std::move(executor)),
       kv_(static_cast<int32_t>(config.num_kv_blocks), config.block_size,
           config.enable_prefix_caching),
-      scheduler_(config.scheduler, &kv_),
-      seed_rng_(config.seed) {
+      scheduler_(config.scheduler, &kv_) {
   scheduler_.set_kv_connector(config_.kv_connector.get());
   start();
 }
@@ -97,6 +106,11 @@ void EngineCore::add_request(EngineRequest request, OutputCallback callback) {
   r->prompt_token_ids = std::move(request.prompt_token_ids);
   r->sampling = std::move(request.sampling);
   r->kv_transfer_params = std::move(request.kv_transfer_params);
+  // An unseeded request's generator comes from --seed and its sampling key, not from the order
+  // of arrival: the same request samples the same tokens on whichever DP rank serves it.
+  if (!r->sampling.seed)
+    r->sampling.seed = request_seed(
+        config_.seed, request.sampling_key.empty() ? r->request_id : request.sampling_key);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
@@ -170,10 +184,12 @@ void EngineCore::loop() {
       std::unique_lock<std::mutex> lock(mu_);
       // With remote workers, wake up now and then to notice one that died while idle.
       const auto idle = std::chrono::milliseconds(executor_->has_remote_workers() ? 100 : 3600000);
-      cv_.wait_for(lock, idle, [&] {
-        return stopping_ || !inbox_.empty() || !aborts_.empty() || scheduler_.has_requests() ||
-               !in_flight_.empty();
-      });
+      // A lock-step rank waits in step_lockstep(), where the other ranks meet it.
+      if (config_.dp_group == nullptr)
+        cv_.wait_for(lock, idle, [&] {
+          return stopping_ || !inbox_.empty() || !aborts_.empty() || scheduler_.has_requests() ||
+                 !in_flight_.empty();
+        });
       stopping = stopping_;
       while (!inbox_.empty()) {
         incoming.push_back(std::move(inbox_.front()));
@@ -190,7 +206,6 @@ void EngineCore::loop() {
       // The workers sample: they get the request's generator seed and every id that min_tokens
       // holds back.
       sched::SamplingParams& sp = req->sampling;
-      if (!sp.seed) sp.seed = seed_rng_();
       sp.all_stop_token_ids = sp.stop_token_ids;
       if (!sp.ignore_eos)
         sp.all_stop_token_ids.insert(sp.all_stop_token_ids.end(), eos_ids_.begin(), eos_ids_.end());
@@ -218,7 +233,11 @@ void EngineCore::loop() {
       fail_engine(why);
       continue;
     }
-    if (scheduler_.has_requests() || !in_flight_.empty()) step();
+    if (config_.dp_group != nullptr) {
+      step_lockstep();  // every rank steps, work or not
+    } else if (scheduler_.has_requests() || !in_flight_.empty()) {
+      step();
+    }
   }
 }
 
@@ -399,6 +418,46 @@ void EngineCore::step() {
     std::unique_lock<std::mutex> lock(mu_);
     const auto pause = std::chrono::milliseconds(scheduler_.has_pending_loads() ? 2 : 10);
     cv_.wait_for(lock, pause, [&] { return stopping_ || !inbox_.empty() || !aborts_.empty(); });
+  }
+}
+
+void EngineCore::step_lockstep() {
+  sched::SchedulerOutput so = schedule_step(/*allow_poll=*/true);
+  if (so.num_recomputed > 0) finish_recomputed();
+  // vLLM all-reduces token counts every forward and "anything unfinished?" every 32 steps;
+  // here one all-reduce per step carries both (it costs microseconds on shared memory).
+  bool unfinished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unfinished = scheduler_.has_requests() || !inbox_.empty();
+  }
+  int64_t agree[2] = {so.total_num_scheduled_tokens, unfinished ? 1 : 0};
+  if (auto st = config_.dp_group->all_reduce(agree, 2, dist::ReduceOp::kMax); !st.ok())
+    return fail_engine("the data-parallel group failed: " + st.message());
+  const bool computes = so.total_num_scheduled_tokens > 0;
+  if (agree[0] > 0 && !computes) {  // another rank computes: join its collectives
+    if (auto st = executor_->execute_dummy_batch(); !st.ok()) return fail_engine(st.message());
+    std::lock_guard<std::mutex> lock(mu_);
+    ++metrics_.dummy_batches;
+  }
+  if (!so.empty() || so.kv_connector_poll) {
+    in_flight_.push_back(InFlight{std::move(so), 0.0});
+    const StepMeta meta{next_step_id_++, 0.0};
+    if (auto st = executor_->submit(in_flight_.back().output, meta); !st.ok())
+      return fail_engine(st.message());
+    auto result = executor_->take_oldest();
+    if (!result.ok()) return fail_engine(result.status().message());
+    const InFlight f = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    complete_step(f.output, *result);
+  }
+  if (agree[0] == 0) {
+    // Nobody computed: the wave is over (nothing unfinished anywhere) or every rank waits (for
+    // KV, for remote blocks). Pause briefly; a new request ends the pause here, and the other
+    // ranks meet this one at the next all-reduce.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(agree[1] > 0 ? 2 : 5),
+                 [&] { return stopping_ || !inbox_.empty() || !aborts_.empty(); });
   }
 }
 

@@ -50,6 +50,9 @@ class EngineCore : public EngineClient {
   void shutdown();
 
   MetricsSnapshot metrics() const override;
+  std::vector<EngineMetrics> engine_metrics() const override {
+    return {{config_.engine_index, metrics()}};
+  }
   // The CPP predictor (null without profiling_chunk); read it only while the engine is idle.
   const sched::ChunkSizePredictor* chunk_predictor() const { return predictor_.get(); }
   const EngineConfig& config() const { return config_; }
@@ -87,6 +90,10 @@ class EngineCore : public EngineClient {
   void finish_load_failures();
   // The step loop: fill the executor up to its depth, then complete the oldest step.
   void step();
+  // The step loop of a data-parallel rank in lock step (config.dp_group): one step at a time;
+  // the ranks agree on (max tokens, any unfinished) first, and a rank with nothing to compute
+  // runs a dummy batch while another computes.
+  void step_lockstep();
   // Updates the scheduler and delivers outputs for an executed step.
   void complete_step(const sched::SchedulerOutput& so, const sched::ModelRunnerOutput& out);
   double timing_ms(const sched::ModelRunnerOutput& out) const;
@@ -106,7 +113,6 @@ class EngineCore : public EngineClient {
   int64_t next_step_id_ = 0;
   std::unique_ptr<sched::ChunkSizePredictor> predictor_;
   std::vector<int32_t> eos_ids_;
-  std::mt19937_64 seed_rng_;
   std::unordered_map<std::string, Tracked> tracked_;
 
   mutable std::mutex mu_;

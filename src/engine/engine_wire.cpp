@@ -20,6 +20,7 @@ std::vector<uint8_t> encode_request(const EngineRequest& q) {
   w.put_vector(q.prompt_token_ids);
   sched::write_sampling_params(w, q.sampling);
   w.put_string(q.kv_transfer_params);
+  w.put_string(q.sampling_key);
   return out;
 }
 
@@ -30,6 +31,7 @@ common::Result<EngineRequest> decode_request(const std::vector<uint8_t>& bytes) 
   r.get_vector(&q.prompt_token_ids);
   if (!sched::read_sampling_params(r, &q.sampling)) return malformed("request");
   r.get_string(&q.kv_transfer_params);
+  r.get_string(&q.sampling_key);
   if (!r.ok() || !r.at_end()) return malformed("request");
   return q;
 }
@@ -97,6 +99,85 @@ common::Result<RequestOutput> decode_output(const std::vector<uint8_t>& bytes) {
   r.get_string(&o.kv_transfer_params);
   if (!r.ok() || !r.at_end()) return malformed("output");
   return o;
+}
+
+namespace {
+
+void put_histogram(dist::WireWriter& w, const Histogram& h) {
+  w.put_vector(h.counts);
+  w.put(h.sum);
+  w.put(h.count);
+}
+
+// The bounds are the receiver's own (the same binary): only their count must agree.
+bool get_histogram(dist::WireReader& r, Histogram* h) {
+  std::vector<uint64_t> counts;
+  if (!r.get_vector(&counts) || counts.size() != h->counts.size()) return false;
+  h->counts = std::move(counts);
+  return r.get(&h->sum) && r.get(&h->count);
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_metrics(const MetricsSnapshot& s) {
+  std::vector<uint8_t> out;
+  dist::WireWriter w(&out);
+  const Metrics& m = s.totals;
+  for (int64_t v : {m.prompt_tokens, m.generation_tokens, m.prefix_cache_queries,
+                    m.prefix_cache_hits, m.external_prefix_cache_hits, m.preemptions,
+                    m.recomputed_requests, m.dummy_batches, m.cpp_steps})
+    w.put(v);
+  w.put(m.kv_transfer);
+  std::vector<std::string> reasons;
+  std::vector<int64_t> counts;
+  for (const auto& [reason, n] : m.request_success) reasons.push_back(reason), counts.push_back(n);
+  w.put_strings(reasons);
+  w.put_vector(counts);
+  for (const Histogram* h : {&m.ttft, &m.itl, &m.e2e, &m.iteration_tokens}) put_histogram(w, *h);
+  w.put(m.cpp_predicted_ms_sum);
+  w.put(m.cpp_measured_ms_sum);
+  w.put(s.num_running);
+  w.put(s.num_waiting);
+  w.put(s.kv_cache_usage);
+  w.put(s.num_kv_blocks);
+  w.put(s.block_size);
+  w.put_vector(s.stage_busy_seconds);
+  w.put<uint8_t>(s.cpp_ready ? 1 : 0);
+  for (double v : {s.cpp_a, s.cpp_b, s.cpp_c, s.cpp_target_ms}) w.put(v);
+  return out;
+}
+
+common::Result<MetricsSnapshot> decode_metrics(const std::vector<uint8_t>& bytes) {
+  MetricsSnapshot s;
+  Metrics& m = s.totals;
+  dist::WireReader r(bytes);
+  for (int64_t* v : {&m.prompt_tokens, &m.generation_tokens, &m.prefix_cache_queries,
+                     &m.prefix_cache_hits, &m.external_prefix_cache_hits, &m.preemptions,
+                     &m.recomputed_requests, &m.dummy_batches, &m.cpp_steps})
+    r.get(v);
+  r.get(&m.kv_transfer);
+  std::vector<std::string> reasons;
+  std::vector<int64_t> counts;
+  r.get_strings(&reasons);
+  r.get_vector(&counts);
+  if (!r.ok() || reasons.size() != counts.size()) return malformed("metrics report");
+  for (size_t i = 0; i < reasons.size(); ++i) m.request_success[reasons[i]] = counts[i];
+  for (Histogram* h : {&m.ttft, &m.itl, &m.e2e, &m.iteration_tokens})
+    if (!get_histogram(r, h)) return malformed("metrics report");
+  r.get(&m.cpp_predicted_ms_sum);
+  r.get(&m.cpp_measured_ms_sum);
+  r.get(&s.num_running);
+  r.get(&s.num_waiting);
+  r.get(&s.kv_cache_usage);
+  r.get(&s.num_kv_blocks);
+  r.get(&s.block_size);
+  r.get_vector(&s.stage_busy_seconds);
+  uint8_t ready = 0;
+  r.get(&ready);
+  s.cpp_ready = ready != 0;
+  for (double* v : {&s.cpp_a, &s.cpp_b, &s.cpp_c, &s.cpp_target_ms}) r.get(v);
+  if (!r.ok() || !r.at_end()) return malformed("metrics report");
+  return s;
 }
 
 }  // namespace engine

@@ -31,6 +31,12 @@ class Executor {
   // The output of the oldest submitted step.
   virtual common::Result<sched::ModelRunnerOutput> take_oldest() = 0;
 
+  // Data-parallel lock step: a one-token forward whose output is dropped, so that this rank
+  // joins the collectives of ranks that have work. Only executors that support it override it.
+  virtual common::Status execute_dummy_batch() {
+    return common::unimplemented("this executor cannot run dummy batches");
+  }
+
   // CPP profiling: milliseconds of a from-scratch prefill of num_tokens dummy tokens, timed on
   // the last stage, or on the slowest one when `slowest_stage`. Only while nothing is in flight.
   virtual common::Result<double> profile_ms(int64_t num_tokens, bool slowest_stage) = 0;

@@ -29,7 +29,8 @@ struct Metrics {
   int64_t prefix_cache_hits = 0;
   int64_t external_prefix_cache_hits = 0;  // prompt tokens a KV connector loaded
   int64_t preemptions = 0;
-  int64_t recomputed_requests = 0;     // finished by the recompute scheduler (PD decoder)
+  int64_t recomputed_requests = 0;  // finished by the recompute scheduler (PD decoder)
+  int64_t dummy_batches = 0;  // DP lock step: forwards run only to join other ranks' collectives
   sched::KvTransferStats kv_transfer;  // the KV connector's (pulls_in_flight: the latest)
   std::map<std::string, int64_t> request_success;  // finished_reason -> count
   Histogram ttft{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
@@ -56,6 +57,12 @@ struct MetricsSnapshot {
   // CPP: the fitted model and target (when a chunk predictor is configured and ready).
   bool cpp_ready = false;
   double cpp_a = 0, cpp_b = 0, cpp_c = 0, cpp_target_ms = 0;
+};
+
+// One engine's metrics, labelled by its data-parallel rank.
+struct EngineMetrics {
+  int engine_index = 0;
+  MetricsSnapshot snapshot;
 };
 
 }  // namespace engine

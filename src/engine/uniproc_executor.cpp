@@ -30,6 +30,16 @@ common::Result<sched::ModelRunnerOutput> UniProcExecutor::take_oldest() {
   return out;
 }
 
+common::Status UniProcExecutor::execute_dummy_batch() {
+  if (!failure_.empty()) return common::Status(common::StatusCode::kInternal, failure_);
+  CHECK(done_.empty()) << "a dummy batch while a step is in flight";
+  if (auto st = runner_.execute_dummy_batch(); !st.ok()) {
+    failure_ = st.message();
+    return st;
+  }
+  return {};
+}
+
 common::Result<double> UniProcExecutor::profile_ms(int64_t num_tokens, bool /*slowest_stage*/) {
   CHECK(done_.empty()) << "profiling while a step is in flight";
   return runner_.profile_ms(num_tokens);

@@ -18,6 +18,7 @@ inline worker::RunnerOptions runner_options(const EngineConfig& config) {
   o.block_size = config.block_size;
   o.num_threads = config.num_threads;
   o.expanded_kv_cache = config.expanded_kv_cache;
+  o.dummy_block = config.dp_group != nullptr;
   return o;
 }
 
@@ -32,6 +33,7 @@ class UniProcExecutor : public Executor {
   common::Status submit(const sched::SchedulerOutput& output, const StepMeta& meta) override;
   common::Result<sched::ModelRunnerOutput> take_oldest() override;
   common::Result<double> profile_ms(int64_t num_tokens, bool slowest_stage) override;
+  common::Status execute_dummy_batch() override;
   std::string failure() const override { return failure_; }
   bool has_remote_workers() const override { return false; }
   // Whether the runner's KV connector started (ports bound, memory registered).

@@ -208,7 +208,7 @@ void ApiServer::handle(std::shared_ptr<HttpExchange> ex) {
   if (path == "/metrics") {
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r.body = render_metrics(engine_.metrics(), config_.served_model_names.front());
+    r.body = render_metrics(engine_.engine_metrics(), config_.served_model_names.front());
     return ex->respond(std::move(r));
   }
   if (path == "/v1/models") return ex->respond(models_response());
@@ -487,6 +487,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
       r.sampling = f.sampling;
       r.sampling.max_tokens = max_tokens_per_prompt[p];
       r.kv_transfer_params = kv_transfer_params;
+      r.sampling_key = plan.response_id + "-" + std::to_string(i);
       if (r.sampling.seed && f.n > 1) *r.sampling.seed += k;  // distinct samples per choice
       plan.choices.push_back(std::move(c));
       plan.requests.push_back(std::move(r));

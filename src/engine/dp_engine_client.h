@@ -1,0 +1,93 @@
+// DpEngineClient: the API server's EngineClient for data parallelism with internal load
+// balancing (vLLM's DPLBAsyncMPClient): N engine processes, local or on --headless nodes,
+// connect to --data-parallel-rpc-port; each request goes to the live engine with the least
+// `waiting * 4 + running`, from the stats the engines publish and the requests sent since.
+// One I/O thread owns the socket; the public methods are thread-safe. An engine that dies or
+// falls silent fails its own requests; the others keep serving (failover), unless the ranks
+// step in lock step (expert parallelism), where one dead rank ends the group.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "dist/message_socket.h"
+#include "engine/dp_protocol.h"
+#include "engine/engine_client.h"
+
+namespace engine {
+
+struct DpClientOptions {
+  int dp_size = 1;
+  std::string bind_host = "*";
+  int rpc_port = 0;       // 0: a free port (tests)
+  dp::Welcome welcome;    // what every engine is told (its store address)
+  bool lockstep = false;  // one dead engine fails every engine
+  double heartbeat_timeout_s = 10;
+  // Called once, from the I/O thread, when no engine is left to serve (or the lock-step group
+  // broke).
+  std::function<void(const std::string&)> on_fatal;
+};
+
+class DpEngineClient : public EngineClient {
+ public:
+  static common::Result<std::unique_ptr<DpEngineClient>> start(DpClientOptions options);
+  ~DpEngineClient() override;
+  DpEngineClient(const DpEngineClient&) = delete;
+  DpEngineClient& operator=(const DpEngineClient&) = delete;
+  int port() const { return socket_port_; }
+
+  // Blocks until every engine said READY; an error names the ranks still missing.
+  common::Status wait_ready(double timeout_s);
+  // An engine process known to have ended (a local child reaped by the launcher).
+  void engine_died(int rank, const std::string& why);
+  // Tells every engine to stop, then stops the I/O thread. Idempotent.
+  void shutdown();
+
+  void add_request(EngineRequest request, OutputCallback callback) override;
+  void abort_request(const std::string& request_id) override;
+  MetricsSnapshot metrics() const override;  // the engines' sum
+  std::vector<EngineMetrics> engine_metrics() const override;
+  bool is_healthy() const override;
+  void release_kv_transfer(const std::string& kv_transfer_params) override;
+
+ private:
+  struct Engine {
+    std::string peer;  // the socket identity ("" until HELLO)
+    bool ready = false, dead = false;
+    double last_seen = 0;
+    MetricsSnapshot stats;
+    int64_t unfinished = 0;  // this front end's requests not yet finished there
+  };
+  struct Pending {
+    int engine = 0;
+    OutputCallback callback;
+  };
+  explicit DpEngineClient(DpClientOptions options) : options_(std::move(options)) {}
+  void io_loop();
+  void on_message(const std::string& peer, const std::vector<uint8_t>& bytes);
+  // Queues a message for the I/O thread (any thread).
+  void post(int engine, std::vector<uint8_t> message);
+  // Marks an engine dead and fails its requests; mu_ must not be held.
+  void mark_dead(int engine, const std::string& why);
+  int pick_engine() const;  // mu_ held; -1 when none is alive
+
+  DpClientOptions options_;
+  std::unique_ptr<dist::RouterSocket> socket_;
+  int socket_port_ = 0;
+  int wake_fd_ = -1;
+  mutable std::mutex mu_;
+  std::vector<Engine> engines_;
+  std::unordered_map<std::string, Pending> pending_;
+  std::vector<std::pair<int, std::vector<uint8_t>>> outbox_;
+  bool fatal_reported_ = false;
+  std::atomic<bool> stopping_{false};
+  std::thread io_;
+};
+
+}  // namespace engine
