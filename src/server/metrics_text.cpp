@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 namespace server {
 namespace {
@@ -22,44 +23,65 @@ std::string num(double v) {
   return s.str();
 }
 
+// Families in first-seen order, each with its HELP/TYPE once and the samples of every engine
+// that reported it (Prometheus wants a family's samples together).
 class Writer {
  public:
-  explicit Writer(std::string labels) : labels_(std::move(labels)) {}
+  void set_labels(std::string labels) { labels_ = std::move(labels); }
+  const std::string& labels() const { return labels_; }
   void gauge(const std::string& name, const std::string& help, double v) {
-    head(name, help, "gauge");
-    out_ << name << "{" << labels_ << "} " << num(v) << "\n";
+    family(name, help, "gauge");
+    sample(name + "{" + labels_ + "} " + num(v));
   }
   void counter(const std::string& name, const std::string& help, double v) {
-    head(name, help, "counter");
-    out_ << name << "_total{" << labels_ << "} " << num(v) << "\n";
+    family(name, help, "counter");
+    sample(name + "_total{" + labels_ + "} " + num(v));
   }
   void histogram(const std::string& name, const std::string& help, const engine::Histogram& h) {
-    head(name, help, "histogram");
+    family(name, help, "histogram");
     uint64_t cum = 0;
     for (size_t i = 0; i < h.bounds.size(); ++i) {
       cum += h.counts[i];
-      out_ << name << "_bucket{" << labels_ << ",le=\"" << num(h.bounds[i]) << "\"} "
-           << num(double(cum)) << "\n";
+      sample(name + "_bucket{" + labels_ + ",le=\"" + num(h.bounds[i]) + "\"} " + num(double(cum)));
     }
-    out_ << name << "_bucket{" << labels_ << ",le=\"+Inf\"} " << num(double(h.count)) << "\n";
-    out_ << name << "_count{" << labels_ << "} " << num(double(h.count)) << "\n";
-    out_ << name << "_sum{" << labels_ << "} " << num(h.sum) << "\n";
+    sample(name + "_bucket{" + labels_ + ",le=\"+Inf\"} " + num(double(h.count)));
+    sample(name + "_count{" + labels_ + "} " + num(double(h.count)));
+    sample(name + "_sum{" + labels_ + "} " + num(h.sum));
   }
-  std::ostringstream& raw() { return out_; }
-  std::string str() const { return out_.str(); }
+  // Starts (or returns to) a family; the samples that follow belong to it.
+  void family(const std::string& name, const std::string& help, const char* type) {
+    for (size_t i = 0; i < families_.size(); ++i)
+      if (families_[i].name == name) {
+        current_ = i;
+        return;
+      }
+    families_.push_back(
+        {name, "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n", {}});
+    current_ = families_.size() - 1;
+  }
+  void sample(std::string line) { families_[current_].samples.push_back(std::move(line)); }
+  std::string str() const {
+    std::string out;
+    for (const Family& f : families_) {
+      out += f.head;
+      for (const std::string& line : f.samples) out += line + "\n";
+    }
+    return out;
+  }
 
  private:
-  void head(const std::string& name, const std::string& help, const char* type) {
-    out_ << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
-  }
+  struct Family {
+    std::string name, head;
+    std::vector<std::string> samples;
+  };
   std::string labels_;
-  std::ostringstream out_;
+  std::vector<Family> families_;
+  size_t current_ = 0;
 };
 
-}  // namespace
-
-std::string render_metrics(const engine::MetricsSnapshot& s, const std::string& model_name) {
-  Writer w("model_name=\"" + model_name + "\",engine=\"0\"");
+void render_engine(Writer& w, const engine::MetricsSnapshot& s, const std::string& model_name,
+                   const std::string& engine_index) {
+  w.set_labels("model_name=\"" + model_name + "\",engine=\"" + engine_index + "\"");
   const engine::Metrics& m = s.totals;
   w.gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
           s.num_running);
@@ -102,21 +124,20 @@ std::string render_metrics(const engine::MetricsSnapshot& s, const std::string& 
             "Prefilled requests whose blocks were freed because no decoder released them in "
             "time (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT).",
             double(kv.leases_expired));
+  w.counter("chunkpipe:dp_dummy_batches",
+            "Forwards a data-parallel rank in lock step ran without work of its own, to join the "
+            "collectives of ranks that had some.",
+            double(m.dummy_batches));
   w.counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
             double(m.preemptions));
   w.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", double(m.prompt_tokens));
   w.counter("vllm:generation_tokens", "Number of generation tokens processed.",
             double(m.generation_tokens));
-  {
-    auto& out = w.raw();
-    out << "# HELP vllm:request_success Count of successfully processed requests.\n"
-           "# TYPE vllm:request_success counter\n";
-    for (const char* reason : {"stop", "length", "abort"}) {
-      auto it = m.request_success.find(reason);
-      out << "vllm:request_success_total{model_name=\"" << model_name
-          << "\",engine=\"0\",finished_reason=\"" << reason << "\"} "
-          << num(it == m.request_success.end() ? 0.0 : double(it->second)) << "\n";
-    }
+  w.family("vllm:request_success", "Count of successfully processed requests.", "counter");
+  for (const char* reason : {"stop", "length", "abort"}) {
+    auto it = m.request_success.find(reason);
+    w.sample("vllm:request_success_total{" + w.labels() + ",finished_reason=\"" + reason + "\"} " +
+             num(it == m.request_success.end() ? 0.0 : double(it->second)));
   }
   w.histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
               m.iteration_tokens);
@@ -129,13 +150,11 @@ std::string render_metrics(const engine::MetricsSnapshot& s, const std::string& 
   w.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
               m.e2e);
   if (!s.stage_busy_seconds.empty()) {
-    w.raw()
-        << "# HELP chunkpipe:pp_stage_busy_seconds Seconds each pipeline stage spent computing.\n"
-           "# TYPE chunkpipe:pp_stage_busy_seconds counter\n";
-    for (size_t i = 0; i < s.stage_busy_seconds.size(); ++i) {
-      w.raw() << "chunkpipe:pp_stage_busy_seconds_total{model_name=\"" << model_name
-              << "\",stage=\"" << i << "\"} " << num(s.stage_busy_seconds[i]) << "\n";
-    }
+    w.family("chunkpipe:pp_stage_busy_seconds", "Seconds each pipeline stage spent computing.",
+             "counter");
+    for (size_t i = 0; i < s.stage_busy_seconds.size(); ++i)
+      w.sample("chunkpipe:pp_stage_busy_seconds_total{" + w.labels() + ",stage=\"" +
+               std::to_string(i) + "\"} " + num(s.stage_busy_seconds[i]));
   }
   if (s.cpp_ready) {
     w.gauge("chunkpipe:cpp_target_latency_ms", "CPP target chunk latency T in milliseconds.",
@@ -151,10 +170,18 @@ std::string render_metrics(const engine::MetricsSnapshot& s, const std::string& 
     w.counter("chunkpipe:cpp_chunk_steps", "Steps with prefill chunks counted above.",
               double(m.cpp_steps));
   }
-  w.raw() << "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
-             "# TYPE vllm:cache_config_info gauge\n"
-             "vllm:cache_config_info{block_size=\""
-          << s.block_size << "\",engine=\"0\",num_gpu_blocks=\"" << s.num_kv_blocks << "\"} 1.0\n";
+  w.family("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", "gauge");
+  w.sample("vllm:cache_config_info{block_size=\"" + std::to_string(s.block_size) + "\",engine=\"" +
+           engine_index + "\",num_gpu_blocks=\"" + std::to_string(s.num_kv_blocks) + "\"} 1.0");
+}
+
+}  // namespace
+
+std::string render_metrics(const std::vector<engine::EngineMetrics>& engines,
+                           const std::string& model_name) {
+  Writer w;
+  for (const engine::EngineMetrics& e : engines)
+    render_engine(w, e.snapshot, model_name, std::to_string(e.engine_index));
   return w.str();
 }
 

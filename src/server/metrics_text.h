@@ -3,11 +3,14 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "engine/metrics.h"
 
 namespace server {
 
-std::string render_metrics(const engine::MetricsSnapshot& snapshot, const std::string& model_name);
+// One sample per engine (label engine="i") in each family.
+std::string render_metrics(const std::vector<engine::EngineMetrics>& engines,
+                           const std::string& model_name);
 
 }  // namespace server
