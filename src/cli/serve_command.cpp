@@ -21,11 +21,14 @@
 
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
+#include "cli/data_parallel.h"
 #include "cli/engine_sizing.h"
 #include "common/logging.h"
 #include "common/timer.h"
 #include "dist/process.h"
+#include "engine/dp_engine_client.h"
 #include "engine/engine_core.h"
+#include "engine/engine_link.h"
 #include "engine/pipeline_executor.h"
 #include "engine/uniproc_executor.h"
 #include "model/deepseek_v3.h"
@@ -78,6 +81,8 @@ void add_serve_flags(ArgParser& p) {
   p.add_flag("data-parallel-hybrid-lb", "hybrid data-parallel load balancing");
   p.add_flag("data-parallel-external-lb", "external data-parallel load balancing");
   p.add_flag("headless", "engine ranks only, no API server");
+  p.add_option("dp-engine-of",
+               "internal: run one data-parallel engine for the front end at HOST:PORT");
   p.add_option("nnodes", "hosts of a multi-node deployment", "1");
   p.add_option("node-rank", "this host's rank among --nnodes (0 runs the API server)", "0");
   p.add_option("master-addr", "address of node 0, where the other nodes connect", "127.0.0.1");
@@ -200,6 +205,8 @@ struct ServePlan {
   std::string kv_transfer_config;       // --kv-transfer-config as given (empty: none)
   transfer::KvTransferConfig kv_transfer;
   int data_parallel_rank = 0;  // --data-parallel-rank (the pull connector's port offset)
+  DataParallelPlan dp;
+  std::vector<std::string> serve_args;  // "serve" and every argument, for engine processes
 };
 
 namespace {
@@ -310,9 +317,10 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     if (tp > 64) return common::invalid_argument("--tensor-parallel-size must be at most 64");
     plan->tensor_parallel_size = static_cast<int>(tp);
     plan->expert_parallel = tp > 1 && p.flag("enable-expert-parallel");
-    CP_ASSIGN_OR_RETURN(int64_t dp, p.int_option("data-parallel-size", 1));
-    if (dp > 1)
-      return unbuilt("data parallelism (--data-parallel-size > 1)", "planned: data parallel");
+    CP_RETURN_IF_ERROR(plan_data_parallel(p, plan->tensor_parallel_size,
+                                          plan->pipeline_parallel_size,
+                                          plan->lmhead_tensor_parallel_size, &plan->dp));
+    if (plan->dp.rank >= 0) plan->data_parallel_rank = plan->dp.rank;
   }
   {
     auto& t = plan->topology;
@@ -335,9 +343,13 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
                                         " runs no API server: add --headless");
       if (t.node_rank == 0 && plan->headless)
         return common::invalid_argument("node 0 runs the API server: drop --headless");
-    } else if (plan->headless) {
-      return unbuilt("--headless data-parallel serving", "planned with data parallelism");
+    } else if (plan->headless && !plan->dp.active()) {
+      return common::invalid_argument(
+          "--headless needs --nnodes > 1 (a pipeline) or --data-parallel-size > 1");
     }
+    if (plan->dp.active() && t.nnodes > 1)
+      return unbuilt("data parallelism with a multi-node pipeline (--nnodes)",
+                     "--data-parallel-* places one rank's engine on one node");
   }
   if (p.given("kv-transfer-config")) {
     plan->kv_transfer_config = p.option("kv-transfer-config").value_or("");
@@ -345,12 +357,6 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
                         transfer::parse_kv_transfer_config(plan->kv_transfer_config));
     const transfer::KvTransferConfig& kt = plan->kv_transfer;
     plan->engine.scheduler.recompute_kv_load_failures = kt.kv_load_failure_policy == "recompute";
-    if (p.given("data-parallel-rank")) {
-      CP_ASSIGN_OR_RETURN(int64_t rank, p.int_option("data-parallel-rank", 0));
-      if (rank < 0 || rank > 4095)
-        return common::invalid_argument("--data-parallel-rank must be in [0, 4095]");
-      plan->data_parallel_rank = static_cast<int>(rank);
-    }
     if (kt.kv_connector == transfer::kMooncakeConnector) {
       LOG(INFO) << "kv_connector MooncakeConnectorV1 maps to chunkpipe's pull connector (D reads "
                    "the prompt's KV blocks from P)";
@@ -499,10 +505,16 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   e.trace_file = p.option("trace-file").value_or("");
   CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1));
   e.num_threads = static_cast<int>(threads);
-  const int ranks = plan->pipeline_parallel_size * plan->tensor_parallel_size;
-  if (!p.given("threads") && ranks > 1) {  // --threads is per rank (stage x TP rank)
+  // --threads is per rank (stage x TP rank); a node's data-parallel engines share its cores.
+  // External ranks, one process each, take OMP_NUM_THREADS when set (the seeds set it).
+  const int engines_here = plan->dp.active() && !plan->dp.external ? plan->dp.size_local : 1;
+  const int ranks = plan->pipeline_parallel_size * plan->tensor_parallel_size * engines_here;
+  if (!p.given("threads") && plan->dp.external && std::getenv("OMP_NUM_THREADS")) {
+    e.num_threads = std::max(1, std::atoi(std::getenv("OMP_NUM_THREADS")));
+  } else if (!p.given("threads") && ranks > 1) {
     e.num_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks);
   }
+  e.engine_index = std::max(0, plan->dp.rank);
   if (p.given("kv-cache-memory")) {
     CP_ASSIGN_OR_RETURN(plan->kv_cache_bytes, p.int_option("kv-cache-memory", 1));
   }
@@ -597,6 +609,175 @@ int run_headless_node(const ServePlan& plan) {
   }
 }
 
+// Reaps local engine processes; the first call that sees one exit reports it. Thread-safe.
+class EngineReaper {
+ public:
+  explicit EngineReaper(LocalEngines engines)
+      : engines_(std::move(engines)), done_(engines_.pids.size()) {}
+  // (rank, how) of each engine that exited since the last call.
+  std::vector<std::pair<int, std::string>> poll() {
+    std::vector<std::pair<int, std::string>> out;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < engines_.pids.size(); ++i) {
+      if (done_[i]) continue;
+      if (auto how = dist::reap_if_exited(engines_.pids[i])) {
+        done_[i] = true;
+        out.emplace_back(engines_.ranks[i],
+                         "its process (pid " + std::to_string(engines_.pids[i]) + ") " + *how);
+      }
+    }
+    return out;
+  }
+  bool all_done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::all_of(done_.begin(), done_.end(), [](bool d) { return d; });
+  }
+  // SIGTERM, up to `grace_s` to exit, then SIGKILL; reaps them all.
+  void stop(double grace_s) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < engines_.pids.size(); ++i)
+        if (!done_[i]) kill(engines_.pids[i], SIGTERM);
+    }
+    const double deadline = common::now_seconds() + grace_s;
+    while (!all_done() && common::now_seconds() < deadline) {
+      poll();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < engines_.pids.size(); ++i) {
+      if (done_[i]) continue;
+      kill(engines_.pids[i], SIGKILL);
+      waitpid(engines_.pids[i], nullptr, 0);
+      done_[i] = true;
+    }
+  }
+
+ private:
+  LocalEngines engines_;
+  std::mutex mu_;
+  std::vector<bool> done_;
+};
+
+// A --headless data-parallel node: starts its engines, which connect to the head's rpc port,
+// and waits. Exits once they have all exited (0 if each did so cleanly), or on a signal.
+int run_data_parallel_headless(const ServePlan& plan) {
+  const std::string head = plan.dp.address + ":" + std::to_string(plan.dp.rpc_port);
+  auto engines = spawn_local_engines(plan.serve_args, plan.dp, head);
+  if (!engines.ok()) {
+    LOG(ERROR) << engines.status().message();
+    return 1;
+  }
+  LOG(INFO) << "Headless data-parallel node: engines for ranks " << plan.dp.start_rank << "-"
+            << plan.dp.start_rank + plan.dp.size_local - 1 << " of " << plan.dp.size
+            << ", served by the API server at " << head;
+  EngineReaper reaper(std::move(engines).value());
+  bool failed = false;
+  while (true) {
+    pollfd pfd{g_signal_pipe[0], POLLIN, 0};
+    if (poll(&pfd, 1, 50) > 0) {
+      LOG(INFO) << "Stopping the headless node's engines";
+      reaper.stop(5);
+      return failed ? 1 : 0;
+    }
+    for (const auto& [rank, how] : reaper.poll()) {
+      const bool clean = how.find("exited with status 0") != std::string::npos;
+      failed |= !clean;
+      if (clean) {
+        LOG(INFO) << "Data-parallel engine " << rank << ": " << how;
+      } else {
+        LOG(ERROR) << "Data-parallel engine " << rank << ": " << how;
+      }
+    }
+    if (reaper.all_done()) return failed ? 1 : 0;
+  }
+}
+
+// The API server of an internal-LB data-parallel deployment: binds the rpc port, starts this
+// node's engines, waits until every rank (local or --headless) is READY, then serves.
+int run_data_parallel_front_end(ServePlan& plan, const tokenizer::Tokenizer& tok,
+                                const tokenizer::ChatTemplate& chat_template) {
+  engine::DpClientOptions o;
+  o.dp_size = plan.dp.size;
+  o.rpc_port = plan.dp.rpc_port;
+  o.lockstep = plan.dp.lockstep;
+  std::unique_ptr<dist::StoreServer> store;
+  if (plan.dp.lockstep) {  // the ranks' DP group meets here
+    auto started = dist::StoreServer::start("*", 0);
+    if (!started.ok()) {
+      LOG(ERROR) << started.status().message();
+      return 1;
+    }
+    store = std::move(started).value();
+    o.welcome.store_host = plan.dp.address;
+    o.welcome.store_port = store->port();
+  }
+  o.welcome.dp_size = plan.dp.size;
+  o.on_fatal = [](const std::string&) {
+    g_engine_failed = true;
+    const char byte = 0;
+    if (write(g_signal_pipe[1], &byte, 1) < 0) _exit(1);
+  };
+  auto client = engine::DpEngineClient::start(o);
+  if (!client.ok()) {
+    LOG(ERROR) << client.status().message();
+    return 1;
+  }
+  engine::DpEngineClient& dp = **client;
+  auto engines =
+      spawn_local_engines(plan.serve_args, plan.dp, "127.0.0.1:" + std::to_string(dp.port()));
+  if (!engines.ok()) {
+    LOG(ERROR) << engines.status().message();
+    return 1;
+  }
+  LOG(INFO) << "Data parallel: " << plan.dp.size << " engines (" << plan.dp.size_local
+            << " on this node), internal load balancing; rpc port " << dp.port()
+            << (plan.dp.lockstep ? "; ranks in lock step" : "");
+  EngineReaper reaper(std::move(engines).value());
+  std::atomic<bool> reaping{true};
+  std::thread reap_thread([&] {
+    while (reaping) {
+      for (const auto& [rank, how] : reaper.poll()) dp.engine_died(rank, how);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  auto finish = [&](int status) {
+    dp.shutdown();
+    reaper.stop(5);
+    reaping = false;
+    reap_thread.join();
+    return status;
+  };
+  if (auto st = dp.wait_ready(600); !st.ok()) {
+    LOG(ERROR) << st.message();
+    return finish(1);
+  }
+  server::ApiServer api(plan.server, dp, tok, chat_template);
+  std::thread signal_thread([&] {
+    char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    if (!g_stop_requested.exchange(true)) {
+      if (g_engine_failed) {
+        LOG(ERROR) << "The data-parallel engines failed: shutting down the API server";
+      } else {
+        LOG(INFO) << "Received signal " << int(sig) << ": shutting down";
+      }
+      api.stop();
+    }
+  });
+  const bool ok = api.listen();
+  if (!ok) LOG(ERROR) << "cannot bind " << plan.server.host << ":" << plan.server.port;
+  if (!g_stop_requested.exchange(true)) {
+    const char wake = 0;
+    if (write(g_signal_pipe[1], &wake, 1) < 0) LOG(WARNING) << "cannot wake the signal thread";
+  }
+  signal_thread.join();
+  const int status = finish(ok && !g_engine_failed ? 0 : 1);
+  LOG(INFO) << "Shutdown complete";
+  return status;
+}
+
 }  // namespace
 
 int run_serve_command(int argc, char** argv) {
@@ -618,6 +799,8 @@ int run_serve_command(int argc, char** argv) {
     return 0;
   }
   ServePlan plan;
+  plan.serve_args.push_back("serve");
+  for (int i = 2; i < argc; ++i) plan.serve_args.push_back(argv[i]);
   if (auto st = plan_serve(p, &plan); !st.ok()) {
     if (st.code() == common::StatusCode::kUnimplemented) {
       std::fprintf(stderr, "chunkpipe serve: error: %s\n", st.message().c_str());
@@ -646,40 +829,89 @@ int run_serve_command(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   const double t0 = common::now_seconds();
+  // An internal-LB data-parallel front end (or a --headless DP node) loads no model: its
+  // engines are processes of their own.
+  const bool dp_front = plan.dp.active() && !plan.dp.external && !plan.dp.engine_process();
+  std::unique_ptr<engine::EngineLink> link;
+  auto fail_start = [&](const std::string& why) {
+    LOG(ERROR) << why;
+    if (link) link->report_failure(why);
+    return 1;
+  };
+  DataParallelGroups dp_groups;
+  if (plan.dp.engine_process()) {
+    const size_t colon = plan.dp.engine_of.rfind(':');
+    const int port =
+        colon == std::string::npos ? 0 : std::atoi(plan.dp.engine_of.c_str() + colon + 1);
+    auto connected =
+        engine::EngineLink::connect(plan.dp.engine_of.substr(0, colon), port, plan.dp.rank, 600);
+    if (!connected.ok()) return fail_start(connected.status().message());
+    link = std::move(connected).value();
+    if (plan.dp.lockstep) {
+      const engine::dp::Welcome& w = link->welcome();
+      auto groups = join_data_parallel_groups(plan.dp, w.store_host, w.store_port, false);
+      if (!groups.ok()) return fail_start(groups.status().message());
+      dp_groups = std::move(groups).value();
+    }
+  } else if (plan.dp.external && plan.dp.lockstep) {
+    // External ranks meet at rank 0's store on --data-parallel-address:--data-parallel-rpc-port.
+    auto groups =
+        join_data_parallel_groups(plan.dp, plan.dp.address, plan.dp.rpc_port, plan.dp.rank == 0);
+    if (!groups.ok()) return fail_start(groups.status().message());
+    dp_groups = std::move(groups).value();
+  }
   // One stage loads the whole model; a pipeline (or TP ranks) loads one shard per process.
   std::unique_ptr<model::DeepseekV3Model> whole_model;
   model::ModelConfig mc;
-  const bool one_process = plan.pipeline_parallel_size == 1 && plan.tensor_parallel_size == 1;
+  const bool one_process =
+      plan.pipeline_parallel_size == 1 && plan.tensor_parallel_size == 1 && !dp_front;
   if (one_process) {
-    auto model = model::DeepseekV3Model::load(plan.model_dir, {.load_mtp = false});
-    if (!model.ok()) {
-      LOG(ERROR) << model.status().message();
-      return 1;
-    }
+    model::LoadOptions load{.load_mtp = false};
+    if (plan.dp.lockstep && plan.dp.expert_parallel) load.dp_experts = {plan.dp.rank, plan.dp.size};
+    if (plan.dp.lockstep && plan.lmhead_tensor_parallel_size > 1)
+      load.lmhead_tp = {plan.dp.rank % plan.lmhead_tensor_parallel_size,
+                        plan.lmhead_tensor_parallel_size};
+    auto model = model::DeepseekV3Model::load(plan.model_dir, load);
+    if (!model.ok()) return fail_start(model.status().message());
     whole_model = std::move(model).value();
     mc = whole_model->config();
+    if (plan.dp.lockstep) {
+      whole_model->set_expert_group(dp_groups.dp.get());
+      whole_model->set_lmhead_group(dp_groups.lmhead.get());
+      plan.engine.dp_group = dp_groups.dp.get();
+      const model::DataParallelExperts& ep = whole_model->dp_experts();
+      LOG(INFO) << "Data-parallel rank " << plan.dp.rank << " of " << plan.dp.size
+                << " in lock step over " << dp_groups.dp->backend() << ": "
+                << (ep.active()
+                        ? "experts " + std::to_string(ep.rank * mc.n_routed_experts / ep.size) +
+                              "-" +
+                              std::to_string((ep.rank + 1) * mc.n_routed_experts / ep.size - 1)
+                        : std::string("every expert"))
+                << (dp_groups.lmhead
+                        ? ", lm_head group of " + std::to_string(plan.lmhead_tensor_parallel_size)
+                        : std::string());
+    }
   } else {
     auto config = model::load_model_config(plan.model_dir);
-    if (!config.ok()) {
-      LOG(ERROR) << config.status().message();
-      return 1;
-    }
+    if (!config.ok()) return fail_start(config.status().message());
     mc = *config;
     const model::TensorParallel tp{0, plan.tensor_parallel_size, plan.expert_parallel};
-    if (auto st = model::validate_tensor_parallel(mc, tp); !st.ok()) {
-      LOG(ERROR) << st.message();
-      return 1;
+    if (auto st = model::validate_tensor_parallel(mc, tp); !st.ok())
+      return fail_start(st.message());
+    if (plan.dp.lockstep && plan.dp.expert_parallel) {
+      if (auto st = model::validate_dp_experts(mc, {0, plan.dp.size}, tp); !st.ok())
+        return fail_start(st.message());
     }
   }
-  // Data parallelism is not built: one rank, so only a group of 1 passes upstream's checks.
-  if (auto st = model::validate_finegrained_tp(mc, plan.lmhead_tensor_parallel_size, 1); !st.ok()) {
-    LOG(ERROR) << st.message();
-    return 1;
-  }
+  if (auto st = model::validate_finegrained_tp(mc, plan.lmhead_tensor_parallel_size, plan.dp.size);
+      !st.ok())
+    return fail_start(st.message());
   if (plan.lmhead_tensor_parallel_size > 0)
     LOG(INFO) << "finegrained_tp_config enabled: lmhead_tensor_parallel_size="
               << plan.lmhead_tensor_parallel_size
-              << " (one data-parallel rank: the lm_head stays whole)";
+              << (plan.lmhead_tensor_parallel_size > 1
+                      ? " (the lm_head split over consecutive data-parallel ranks)"
+                      : " (a group of one: the lm_head stays whole)");
   LOG(INFO) << "Resolved architecture: DeepseekV3ForCausalLM";
   auto tok = tokenizer::Tokenizer::load(plan.tokenizer_dir);
   if (!tok.ok()) {
@@ -758,7 +990,9 @@ int run_serve_command(int argc, char** argv) {
   LOG(INFO) << "Maximum concurrency for " << max_model_len << " tokens per request: "
             << std::round(100.0 * double(kv_tokens) / double(max_model_len)) / 100.0 << "x";
 
-  if (plan.headless) return run_headless_node(plan);
+  if (plan.headless && !plan.dp.active()) return run_headless_node(plan);
+  if (dp_front && plan.headless) return run_data_parallel_headless(plan);
+  if (dp_front) return run_data_parallel_front_end(plan, **tok, **chat_template);
   // A failed engine (a pipeline stage died) stops the API server; the exit status is then 1.
   plan.engine.on_fatal = [](const std::string&) {
     g_engine_failed = true;
@@ -807,6 +1041,13 @@ int run_serve_command(int argc, char** argv) {
   engine::EngineCore& engine = *engine_ptr;
   LOG(INFO) << "init engine (load model, create kv cache) took " << common::now_seconds() - t0
             << " seconds";
+  if (link) {  // an internal data-parallel engine: the front end serves the API
+    LOG(INFO) << "Data-parallel engine " << plan.dp.rank << " serving the front end at "
+              << plan.dp.engine_of;
+    const int status = link->serve(engine, g_signal_pipe[0]);
+    engine.shutdown();
+    return status;
+  }
   // Thousands of idle or slow connections each hold a descriptor: lift the soft limit.
   if (rlimit nofile{};
       getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {

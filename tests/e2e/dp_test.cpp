@@ -1,0 +1,319 @@
+// Data parallelism through `chunkpipe serve`: greedy outputs over 8 prompts, concurrent,
+// streamed and not, equal DP=1's for internal load balancing (one API server, engine
+// processes), internal DP=2 with the experts split over both ranks (lock step), and external
+// ranks (--data-parallel-rank, a server each) with and without expert parallelism. Also: the
+// load balance shown on /metrics per engine, failover when one engine dies, an expert-parallel
+// group that ends with an error when a rank dies, a rank out of KV that keeps the others
+// serving, and sampling that does not depend on the rank.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server_process.h"
+#include "test_model.h"
+
+namespace {
+
+using json = nlohmann::json;
+
+const std::string& model_dir() {
+  static const std::string dir = e2e::make_model("dp_model", 4, 3, 11);
+  return dir;
+}
+
+std::vector<std::string> flags(std::vector<std::string> extra) {
+  std::vector<std::string> f = {"--served-model-name", "m",  "--max-model-len",          "1024",
+                                "--block-size",        "16", "--kv-cache-memory",        "16000000",
+                                "--threads",           "1",  "--max-num-batched-tokens", "256"};
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
+std::vector<std::string> dp_flags(int rpc_port, std::vector<std::string> extra) {
+  std::vector<std::string> f = {"--data-parallel-size",     "2",
+                                "--data-parallel-address",  "127.0.0.1",
+                                "--data-parallel-rpc-port", std::to_string(rpc_port)};
+  f.insert(f.end(), extra.begin(), extra.end());
+  return flags(f);
+}
+
+std::string prompt(int i) {
+  std::string p = "prompt " + std::to_string(i) + ":";
+  for (int w = 0; w < 5 + i * 9; ++w) p += " w" + std::to_string((w * 7 + i) % 31);
+  return p;
+}
+
+std::string stream_text(const std::string& body) {
+  std::string text;
+  std::istringstream lines(body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("data: ", 0) != 0 || line == "data: [DONE]") continue;
+    const json chunk = json::parse(line.substr(6), nullptr, false);
+    if (chunk.is_object() && chunk.contains("choices") && !chunk["choices"].empty())
+      text += chunk["choices"][0].value("text", "");
+  }
+  return text;
+}
+
+// The completion of `body`, whole or assembled from the stream.
+std::string complete(const e2e::ServerProcess& s, json body, bool stream,
+                     const std::string& request_id = "") {
+  auto c = s.client();
+  body["stream"] = stream;
+  httplib::Headers headers;
+  if (!request_id.empty()) headers.emplace("X-Request-Id", request_id);
+  auto r = c.Post("/v1/completions", headers, body.dump(), "application/json");
+  if (!r || r->status != 200) return "<error: " + (r ? r->body : std::string("no answer")) + ">";
+  if (stream) return stream_text(r->body);
+  return json::parse(r->body)["choices"][0]["text"].get<std::string>();
+}
+
+json greedy(int i, int max_tokens = 12) {
+  return {
+      {"prompt", prompt(i)}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+}
+
+// Prompts 0..7, each whole and streamed, all at once; servers[i % n] serves prompt i.
+std::vector<std::string> run_concurrently(const std::vector<const e2e::ServerProcess*>& servers) {
+  std::vector<std::string> got(16);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 16; ++k)
+    threads.emplace_back([&, k] {
+      const int i = k / 2;
+      got[size_t(k)] = complete(*servers[size_t(i) % servers.size()], greedy(i), k % 2 == 1);
+    });
+  for (auto& t : threads) t.join();
+  return got;
+}
+
+double engine_metric(const e2e::ServerProcess& s, const std::string& name, int engine) {
+  auto r = s.client().Get("/metrics");
+  if (!r) return -1;
+  const std::string key = "engine=\"" + std::to_string(engine) + "\"";
+  std::istringstream lines(r->body);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(name + "{", 0) == 0 && line.find(key) != std::string::npos)
+      return std::stod(line.substr(line.rfind(' ') + 1));
+  return -1;
+}
+
+// External ranks 0 and 1, started together: an expert-parallel rank serves no request before
+// the other has joined its group.
+struct RankPair {
+  std::unique_ptr<e2e::ServerProcess> r0, r1;
+  bool ready() const { return r0 && r1 && r0->ready() && r1->ready(); }
+};
+RankPair start_ranks(int rpc, std::vector<std::string> x0, std::vector<std::string> x1,
+                     const std::string& name) {
+  x0.insert(x0.end(), {"--data-parallel-rank", "0"});
+  x1.insert(x1.end(), {"--data-parallel-rank", "1"});
+  RankPair p;
+  std::thread second([&] {
+    p.r1 = std::make_unique<e2e::ServerProcess>(model_dir(), dp_flags(rpc, x1),
+                                                "/tmp/chunkpipe_dp_" + name + "1.log");
+  });
+  p.r0 = std::make_unique<e2e::ServerProcess>(model_dir(), dp_flags(rpc, x0),
+                                              "/tmp/chunkpipe_dp_" + name + "0.log");
+  second.join();
+  return p;
+}
+
+class DataParallelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    e2e::ServerProcess one(model_dir(), flags({}), "/tmp/chunkpipe_dp_one.log");
+    ASSERT_TRUE(one.ready());
+    want_ = new std::vector<std::string>();
+    for (int i = 0; i < 8; ++i) want_->push_back(complete(one, greedy(i), false));
+  }
+  static void TearDownTestSuite() { delete want_; }
+  static void expect_matches(const std::vector<std::string>& got, const std::string& layout) {
+    for (int k = 0; k < 16; ++k)
+      EXPECT_EQ(got[size_t(k)], (*want_)[size_t(k / 2)])
+          << layout << " prompt " << k / 2 << (k % 2 ? " streamed" : "");
+  }
+  static std::vector<std::string>* want_;
+};
+std::vector<std::string>* DataParallelTest::want_ = nullptr;
+
+TEST_F(DataParallelTest, InternalLoadBalancingMatchesOneRank) {
+  for (const bool ep : {false, true}) {
+    const std::string name = ep ? "internal_ep" : "internal";
+    std::vector<std::string> extra;
+    if (ep) extra.push_back("--enable-expert-parallel");
+    e2e::ServerProcess s(model_dir(), dp_flags(e2e::free_port(), extra),
+                         "/tmp/chunkpipe_dp_" + name + ".log");
+    ASSERT_TRUE(s.ready()) << name;
+    EXPECT_EQ(e2e::child_processes(s.pid(), "--dp-engine-of").size(), 2u) << name;
+    expect_matches(run_concurrently({&s}), name);
+    // One request alone: with lock step, the idle rank runs dummy batches meanwhile.
+    EXPECT_EQ(complete(s, greedy(0), false), (*want_)[0]) << name;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the engines' next reports
+    // Both engines served (the balance itself is LoadIsBalancedPerEngine's).
+    EXPECT_GT(engine_metric(s, "vllm:generation_tokens_total", 0), 0) << name;
+    EXPECT_GT(engine_metric(s, "vllm:generation_tokens_total", 1), 0) << name;
+    const double dummies = engine_metric(s, "chunkpipe:dp_dummy_batches_total", 0) +
+                           engine_metric(s, "chunkpipe:dp_dummy_batches_total", 1);
+    if (ep) {
+      EXPECT_GE(dummies, 11) << "the idle rank joins each of the 12 steps' collectives";
+    } else {
+      EXPECT_EQ(dummies, 0) << "without lock step no rank waits for another";
+    }
+    EXPECT_EQ(s.stop(), 0) << name;
+  }
+}
+
+TEST_F(DataParallelTest, ExternalRanksMatchOneRank) {
+  for (const bool ep : {false, true}) {
+    const std::string name = ep ? "external_ep" : "external";
+    std::vector<std::string> extra;
+    if (ep) extra.push_back("--enable-expert-parallel");
+    RankPair p = start_ranks(e2e::free_port(), extra, extra, name);
+    ASSERT_TRUE(p.ready()) << name;
+    e2e::ServerProcess& r0 = *p.r0;
+    e2e::ServerProcess& r1 = *p.r1;
+    expect_matches(run_concurrently({&r0, &r1}), name);
+    EXPECT_GT(engine_metric(r1, "vllm:generation_tokens_total", 1), 0) << "rank 1 labels engine 1";
+    EXPECT_EQ(r0.stop(), 0) << name;
+    r1.stop();  // with EP it may see rank 0 leave first and exit 1: either ends it
+  }
+}
+
+TEST(DataParallelServeTest, LoadIsBalancedPerEngine) {
+  e2e::ServerProcess s(model_dir(), dp_flags(e2e::free_port(), {}), "/tmp/chunkpipe_dp_lb.log");
+  ASSERT_TRUE(s.ready());
+  std::atomic<int> next{0}, ok{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 16; ++c)
+    clients.emplace_back([&] {
+      for (int i; (i = next.fetch_add(1)) < 64;)
+        if (complete(s, greedy(i % 8, 16), i % 2 == 0).rfind("<error", 0) != 0) ++ok;
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), 64);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the engines' next reports
+  const double e0 = engine_metric(s, "vllm:request_success_total", 0);
+  const double n0 = engine_metric(s, "vllm:generation_tokens_total", 0);
+  const double n1 = engine_metric(s, "vllm:generation_tokens_total", 1);
+  ASSERT_GT(e0, -1);
+  std::printf("    64 requests: engine 0 generated %.0f tokens, engine 1 %.0f\n", n0, n1);
+  EXPECT_EQ(n0 + n1, 64 * 16);
+  EXPECT_LE(std::abs(n0 - n1), 0.1 * std::max(n0, n1)) << "engines within 10% of each other";
+}
+
+TEST(DataParallelServeTest, AnEngineKilledMidStreamFailsOverToTheOthers) {
+  e2e::ServerProcess s(
+      model_dir(),
+      dp_flags(e2e::free_port(), {"--max-model-len", "8192", "--kv-cache-memory", "64000000"}),
+      "/tmp/chunkpipe_dp_failover.log");
+  ASSERT_TRUE(s.ready());
+  const std::vector<pid_t> engine1 = e2e::child_processes(s.pid(), "--data-parallel-rank 1 ");
+  ASSERT_EQ(engine1.size(), 1u);
+  // Two streams: the balancer puts one on each engine.
+  const std::string body = json{
+      {"prompt", "stream until an engine dies"},
+      {"max_tokens", 6000},
+      {"ignore_eos", true},
+      {"stream", true}}.dump();
+  e2e::BackgroundStream a(s, "/v1/completions", body), b(s, "/v1/completions", body);
+  ASSERT_TRUE(a.wait_chunks(4, 6000) && b.wait_chunks(4, 6000)) << "the streams did not start";
+  ASSERT_EQ(kill(engine1[0], SIGKILL), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  // One stream ends with the engine's error; the other keeps going until aborted below.
+  bool one_failed = false;
+  for (int i = 0; i < 100 && !one_failed; ++i) {
+    one_failed = a.body().find("EngineDeadError") != std::string::npos ||
+                 b.body().find("EngineDeadError") != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(one_failed) << "the dead engine's stream must end with an error";
+  std::printf("    engine 1 killed: its stream failed after %.2f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  // The server keeps serving on engine 0.
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(complete(s, greedy(i), i % 2 == 1).rfind("<error", 0), std::string::npos);
+  EXPECT_EQ(s.client().Get("/health")->status, 200);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(DataParallelServeTest, ExpertParallelGroupEndsWithAnErrorWhenARankDies) {
+  const std::vector<std::string> big = {"--max-model-len", "8192", "--kv-cache-memory", "64000000",
+                                        "--enable-expert-parallel"};
+  RankPair p = start_ranks(e2e::free_port(), big, big, "epdeath");
+  ASSERT_TRUE(p.ready());
+  e2e::ServerProcess& r0 = *p.r0;
+  e2e::ServerProcess& r1 = *p.r1;
+  e2e::BackgroundStream streaming(r0, "/v1/completions",
+                                  json{{"prompt", "stream until the other rank dies"},
+                                       {"max_tokens", 6000},
+                                       {"ignore_eos", true},
+                                       {"stream", true}}
+                                      .dump());
+  ASSERT_TRUE(streaming.wait_chunks(4, 6000));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(r1.pid(), SIGKILL), 0);
+  streaming.join();
+  EXPECT_NE(streaming.body().find("EngineDeadError"), std::string::npos)
+      << streaming.body().substr(0, 300);
+  EXPECT_EQ(r0.wait_exit(20), 1) << "rank 0 exits 1 once its group is gone";
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 10.0) << "no collective may hang";
+  std::printf("    EP rank 1 killed: rank 0's stream failed and it exited in %.1f s\n", seconds);
+}
+
+TEST(DataParallelServeTest, ARankOutOfKvPreemptsItsOwnAndTheOthersKeepServing) {
+  // Rank 1 holds 16 blocks of 16 tokens; four requests of up to ~110 tokens cannot all stay
+  // resident.
+  RankPair p = start_ranks(
+      e2e::free_port(), {"--enable-expert-parallel", "--max-model-len", "160"},
+      {"--enable-expert-parallel", "--max-model-len", "160", "--kv-cache-memory", "150000"}, "kv");
+  ASSERT_TRUE(p.ready());
+  e2e::ServerProcess& r0 = *p.r0;
+  e2e::ServerProcess& r1 = *p.r1;
+  std::vector<std::string> got0(8), got1(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] { got1[size_t(i)] = complete(r1, greedy(i % 3, 40), false); });
+  for (int i = 0; i < 8; ++i)
+    threads.emplace_back([&, i] { got0[size_t(i)] = complete(r0, greedy(i % 3, 40), i % 2); });
+  for (auto& t : threads) t.join();
+  for (const std::string& g : got0) EXPECT_EQ(g.rfind("<error", 0), std::string::npos) << g;
+  for (const std::string& g : got1) EXPECT_EQ(g.rfind("<error", 0), std::string::npos) << g;
+  // Preemption recomputes: the outputs are the same as rank 0's for the same prompt.
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(got1[size_t(i)], got0[size_t(i % 3)]) << i;
+  EXPECT_GT(e2e::metric(r1, "vllm:num_preemptions_total"), 0) << "rank 1 had to preempt";
+  EXPECT_EQ(e2e::metric(r0, "vllm:num_preemptions_total"), 0);
+  EXPECT_EQ(e2e::metric(r1, "vllm:kv_cache_usage_perc"), 0);
+  EXPECT_EQ(r0.stop(), 0);
+  r1.stop();
+}
+
+TEST(DataParallelServeTest, UnseededSamplingDoesNotDependOnTheRank) {
+  RankPair p = start_ranks(e2e::free_port(), {"--seed", "7"}, {"--seed", "7"}, "seed");
+  ASSERT_TRUE(p.ready());
+  e2e::ServerProcess& r0 = *p.r0;
+  e2e::ServerProcess& r1 = *p.r1;
+  const json body = {
+      {"prompt", prompt(3)}, {"max_tokens", 16}, {"temperature", 1.0}, {"ignore_eos", true}};
+  // Requests ahead of it on one rank only: the order of arrival must not matter.
+  for (int i = 0; i < 3; ++i) complete(r1, body, false, "warm-" + std::to_string(i));
+  const std::string on0 = complete(r0, body, false, "req-a");
+  const std::string on1 = complete(r1, body, true, "req-a");
+  EXPECT_EQ(on0, on1) << "one request id, one sample, on either rank";
+  const std::string other = complete(r0, body, false, "req-b");
+  EXPECT_NE(on0, other) << "another request samples differently";
+}
+
+}  // namespace
