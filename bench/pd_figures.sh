@@ -17,8 +17,10 @@ work=$(mktemp -d)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  ip netns del cpfa 2>/dev/null || true
-  ip netns del cpfb 2>/dev/null || true
+  for ns in cpfa cpfb; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT

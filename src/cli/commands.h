@@ -11,5 +11,6 @@ int run_serve_command(int argc, char** argv);
 int run_bench_command(int argc, char** argv);
 int run_pp_stage_command(int argc, char** argv);
 int run_proxy_command(int argc, char** argv);
+int run_launch_dp_command(int argc, char** argv);
 
 }  // namespace cli

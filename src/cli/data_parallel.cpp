@@ -1,6 +1,8 @@
 // The --data-parallel-* flags, the lock-step groups and the engine processes of a node.
 #include "cli/data_parallel.h"
 
+#include <arpa/inet.h>
+
 #include <cstdlib>
 
 #include "common/logging.h"
@@ -9,6 +11,11 @@
 #include "dist/process.h"
 
 namespace cli {
+
+std::string data_parallel_bind_host(const DataParallelPlan& plan) {
+  in_addr v4{};
+  return inet_pton(AF_INET, plan.address.c_str(), &v4) == 1 ? plan.address : "*";
+}
 
 common::Status plan_data_parallel(const ArgParser& p, int tp, int pp, int lmhead,
                                   DataParallelPlan* plan) {
@@ -71,12 +78,21 @@ common::Status plan_data_parallel(const ArgParser& p, int tp, int pp, int lmhead
   }
   plan->expert_parallel = p.flag("enable-expert-parallel");
   plan->lmhead_size = lmhead;
-  plan->lockstep = plan->expert_parallel || lmhead > 1;
-  if (plan->lockstep && (tp > 1 || pp > 1))
+  if (lmhead > 1 && (tp > 1 || pp > 1))
     return common::unimplemented(
-        "data-parallel ranks in lock step (--enable-expert-parallel or lmhead_tensor_parallel_size "
-        "over DP ranks) with --tensor-parallel-size or --pipeline-parallel-size above 1 is not "
-        "built yet in chunkpipe (the seeds' decoders run TP 1)");
+        "lmhead_tensor_parallel_size over data-parallel ranks with --tensor-parallel-size or "
+        "--pipeline-parallel-size above 1 is not built yet in chunkpipe (the seeds' decoders run "
+        "TP 1)");
+  // vLLM's expert-parallel world is DP x TP. chunkpipe builds it over DP ranks of one process
+  // each (the seeds' decoders: DP 32, TP 1); with TP or PP inside a rank, the experts are split
+  // over that rank's TP group and the DP ranks run independently.
+  plan->lockstep = tp == 1 && pp == 1 && (plan->expert_parallel || lmhead > 1);
+  if (plan->expert_parallel && !plan->lockstep)
+    LOG(WARNING) << "--enable-expert-parallel with --tensor-parallel-size " << tp
+                 << " and --pipeline-parallel-size " << pp
+                 << ": the experts are split over each data-parallel rank's tensor-parallel "
+                    "group, and the ranks step independently (expert parallelism across DP "
+                    "ranks is built for TP 1)";
   return {};
 }
 
@@ -85,7 +101,8 @@ common::Result<DataParallelGroups> join_data_parallel_groups(const DataParallelP
                                                              int store_port, bool serve_store) {
   DataParallelGroups g;
   if (serve_store) {
-    CP_ASSIGN_OR_RETURN(g.store, dist::StoreServer::start("*", store_port));
+    CP_ASSIGN_OR_RETURN(g.store,
+                        dist::StoreServer::start(data_parallel_bind_host(plan), store_port));
   }
   double timeout = 300;  // vLLM's VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS bounds one forward
   if (const char* env = std::getenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"))

@@ -34,6 +34,10 @@ struct DataParallelPlan {
   bool engine_process() const { return !engine_of.empty(); }
 };
 
+// Where this node binds the sockets its DP peers dial (rank 0's store, the front end's rpc
+// port): --data-parallel-address when it is a numeric IP (this node's), else every interface.
+std::string data_parallel_bind_host(const DataParallelPlan& plan);
+
 // Reads and checks the flags. tp/pp: per rank; lmhead: finegrained_tp_config's size.
 common::Status plan_data_parallel(const ArgParser& p, int tensor_parallel_size,
                                   int pipeline_parallel_size, int lmhead_size,

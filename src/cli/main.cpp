@@ -16,6 +16,8 @@ void print_usage() {
       "      load generator with vLLM's figures; in-process latency / throughput\n"
       "  proxy [flags of load_balance_proxy_server_example.py]\n"
       "      PD load-balancing proxy: prefill on one instance, decode on another\n"
+      "  launch-dp --dp-size N --dp-address IP [flags of launch_online_dp.py]\n"
+      "      start this node's data-parallel ranks through ./run_dp_template.sh\n"
       "  logits MODEL --ids 1,2,3 [--all] [--mtp] [--chunk N] [--out FILE]\n"
       "      print a checkpoint's logits as JSON (parity with shared/reference/dsv3_ref.py)\n"
       "  tokenize DIR [--json-lines] [--bos] [--decode]\n"
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(argv[1], "serve") == 0) return cli::run_serve_command(argc, argv);
   if (std::strcmp(argv[1], "bench") == 0) return cli::run_bench_command(argc, argv);
   if (std::strcmp(argv[1], "proxy") == 0) return cli::run_proxy_command(argc, argv);
+  if (std::strcmp(argv[1], "launch-dp") == 0) return cli::run_launch_dp_command(argc, argv);
   // Internal: a pipeline-stage process started by `serve`.
   if (std::strcmp(argv[1], "pp-stage") == 0) return cli::run_pp_stage_command(argc, argv);
   std::fprintf(stderr, "chunkpipe: error: unknown command '%s'\n", argv[1]);

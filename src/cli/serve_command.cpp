@@ -700,10 +700,11 @@ int run_data_parallel_front_end(ServePlan& plan, const tokenizer::Tokenizer& tok
   engine::DpClientOptions o;
   o.dp_size = plan.dp.size;
   o.rpc_port = plan.dp.rpc_port;
+  o.bind_host = data_parallel_bind_host(plan.dp);
   o.lockstep = plan.dp.lockstep;
   std::unique_ptr<dist::StoreServer> store;
   if (plan.dp.lockstep) {  // the ranks' DP group meets here
-    auto started = dist::StoreServer::start("*", 0);
+    auto started = dist::StoreServer::start(data_parallel_bind_host(plan.dp), 0);
     if (!started.ok()) {
       LOG(ERROR) << started.status().message();
       return 1;
@@ -724,8 +725,9 @@ int run_data_parallel_front_end(ServePlan& plan, const tokenizer::Tokenizer& tok
     return 1;
   }
   engine::DpEngineClient& dp = **client;
-  auto engines =
-      spawn_local_engines(plan.serve_args, plan.dp, "127.0.0.1:" + std::to_string(dp.port()));
+  auto engines = spawn_local_engines(plan.serve_args, plan.dp,
+                                     (o.bind_host == "*" ? std::string("127.0.0.1") : o.bind_host) +
+                                         ":" + std::to_string(dp.port()));
   if (!engines.ok()) {
     LOG(ERROR) << engines.status().message();
     return 1;
@@ -847,16 +849,32 @@ int run_serve_command(int argc, char** argv) {
         engine::EngineLink::connect(plan.dp.engine_of.substr(0, colon), port, plan.dp.rank, 600);
     if (!connected.ok()) return fail_start(connected.status().message());
     link = std::move(connected).value();
-    if (plan.dp.lockstep) {
-      const engine::dp::Welcome& w = link->welcome();
-      auto groups = join_data_parallel_groups(plan.dp, w.store_host, w.store_port, false);
-      if (!groups.ok()) return fail_start(groups.status().message());
-      dp_groups = std::move(groups).value();
+  }
+  // The model's checks come before any rank waits for its peers.
+  {
+    auto config = model::load_model_config(plan.model_dir);
+    if (!config.ok()) return fail_start(config.status().message());
+    const model::TensorParallel tp{0, plan.tensor_parallel_size, plan.expert_parallel};
+    if (auto st = model::validate_tensor_parallel(*config, tp); !st.ok())
+      return fail_start(st.message());
+    if (plan.dp.lockstep && plan.dp.expert_parallel) {
+      if (auto st = model::validate_dp_experts(*config, {0, plan.dp.size}, tp); !st.ok())
+        return fail_start(st.message());
     }
-  } else if (plan.dp.external && plan.dp.lockstep) {
-    // External ranks meet at rank 0's store on --data-parallel-address:--data-parallel-rpc-port.
-    auto groups =
-        join_data_parallel_groups(plan.dp, plan.dp.address, plan.dp.rpc_port, plan.dp.rank == 0);
+    if (auto st =
+            model::validate_finegrained_tp(*config, plan.lmhead_tensor_parallel_size, plan.dp.size);
+        !st.ok())
+      return fail_start(st.message());
+  }
+  if (plan.dp.lockstep && !dp_front) {
+    // Internal engines meet at the store the front end names; external ranks at rank 0's, on
+    // --data-parallel-address:--data-parallel-rpc-port.
+    const bool internal = plan.dp.engine_process();
+    const std::string host = internal ? link->welcome().store_host : plan.dp.address;
+    const int port = internal ? link->welcome().store_port : plan.dp.rpc_port;
+    LOG(INFO) << "Data-parallel rank " << plan.dp.rank << " joining its group of " << plan.dp.size
+              << " ranks at " << host << ":" << port << " (it waits for every rank)";
+    auto groups = join_data_parallel_groups(plan.dp, host, port, !internal && plan.dp.rank == 0);
     if (!groups.ok()) return fail_start(groups.status().message());
     dp_groups = std::move(groups).value();
   }
@@ -895,17 +913,7 @@ int run_serve_command(int argc, char** argv) {
     auto config = model::load_model_config(plan.model_dir);
     if (!config.ok()) return fail_start(config.status().message());
     mc = *config;
-    const model::TensorParallel tp{0, plan.tensor_parallel_size, plan.expert_parallel};
-    if (auto st = model::validate_tensor_parallel(mc, tp); !st.ok())
-      return fail_start(st.message());
-    if (plan.dp.lockstep && plan.dp.expert_parallel) {
-      if (auto st = model::validate_dp_experts(mc, {0, plan.dp.size}, tp); !st.ok())
-        return fail_start(st.message());
-    }
   }
-  if (auto st = model::validate_finegrained_tp(mc, plan.lmhead_tensor_parallel_size, plan.dp.size);
-      !st.ok())
-    return fail_start(st.message());
   if (plan.lmhead_tensor_parallel_size > 0)
     LOG(INFO) << "finegrained_tp_config enabled: lmhead_tensor_parallel_size="
               << plan.lmhead_tensor_parallel_size

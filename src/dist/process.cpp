@@ -13,7 +13,7 @@
 namespace dist {
 
 common::Result<pid_t> spawn_process(const std::string& binary, const std::vector<std::string>& args,
-                                    const std::vector<int>& inherit_fds) {
+                                    const std::vector<int>& inherit_fds, bool own_process_group) {
   std::vector<std::string> argv_storage;
   argv_storage.push_back(binary);
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
@@ -27,6 +27,7 @@ common::Result<pid_t> spawn_process(const std::string& binary, const std::vector
     // Only async-signal-safe calls until exec: the parent may have other threads.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);  // the parent died before prctl took effect
+    if (own_process_group) setpgid(0, 0);
     for (int fd : inherit_fds) {
       const int flags = fcntl(fd, F_GETFD);
       if (flags >= 0) fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
@@ -36,6 +37,7 @@ common::Result<pid_t> spawn_process(const std::string& binary, const std::vector
     if (write(2, msg, sizeof(msg) - 1) < 0) _exit(127);
     _exit(127);
   }
+  if (own_process_group) setpgid(pid, pid);  // either side may run first; both set the same
   return pid;
 }
 

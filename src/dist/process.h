@@ -16,8 +16,11 @@ namespace dist {
 // fork + exec of `binary` with `args` (argv[1..]); `inherit_fds` stay open in the child.
 // The child gets SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG follows the
 // thread, not the process), so spawn from a thread that lives as long as the child should.
+// With own_process_group the child leads a new process group (pid == pgid), so that a signal to
+// -pid reaches what it starts in turn (a script's server).
 common::Result<pid_t> spawn_process(const std::string& binary, const std::vector<std::string>& args,
-                                    const std::vector<int>& inherit_fds);
+                                    const std::vector<int>& inherit_fds,
+                                    bool own_process_group = false);
 
 // If `pid` has exited, reaps it and describes how ("exited with status 1", "was killed by signal
 // 9 (Killed)"); nullopt while it runs.

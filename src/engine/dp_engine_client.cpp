@@ -273,10 +273,13 @@ void DpEngineClient::mark_dead(int engine, const std::string& why) {
   if (!fatal.empty() && options_.on_fatal) options_.on_fatal(fatal);
 }
 
-int DpEngineClient::pick_engine() const {
+int DpEngineClient::pick_engine() {
   int best = -1;
   int64_t best_score = 0;
-  for (size_t i = 0; i < engines_.size(); ++i) {
+  // Ties go round-robin: the scan starts one engine further each time.
+  const size_t n = engines_.size(), first = next_first_++ % n;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = (first + k) % n;
     const Engine& e = engines_[i];
     if (e.dead || !e.ready) continue;
     // The engine's last report splits this front end's exact count of its unfinished requests

@@ -75,7 +75,7 @@ class DpEngineClient : public EngineClient {
   void post(int engine, std::vector<uint8_t> message);
   // Marks an engine dead and fails its requests; mu_ must not be held.
   void mark_dead(int engine, const std::string& why);
-  int pick_engine() const;  // mu_ held; -1 when none is alive
+  int pick_engine();  // mu_ held; -1 when none is alive
 
   DpClientOptions options_;
   std::unique_ptr<dist::RouterSocket> socket_;
@@ -86,6 +86,7 @@ class DpEngineClient : public EngineClient {
   std::unordered_map<std::string, Pending> pending_;
   std::vector<std::pair<int, std::vector<uint8_t>>> outbox_;
   bool fatal_reported_ = false;
+  size_t next_first_ = 0;  // where pick_engine's next scan starts
   std::atomic<bool> stopping_{false};
   std::thread io_;
 };

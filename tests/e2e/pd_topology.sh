@@ -18,7 +18,12 @@ work=$(mktemp -d)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for ns in "$ns_p" "$ns_d1" "$ns_d2" "$ns_sw"; do ip netns del "$ns" 2>/dev/null || true; done
+  # $! is a subshell's pid when a server starts through a function: also kill whatever still
+  # runs inside the namespaces, so that no server outlives the test.
+  for ns in "$ns_p" "$ns_d1" "$ns_d2" "$ns_sw"; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT

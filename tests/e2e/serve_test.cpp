@@ -753,25 +753,40 @@ TEST(ServeGoldenTest, FirstTokenIsTheArgmaxOfTheGoldenLogits) {
 
 TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   const std::string m = CHUNKPIPE_TEST_DATA_DIR "/tiny-bf16";
-  auto run = [&](const std::string& args) {
+  auto run = [&](const std::string& args, int timeout_s = 60) {
     // `timeout` guards against a command line that unexpectedly starts serving.
-    auto r =
-        e2e::run_shell("timeout 60 " + std::string(CHUNKPIPE_BINARY) + " serve " + m + " " + args);
+    auto r = e2e::run_shell("timeout " + std::to_string(timeout_s) + " " +
+                            std::string(CHUNKPIPE_BINARY) + " serve " + m + " " + args);
     return std::make_pair(r.exit_code, r.out);
   };
   auto [rc, out] = run("--bogus-flag 1");
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("unrecognized argument: --bogus-flag"), std::string::npos) << out;
-  std::tie(rc, out) = run("--host 127.0.0.1 --data-parallel-size 2");
-  EXPECT_EQ(rc, 2);
-  EXPECT_NE(out.find("data parallelism (--data-parallel-size > 1) is not built yet"),
-            std::string::npos)
-      << out;
+  // Data-parallel layouts that cannot work name the flag.
+  const std::pair<std::string, std::string> dp_cases[] = {
+      {"--data-parallel-size 2 --data-parallel-rank 2",
+       "--data-parallel-rank 2 must be below --data-parallel-size 2"},
+      {"--data-parallel-size 4 --data-parallel-size-local 2 --data-parallel-start-rank 2",
+       "--data-parallel-start-rank is for --headless nodes"},
+      {"--headless --data-parallel-size 4 --data-parallel-size-local 2",
+       "a --headless node needs --data-parallel-start-rank > 0"},
+      {"--headless --data-parallel-size 4 --data-parallel-start-rank 3 --data-parallel-size-local "
+       "2",
+       "exceeds --data-parallel-size 4"},
+      {"--headless", "--headless needs --nnodes > 1 (a pipeline) or --data-parallel-size > 1"},
+      {"--data-parallel-size 2 --dp-engine-of 127.0.0.1:1",
+       "--dp-engine-of needs --data-parallel-rank"},
+  };
+  for (const auto& [args, message] : dp_cases) {
+    std::tie(rc, out) = run("--host 127.0.0.1 " + args);
+    EXPECT_EQ(rc, 2) << args;
+    EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
+  }
   // The model can be given as --model instead of the positional.
   auto by_flag = e2e::run_shell("timeout 60 " + std::string(CHUNKPIPE_BINARY) + " serve --model " +
-                                m + " --host 127.0.0.1 --data-parallel-size 2");
+                                m + " --host 127.0.0.1 --data-parallel-size 2 -dpn 3");
   EXPECT_EQ(by_flag.exit_code, 2) << by_flag.out;
-  EXPECT_NE(by_flag.out.find("data parallelism"), std::string::npos) << by_flag.out;
+  EXPECT_NE(by_flag.out.find("--data-parallel-rank 3"), std::string::npos) << by_flag.out;
   // finegrained_tp_config as vllm-ascend checks it: the lm_head group must divide the DP size.
   std::tie(rc, out) =
       run("--host 127.0.0.1 --additional-config "
@@ -837,19 +852,23 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   EXPECT_NE(out.find("Clamping min_chunk to 1024"), std::string::npos) << out;
   // Every `vllm serve` command line of the seed documents parses (no unknown or invalid flag).
   // Each stops at the first feature not built yet, or passes every check and stops only because
-  // the tiny model here has 4 heads, not the 128 that the seed's --tensor-parallel-size splits.
-  // --host 127.0.0.1 last keeps tests on loopback.
+  // the tiny model here is too small: 4 heads, not the 128 that the seed's
+  // --tensor-parallel-size splits, or 16 experts, not the 256 that the seed's 32 expert-parallel
+  // decoder ranks split. --host 127.0.0.1 last keeps tests on loopback.
   std::ifstream in(CHUNKPIPE_TEST_DATA_DIR "/seed_serve_commands.txt");
   int lines = 0, runnable = 0;
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] == '#') continue;
     ++lines;
     std::tie(rc, out) = run(line + " --host 127.0.0.1");
-    const bool heads_only =
-        rc == 1 && out.find("num_attention_heads (4) is not divisible by --tensor-parallel-size") !=
-                       std::string::npos;
-    runnable += heads_only;
-    if (!heads_only) {
+    const bool model_too_small =
+        rc == 1 &&
+        (out.find("num_attention_heads (4) is not divisible by --tensor-parallel-size") !=
+             std::string::npos ||
+         out.find("n_routed_experts (16) is not divisible by --data-parallel-size 32") !=
+             std::string::npos);
+    runnable += model_too_small;
+    if (!model_too_small) {
       EXPECT_EQ(rc, 2) << line << "\n" << out;
       EXPECT_NE(out.find("is not built yet"), std::string::npos) << line << "\n" << out;
     }
@@ -857,7 +876,7 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
     EXPECT_EQ(out.find("invalid"), std::string::npos) << line << "\n" << out;
   }
   EXPECT_EQ(lines, 10);
-  EXPECT_GE(runnable, 1) << "the seed's TP x PP prefiller passes every check";
+  EXPECT_GE(runnable, 3) << "the seed's TP x PP prefiller and its DP decoders pass every check";
 }
 
 }  // namespace
