@@ -2,7 +2,7 @@
 # The project's test command: installs dependencies, builds, runs every test with CTest
 # (extra args go to ctest). `scripts/test.sh --sanitize` instead runs the instrumented builds:
 # ASan + UBSan (leak checking on) over the unit and e2e tests in build-asan/, TSan over the
-# engine, serve, KV transfer, PD, collectives and TP tests in build-tsan/, then a short bounded run of
+# engine, serve, KV transfer, PD, collectives, TP and DP tests in build-tsan/, then a short bounded run of
 # every fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,16 +31,17 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 LSAN_OPTIONS=suppressions="$PWD/tests/sanitizer/lsan.supp":print_suppressions=0 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800 \
-    -E 'two_host_pipeline_test|two_host_tp_test' "$@"
+    -E 'two_host_pipeline_test|two_host_tp_test|two_host_dp_test' "$@"
 
 echo "== TSan (build-tsan)"
 sanitized_build build-tsan thread chunkpipe engine_test serve_e2e_test abuse_e2e_test transfer_test \
-  proxy_test pd_e2e_test collectives_test collective_rank tensor_parallel_test tp_e2e_test
+  proxy_test pd_e2e_test collectives_test collective_rank tensor_parallel_test tp_e2e_test \
+  dp_e2e_test
 # OpenBLAS' own threads are not instrumented: keep GEMM single-threaded inside each process.
 OPENBLAS_NUM_THREADS=1 \
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions="$PWD/tests/sanitizer/tsan.supp" \
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 \
-    -R 'engine_test|serve_e2e_test|abuse_e2e_test|transfer_test|proxy_test|pd_e2e_test|collectives_test|tensor_parallel_test|tp_e2e_test' "$@"
+    -R 'engine_test|serve_e2e_test|abuse_e2e_test|transfer_test|proxy_test|pd_e2e_test|collectives_test|tensor_parallel_test|tp_e2e_test|dp_e2e_test' "$@"
 
 echo "== fuzz (build-fuzz)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-20}"

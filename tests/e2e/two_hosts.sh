@@ -96,7 +96,14 @@ kill_mid_stream() {
   start=$(date +%s%N)
   kill -9 "$victim"
   local rc0=0 rc1=0
-  timeout 30 tail --pid="$node0" -f /dev/null || true
+  # Bounded: a node that does not exit is a failure, not a hang of the test.
+  for node in "$node0" "$node1"; do
+    timeout 30 tail --pid="$node" -f /dev/null || true
+    if kill -0 "$node" 2>/dev/null; then
+      echo "FAIL: a node (pid $node) still runs 30 s after its peer rank was killed"
+      tail -n 20 "$work"/node*.log; exit 1
+    fi
+  done
   wait "$node0" || rc0=$?
   wait "$node1" || rc1=$?
   wait "$curl_pid" || true
