@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -609,6 +610,43 @@ int run_headless_node(const ServePlan& plan) {
   }
 }
 
+// Serves the API over `engine` until a signal or an engine failure stops it, then runs
+// `after_listen` (the engine's shutdown) before the signal watcher is joined. Returns whether
+// the server could listen.
+bool serve_api(const server::ServerConfig& config, engine::EngineClient& engine,
+               const tokenizer::Tokenizer& tok, const tokenizer::ChatTemplate& chat_template,
+               const std::function<void()>& after_listen) {
+  // Thousands of idle or slow connections each hold a descriptor: lift the soft limit.
+  if (rlimit nofile{};
+      getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  server::ApiServer api(config, engine, tok, chat_template);
+  std::thread signal_thread([&] {
+    char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    if (!g_stop_requested.exchange(true)) {
+      if (g_engine_failed) {
+        LOG(ERROR) << "The engine failed: shutting down the API server";
+      } else {
+        LOG(INFO) << "Received signal " << int(sig) << ": shutting down";
+      }
+      api.stop();
+    }
+  });
+  const bool ok = api.listen();
+  if (!ok) LOG(ERROR) << "cannot bind " << config.host << ":" << config.port;
+  after_listen();
+  if (!g_stop_requested.exchange(true)) {
+    const char wake = 0;
+    if (write(g_signal_pipe[1], &wake, 1) < 0) LOG(WARNING) << "cannot wake the signal thread";
+  }
+  signal_thread.join();
+  return ok;
+}
+
 // Reaps local engine processes; the first call that sees one exit reports it. Thread-safe.
 class EngineReaper {
  public:
@@ -754,27 +792,7 @@ int run_data_parallel_front_end(ServePlan& plan, const tokenizer::Tokenizer& tok
     LOG(ERROR) << st.message();
     return finish(1);
   }
-  server::ApiServer api(plan.server, dp, tok, chat_template);
-  std::thread signal_thread([&] {
-    char sig = 0;
-    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
-    }
-    if (!g_stop_requested.exchange(true)) {
-      if (g_engine_failed) {
-        LOG(ERROR) << "The data-parallel engines failed: shutting down the API server";
-      } else {
-        LOG(INFO) << "Received signal " << int(sig) << ": shutting down";
-      }
-      api.stop();
-    }
-  });
-  const bool ok = api.listen();
-  if (!ok) LOG(ERROR) << "cannot bind " << plan.server.host << ":" << plan.server.port;
-  if (!g_stop_requested.exchange(true)) {
-    const char wake = 0;
-    if (write(g_signal_pipe[1], &wake, 1) < 0) LOG(WARNING) << "cannot wake the signal thread";
-  }
-  signal_thread.join();
+  const bool ok = serve_api(plan.server, dp, tok, chat_template, [] {});
   const int status = finish(ok && !g_engine_failed ? 0 : 1);
   LOG(INFO) << "Shutdown complete";
   return status;
@@ -1056,35 +1074,8 @@ int run_serve_command(int argc, char** argv) {
     engine.shutdown();
     return status;
   }
-  // Thousands of idle or slow connections each hold a descriptor: lift the soft limit.
-  if (rlimit nofile{};
-      getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
-  }
-  server::ApiServer api(plan.server, engine, **tok, **chat_template);
-
-  std::thread signal_thread([&] {
-    char sig = 0;
-    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
-    }
-    if (!g_stop_requested.exchange(true)) {
-      if (g_engine_failed) {
-        LOG(ERROR) << "The engine failed: shutting down the API server";
-      } else {
-        LOG(INFO) << "Received signal " << int(sig) << ": shutting down";
-      }
-      api.stop();
-    }
-  });
-  const bool ok = api.listen();
-  if (!ok) LOG(ERROR) << "cannot bind " << plan.server.host << ":" << plan.server.port;
-  engine.shutdown();
-  if (!g_stop_requested.exchange(true)) {
-    const char wake = 0;
-    if (write(g_signal_pipe[1], &wake, 1) < 0) LOG(WARNING) << "cannot wake the signal thread";
-  }
-  signal_thread.join();
+  const bool ok =
+      serve_api(plan.server, engine, **tok, **chat_template, [&] { engine.shutdown(); });
   LOG(INFO) << "Shutdown complete";
   return ok && !g_engine_failed ? 0 : 1;
 }

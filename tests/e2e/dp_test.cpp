@@ -20,24 +20,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "parallel_serving.h"
 #include "server_process.h"
 #include "test_model.h"
 
 namespace {
 
 using json = nlohmann::json;
+using e2e::complete;
+using e2e::greedy;
+using e2e::numbered_prompt;
 
 const std::string& model_dir() {
   static const std::string dir = e2e::make_model("dp_model", 4, 3, 11);
   return dir;
-}
-
-std::vector<std::string> flags(std::vector<std::string> extra) {
-  std::vector<std::string> f = {"--served-model-name", "m",  "--max-model-len",          "1024",
-                                "--block-size",        "16", "--kv-cache-memory",        "16000000",
-                                "--threads",           "1",  "--max-num-batched-tokens", "256"};
-  f.insert(f.end(), extra.begin(), extra.end());
-  return f;
 }
 
 std::vector<std::string> dp_flags(int rpc_port, std::vector<std::string> extra) {
@@ -45,43 +41,7 @@ std::vector<std::string> dp_flags(int rpc_port, std::vector<std::string> extra) 
                                 "--data-parallel-address",  "127.0.0.1",
                                 "--data-parallel-rpc-port", std::to_string(rpc_port)};
   f.insert(f.end(), extra.begin(), extra.end());
-  return flags(f);
-}
-
-std::string prompt(int i) {
-  std::string p = "prompt " + std::to_string(i) + ":";
-  for (int w = 0; w < 5 + i * 9; ++w) p += " w" + std::to_string((w * 7 + i) % 31);
-  return p;
-}
-
-std::string stream_text(const std::string& body) {
-  std::string text;
-  std::istringstream lines(body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("data: ", 0) != 0 || line == "data: [DONE]") continue;
-    const json chunk = json::parse(line.substr(6), nullptr, false);
-    if (chunk.is_object() && chunk.contains("choices") && !chunk["choices"].empty())
-      text += chunk["choices"][0].value("text", "");
-  }
-  return text;
-}
-
-// The completion of `body`, whole or assembled from the stream.
-std::string complete(const e2e::ServerProcess& s, json body, bool stream,
-                     const std::string& request_id = "") {
-  auto c = s.client();
-  body["stream"] = stream;
-  httplib::Headers headers;
-  if (!request_id.empty()) headers.emplace("X-Request-Id", request_id);
-  auto r = c.Post("/v1/completions", headers, body.dump(), "application/json");
-  if (!r || r->status != 200) return "<error: " + (r ? r->body : std::string("no answer")) + ">";
-  if (stream) return stream_text(r->body);
-  return json::parse(r->body)["choices"][0]["text"].get<std::string>();
-}
-
-json greedy(int i, int max_tokens = 12) {
-  return {
-      {"prompt", prompt(i)}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+  return e2e::parallel_flags(f);
 }
 
 // Prompts 0..7, each whole and streamed, all at once; servers[i % n] serves prompt i.
@@ -132,7 +92,7 @@ RankPair start_ranks(int rpc, std::vector<std::string> x0, std::vector<std::stri
 class DataParallelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    e2e::ServerProcess one(model_dir(), flags({}), "/tmp/chunkpipe_dp_one.log");
+    e2e::ServerProcess one(model_dir(), e2e::parallel_flags({}), "/tmp/chunkpipe_dp_one.log");
     ASSERT_TRUE(one.ready());
     want_ = new std::vector<std::string>();
     for (int i = 0; i < 8; ++i) want_->push_back(complete(one, greedy(i), false));
@@ -306,8 +266,10 @@ TEST(DataParallelServeTest, UnseededSamplingDoesNotDependOnTheRank) {
   ASSERT_TRUE(p.ready());
   e2e::ServerProcess& r0 = *p.r0;
   e2e::ServerProcess& r1 = *p.r1;
-  const json body = {
-      {"prompt", prompt(3)}, {"max_tokens", 16}, {"temperature", 1.0}, {"ignore_eos", true}};
+  const json body = {{"prompt", numbered_prompt(3)},
+                     {"max_tokens", 16},
+                     {"temperature", 1.0},
+                     {"ignore_eos", true}};
   // Requests ahead of it on one rank only: the order of arrival must not matter.
   for (int i = 0; i < 3; ++i) complete(r1, body, false, "warm-" + std::to_string(i));
   const std::string on0 = complete(r0, body, false, "req-a");

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "parallel_serving.h"
 #include "server_process.h"
 #include "test_model.h"
 
@@ -33,39 +34,12 @@ const std::string& model_dir() {
 }
 
 std::vector<std::string> flags(std::vector<std::string> extra) {
-  std::vector<std::string> f = {"--served-model-name", "m",  "--max-model-len",          "1024",
-                                "--block-size",        "16", "--kv-cache-memory",        "16000000",
-                                "--threads",           "1",  "--max-num-batched-tokens", "256"};
-  f.insert(f.end(), extra.begin(), extra.end());
-  return f;
-}
-
-std::string prompt(int i) {
-  std::string p = "prompt " + std::to_string(i) + ":";
-  for (int w = 0; w < 5 + i * 9; ++w) p += " w" + std::to_string((w * 7 + i) % 31);
-  return p;
+  return e2e::parallel_flags(std::move(extra));
 }
 
 // The greedy completion of prompt i, whole or assembled from the stream.
 std::string complete(const e2e::ServerProcess& s, int i, bool stream) {
-  auto c = s.client();
-  const json body = {{"prompt", prompt(i)},
-                     {"max_tokens", 12},
-                     {"temperature", 0},
-                     {"ignore_eos", true},
-                     {"stream", stream}};
-  auto r = c.Post("/v1/completions", body.dump(), "application/json");
-  if (!r || r->status != 200) return "<error: " + (r ? r->body : std::string("no answer")) + ">";
-  if (!stream) return json::parse(r->body)["choices"][0]["text"].get<std::string>();
-  std::string text;
-  std::istringstream lines(r->body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("data: ", 0) != 0 || line == "data: [DONE]") continue;
-    const json chunk = json::parse(line.substr(6), nullptr, false);
-    if (chunk.is_object() && chunk.contains("choices") && !chunk["choices"].empty())
-      text += chunk["choices"][0].value("text", "");
-  }
-  return text;
+  return e2e::complete(s, e2e::greedy(i), stream);
 }
 
 TEST(TensorParallelServeTest, GreedyOutputsMatchOneRank) {
