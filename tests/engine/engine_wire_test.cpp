@@ -1,6 +1,8 @@
-// EngineRequest and RequestOutput survive the wire field for field, and truncated bytes are
-// refused.
+// EngineRequest, RequestOutput, metrics reports and the data-parallel link's messages survive
+// the wire field for field, and truncated or trailing bytes are refused.
 #include "engine/engine_wire.h"
+
+#include "engine/dp_protocol.h"
 
 #include <gtest/gtest.h>
 
@@ -18,6 +20,7 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   q.sampling.skip_special_tokens = false;
   q.sampling.logprobs = 2;
   q.sampling.logit_bias = {{5, -100.0f}};
+  q.sampling_key = "cmpl-abc-0";
   const auto bytes = engine::encode_request(q);
   auto back = engine::decode_request(bytes);
   ASSERT_TRUE(back.ok()) << back.status().message();
@@ -29,6 +32,7 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   EXPECT_FALSE(back->sampling.skip_special_tokens);
   EXPECT_EQ(back->sampling.logprobs, std::optional<int32_t>(2));
   EXPECT_EQ(back->sampling.logit_bias, q.sampling.logit_bias);
+  EXPECT_EQ(back->sampling_key, "cmpl-abc-0");
   for (size_t cut : {size_t{0}, bytes.size() / 2, bytes.size() - 1}) {
     EXPECT_FALSE(engine::decode_request({bytes.begin(), bytes.begin() + long(cut)}).ok()) << cut;
   }
@@ -56,6 +60,73 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   auto bad = obytes;
   bad.push_back(0);
   EXPECT_FALSE(engine::decode_output(bad).ok());
+}
+
+TEST(EngineWireTest, MetricsReportRoundTrips) {
+  engine::MetricsSnapshot m;
+  m.totals.prompt_tokens = 11;
+  m.totals.generation_tokens = 22;
+  m.totals.dummy_batches = 5;
+  m.totals.kv_transfer.bytes_pulled = 4096;
+  m.totals.request_success["length"] = 3;
+  m.totals.ttft.observe(0.03);
+  m.totals.iteration_tokens.observe(64);
+  m.num_running = 2;
+  m.num_waiting = 7;
+  m.kv_cache_usage = 0.25;
+  m.num_kv_blocks = 100;
+  m.block_size = 16;
+  m.stage_busy_seconds = {1.5, 2.5};
+  m.cpp_ready = true;
+  m.cpp_target_ms = 350;
+  const auto bytes = engine::encode_metrics(m);
+  auto back = engine::decode_metrics(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->totals.prompt_tokens, 11);
+  EXPECT_EQ(back->totals.generation_tokens, 22);
+  EXPECT_EQ(back->totals.dummy_batches, 5);
+  EXPECT_EQ(back->totals.kv_transfer.bytes_pulled, 4096);
+  EXPECT_EQ(back->totals.request_success.at("length"), 3);
+  EXPECT_EQ(back->totals.ttft.count, 1u);
+  EXPECT_EQ(back->totals.ttft.counts, m.totals.ttft.counts);
+  EXPECT_EQ(back->totals.iteration_tokens.counts, m.totals.iteration_tokens.counts);
+  EXPECT_EQ(back->num_running, 2);
+  EXPECT_EQ(back->num_waiting, 7);
+  EXPECT_EQ(back->kv_cache_usage, 0.25);
+  EXPECT_EQ(back->stage_busy_seconds, m.stage_busy_seconds);
+  EXPECT_TRUE(back->cpp_ready);
+  EXPECT_EQ(back->cpp_target_ms, 350);
+  for (size_t cut = 0; cut < bytes.size(); cut += 7)
+    EXPECT_FALSE(engine::decode_metrics({bytes.begin(), bytes.begin() + long(cut)}).ok()) << cut;
+  auto bad = bytes;
+  bad.push_back(1);
+  EXPECT_FALSE(engine::decode_metrics(bad).ok());
+}
+
+TEST(DataParallelProtocolTest, MessagesParseAndBadOnesAreRefused) {
+  namespace dp = engine::dp;
+  dp::Kind kind;
+  std::vector<uint8_t> payload;
+  ASSERT_TRUE(dp::parse(dp::message(dp::Kind::kAbort, std::string("req-1")), &kind, &payload));
+  EXPECT_EQ(kind, dp::Kind::kAbort);
+  EXPECT_EQ(std::string(payload.begin(), payload.end()), "req-1");
+  EXPECT_FALSE(dp::parse({}, &kind, &payload)) << "empty";
+  EXPECT_FALSE(dp::parse({0}, &kind, &payload)) << "kind 0";
+  EXPECT_FALSE(dp::parse({200, 1}, &kind, &payload)) << "unknown kind";
+  auto rank = dp::decode_rank(dp::encode_rank(7));
+  ASSERT_TRUE(rank.ok());
+  EXPECT_EQ(*rank, 7);
+  EXPECT_FALSE(dp::decode_rank({1, 2}).ok()) << "truncated";
+  EXPECT_FALSE(dp::decode_rank(dp::encode_rank(-1)).ok()) << "negative";
+  const dp::Welcome w{4, "10.0.0.1", 29600};
+  const auto wb = dp::encode_welcome(w);
+  auto wback = dp::decode_welcome(wb);
+  ASSERT_TRUE(wback.ok());
+  EXPECT_EQ(wback->dp_size, 4);
+  EXPECT_EQ(wback->store_host, "10.0.0.1");
+  EXPECT_EQ(wback->store_port, 29600);
+  for (size_t cut = 0; cut < wb.size(); ++cut)
+    EXPECT_FALSE(dp::decode_welcome({wb.begin(), wb.begin() + long(cut)}).ok()) << cut;
 }
 
 }  // namespace
