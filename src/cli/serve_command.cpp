@@ -792,7 +792,8 @@ int run_data_parallel_front_end(ServePlan& plan, const tokenizer::Tokenizer& tok
     LOG(ERROR) << st.message();
     return finish(1);
   }
-  const bool ok = serve_api(plan.server, dp, tok, chat_template, [] {});
+  // The engines end before the API server is destroyed: their callbacks hold its sessions.
+  const bool ok = serve_api(plan.server, dp, tok, chat_template, [&] { dp.shutdown(); });
   const int status = finish(ok && !g_engine_failed ? 0 : 1);
   LOG(INFO) << "Shutdown complete";
   return status;

@@ -1,6 +1,7 @@
 // A rank process for the collectives tests: `collective_rank PORT RANK SIZE shm|gloo MODE`
-// joins group "dead" through the store at 127.0.0.1:PORT, then runs MODE: "exit" leaves at
-// once with status 3 (a rank that dies); "allreduce" sums rank+1 and prints it.
+// joins group "dead" through the store at 127.0.0.1:PORT, then runs MODE: "exit" passes one
+// barrier (so that every rank has finished connecting) and leaves with status 3 (a rank that
+// dies); "allreduce" sums rank+1 and prints it.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -22,7 +23,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string mode = argv[5];
-  if (mode == "exit") std::_Exit(3);
+  if (mode == "exit") {
+    if (!(*group)->barrier().ok()) return 1;
+    std::_Exit(3);
+  }
   float x = float(spec.rank + 1);
   const common::Status st = (*group)->all_reduce(&x, 1, dist::ReduceOp::kSum);
   if (!st.ok()) {

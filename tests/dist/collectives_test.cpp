@@ -283,6 +283,9 @@ TEST(DeadPeerTest, APeerProcessThatExitsFailsTheCollective) {
     spec.timeout_s = 60;
     auto group = dist::make_process_group(store, spec);
     ASSERT_TRUE(group.ok()) << group.status().message();
+    // The peer leaves after this barrier: before it, gloo's connections may still be forming
+    // (a peer gone then fails the group's creation instead of its first collective).
+    ASSERT_TRUE((*group)->barrier().ok()) << (*group)->backend();
     float x = 1;
     const double t0 = common::now_seconds();
     const common::Status st = (*group)->all_reduce(&x, 1, ReduceOp::kSum);
