@@ -170,8 +170,7 @@ void DpEngineClient::on_message(const std::string& peer, const std::vector<uint8
   int engine = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < engines_.size(); ++i)
-      if (engines_[i].peer == peer) engine = int(i);
+    if (auto it = rank_of_peer_.find(peer); it != rank_of_peer_.end()) engine = it->second;
   }
   if (kind == dp::Kind::kHello) {
     auto rank = dp::decode_rank(payload);
@@ -188,8 +187,10 @@ void DpEngineClient::on_message(const std::string& peer, const std::vector<uint8
         LOG(WARNING) << "Data-parallel rank " << *rank << " said HELLO twice: ignored";
         return;
       }
+      if (!e.peer.empty()) rank_of_peer_.erase(e.peer);  // a restarted engine
       e = Engine{};
       e.peer = peer;
+      rank_of_peer_[peer] = *rank;
       e.last_seen = common::now_seconds();
     }
     (void)socket_->send(peer,

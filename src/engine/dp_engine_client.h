@@ -84,6 +84,7 @@ class DpEngineClient : public EngineClient {
   mutable std::mutex mu_;
   std::vector<Engine> engines_;
   std::unordered_map<std::string, Pending> pending_;
+  std::unordered_map<std::string, int> rank_of_peer_;  // socket identity -> rank (every message)
   std::vector<std::pair<int, std::vector<uint8_t>>> outbox_;
   bool fatal_reported_ = false;
   size_t next_first_ = 0;  // where pick_engine's next scan starts
