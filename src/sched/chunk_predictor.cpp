@@ -149,6 +149,11 @@ std::optional<double> ChunkSizePredictor::solve(int64_t history, double target) 
 
 std::optional<int64_t> ChunkSizePredictor::predict(int64_t history, double target) const {
   if (!ready_) return std::nullopt;
+  if (planned_) {
+    // Unbounded remainder: the scheduler caps by what is left and the token budget.
+    return planned_chunk_tokens(cost_model_, plan_, history, int64_t{1} << 40,
+                                target > 0 ? target : target_ms_);
+  }
   auto raw = solve(history, target > 0 ? target : target_ms_);
   if (!raw) return std::nullopt;
   const double B = static_cast<double>(base_chunk_);
@@ -172,6 +177,7 @@ double ChunkSizePredictor::request_target_ms(int64_t prompt_tokens) const {
 
 double ChunkSizePredictor::predict_time(int64_t chunk, int64_t history) const {
   if (!ready_) return 0.0;
+  if (planned_) return cost_model_.predict_ms(chunk, history);
   const double n = static_cast<double>(chunk), L = static_cast<double>(history);
   if (with_history_ready_) return ah_ * n * (n + L) + bh_ * (n + L) + ch_;
   auto f = [&](double l) { return a_ * l * l + b_ * l + c_; };
@@ -180,7 +186,7 @@ double ChunkSizePredictor::predict_time(int64_t chunk, int64_t history) const {
 
 void ChunkSizePredictor::record_step(const std::vector<std::pair<int64_t, int64_t>>& chunks,
                                      double elapsed_ms, std::vector<std::string>* log) {
-  if (!ready_ || elapsed_ms <= 0 || !need_timing_) return;
+  if (!ready_ || elapsed_ms <= 0 || !need_timing_ || planned_) return;
   if (target_steps_ >= kTargetSteps && history_fitted_) {
     need_timing_ = false;
     return;
@@ -224,6 +230,99 @@ void ChunkSizePredictor::record_step(const std::vector<std::pair<int64_t, int64_
   if (log)
     log->push_back(
         format("[ProfilingChunk With History] Fitted: a=%.2e, b=%.2e, c=%.2e", ah_, bh_, ch_));
+}
+
+bool ChunkSizePredictor::fit_cost_model(const std::vector<CostSample>& samples,
+                                        std::vector<std::string>* log) {
+  if (log) {
+    double lo = 1e300, hi = 0;
+    for (const CostSample& c : samples) {
+      lo = std::min(lo, c.ms);
+      hi = std::max(hi, c.ms);
+    }
+    log->push_back(format("[ProfilingChunk] Collected %.0f samples. Latency range: [%.2f, %.2f] ms",
+                          samples.size(), samples.empty() ? 0 : lo, hi));
+  }
+  std::string why;
+  if (!cost_model_.fit(samples, &why)) {
+    if (log) log->push_back("[ProfilingChunk] Profiling failed: " + why);
+    return false;
+  }
+  profile_samples_ = samples;
+  target_ms_ = cost_model_.predict_ms(base_chunk_, 0);
+  ready_ = true;
+  if (log) {
+    log->push_back("[ProfilingChunk] Cost model: " + cost_model_.describe());
+    log->push_back(format("[ProfilingChunk] Target latency: %.2f ms (base_chunk=%.0f)", target_ms_,
+                          static_cast<double>(base_chunk_)));
+    log->push_back("[ProfilingChunk] Profiling completed successfully");
+  }
+  return true;
+}
+
+double ChunkSizePredictor::plan_chunk_ms(int64_t prompt_tokens, int64_t history) const {
+  if (!ready_ || !planned_) return 0;
+  PlanOptions o = plan_;
+  o.prompt_tokens = prompt_tokens;
+  o.history = history;
+  return best_plan(cost_model_, o).chunk_ms;
+}
+
+AttentionForm ChunkSizePredictor::attention_form(int64_t chunk, int64_t history) const {
+  if (!ready_ || !planned_) return AttentionForm::kAuto;
+  return cost_model_.cheaper_form(chunk, history);
+}
+
+ChunkPlan upstream_plan(const ChunkCostModel& model, const PlanOptions& options, int page_size,
+                        double smooth_factor) {
+  const int64_t B = options.max_chunk;
+  ChunkSizePredictor p(B, page_size, smooth_factor, std::min(options.min_chunk, B), 30);
+  std::vector<std::pair<int64_t, double>> samples;
+  const auto sizes = ChunkSizePredictor::profile_chunk_sizes(B);
+  for (size_t i = 1; i < sizes.size(); ++i)
+    samples.emplace_back(sizes[i], model.predict_ms(sizes[i], 0));
+  if (!p.fit_profile(samples, nullptr)) return fixed_plan(model, options);
+  ChunkPlan plan;
+  plan.chunk_ms = p.target_ms();
+  std::vector<double> ms;
+  std::vector<int64_t> tokens;
+  for (int64_t L = options.history; L < options.prompt_tokens;) {
+    const int64_t n = std::min(B, options.prompt_tokens - L);
+    const int64_t x = std::min(n, p.predict(L).value_or(n));
+    const AttentionForm form = model.cheaper_form(x, L);
+    plan.chunks.push_back({x, L, form, model.predict_ms(x, L, form)});
+    ms.push_back(plan.chunks.back().ms);
+    tokens.push_back(x);
+    plan.work_ms += plan.chunks.back().ms;
+    L += x;
+  }
+  plan.ttft_ms = pipeline_ttft_ms(ms, tokens, options);
+  return plan;
+}
+
+void ChunkSizePredictor::record_planned_step(const std::vector<std::pair<int64_t, int64_t>>& chunks,
+                                             AttentionForm form, double elapsed_ms,
+                                             std::vector<std::string>* log) {
+  if (!ready_ || !planned_ || !need_timing_ || chunks.empty() || !(elapsed_ms > 0)) return;
+  CostSample s{form, {1.0, 0, 0, 0}, elapsed_ms};
+  for (const auto& [x, L] : chunks) {
+    s.row[1] += static_cast<double>(x);
+    s.row[2] += static_cast<double>(L);
+    s.row[3] += attention_area(static_cast<double>(x), static_cast<double>(L));
+  }
+  online_samples_.push_back(s);
+  std::vector<CostSample> all = profile_samples_;
+  all.insert(all.end(), online_samples_.begin(), online_samples_.end());
+  ChunkCostModel refined;
+  if (refined.fit(all, nullptr)) {
+    cost_model_ = refined;
+    target_ms_ = cost_model_.predict_ms(base_chunk_, 0);
+  }
+  if (static_cast<int>(online_samples_.size()) >= max_fit_chunk_) {
+    need_timing_ = false;
+    if (log)
+      log->push_back("[ProfilingChunk] Cost model refined online: " + cost_model_.describe());
+  }
 }
 
 }  // namespace sched

@@ -2,6 +2,9 @@
 // (shared/docs/cpp-design.md §4-7): a quadratic latency model f(l) = a·l² + b·l + c fitted on a
 // startup profile, the target T = f(B) - f(0), chunk sizes solving cost(L, x) = T, a
 // history-aware model refitted online, and the per-step time budget charge (predict_time).
+// In chunkpipe's planned mode the same interface runs on a ChunkCostModel instead (chunk cost
+// with history re-expansion, attention and per-forward terms, per attention form) and each
+// prompt gets the chunk time of its best whole-sequence plan (sched/chunk_planner.h).
 // Not thread-safe: owned by the scheduler thread.
 #pragma once
 
@@ -11,6 +14,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "sched/chunk_cost_model.h"
+#include "sched/chunk_planner.h"
 
 namespace sched {
 
@@ -73,6 +79,28 @@ class ChunkSizePredictor {
   void record_step(const std::vector<std::pair<int64_t, int64_t>>& chunks, double elapsed_ms,
                    std::vector<std::string>* log);
 
+  // --- chunkpipe's planned mode (profiling_chunk_config.mode "planned") ---
+  // Switches to the cost model; `plan` carries the stages, min_chunk, alignment and B used to
+  // plan each prompt (prompt_tokens and history are filled per call).
+  void set_planned(const PlanOptions& plan) {
+    planned_ = true;
+    plan_ = plan;
+  }
+  bool planned() const { return planned_; }
+  const PlanOptions& plan_options() const { return plan_; }
+  // Fits the cost model on startup probes and sets T to a base chunk's predicted time.
+  bool fit_cost_model(const std::vector<CostSample>& samples, std::vector<std::string>* log);
+  const ChunkCostModel& cost_model() const { return cost_model_; }
+  // The chunk time of the best plan for a prompt of prompt_tokens from `history`; 0 when the
+  // plan is fixed chunks of B (nothing to gain from resizing).
+  double plan_chunk_ms(int64_t prompt_tokens, int64_t history) const;
+  // The attention form the cost model predicts cheaper for a chunk (kAuto outside planned mode).
+  AttentionForm attention_form(int64_t chunk, int64_t history) const;
+  // Online refinement in planned mode: a step whose chunks all used one form, and its time.
+  // Samples beyond max_fit_chunk stop the timing.
+  void record_planned_step(const std::vector<std::pair<int64_t, int64_t>>& chunks,
+                           AttentionForm form, double elapsed_ms, std::vector<std::string>* log);
+
  private:
   int64_t base_chunk_;
   int page_size_;
@@ -91,6 +119,18 @@ class ChunkSizePredictor {
   std::vector<std::array<double, 4>> history_samples_;  // x1, x2, x3, ms
   int target_steps_ = 0;
   bool need_timing_ = true;
+  // Planned mode.
+  bool planned_ = false;
+  PlanOptions plan_;
+  ChunkCostModel cost_model_;
+  std::vector<CostSample> profile_samples_, online_samples_;
 };
+
+// vllm-ascend's chunks for one prompt on a cost model, for the simulator: the quadratic fitted
+// on the model's from-scratch times at the startup schedule, T = f(B) - f(0), each chunk
+// solving cost(L, x) = T (smoothing, min_chunk, aligning up to max(page_size, 64)), each
+// chunk then timed by the cost model and the plan by the pipeline recurrence.
+ChunkPlan upstream_plan(const ChunkCostModel& model, const PlanOptions& options, int page_size,
+                        double smooth_factor);
 
 }  // namespace sched
