@@ -66,6 +66,7 @@ void EngineCore::run_profiling_chunk_init() {
   predictor_ = std::make_unique<sched::ChunkSizePredictor>(
       base, config_.block_size, pc.smooth_factor, pc.min_chunk, pc.max_fit_chunk);
   predictor_->set_need_timing(pc.need_timing);
+  if (pc.mode == sched::ProfilingChunkConfig::kPlanned) return run_planned_profiling();
   predictor_->set_merge_tail(pc.merge_tail);
   predictor_->set_chunk_align(pc.chunk_align);
   if (pc.overhead_aware && executor_->max_concurrent_batches() > 1)
@@ -82,7 +83,7 @@ void EngineCore::run_profiling_chunk_init() {
   for (size_t i = 0; i < sizes.size(); ++i) {
     // Upstream times the last stage's own layers; timing_stage "max" takes the slowest stage.
     // A failed probe drops the sample; the step loop then sees the failure.
-    auto ms = executor_->profile_ms(sizes[i], slowest_stage);
+    auto ms = executor_->profile_ms(sizes[i], 0, sched::AttentionForm::kAuto, slowest_stage);
     if (i == 0 || !ms.ok()) continue;  // warm-up, or a failed probe
     samples.emplace_back(sizes[i], *ms);
     if (i % 6 == 0) {
@@ -95,6 +96,72 @@ void EngineCore::run_profiling_chunk_init() {
   {
     std::lock_guard<std::mutex> lock(mu_);  // metrics() reads the fit
     predictor_->fit_profile(samples, &log);
+  }
+  for (const std::string& line : log) LOG(INFO) << line;
+  scheduler_.set_chunk_predictor(predictor_.get());
+}
+
+std::vector<EngineCore::ProfileShape> EngineCore::planned_profile_shapes() const {
+  const sched::ProfilingChunkConfig& pc = *config_.profiling_chunk;
+  const int64_t B = config_.scheduler.max_num_batched_tokens;
+  const int64_t min_chunk = std::clamp<int64_t>(pc.min_chunk, 1, B);
+  // The longest history a chunk can follow here: the model length, less a chunk.
+  const int64_t max_len = config_.scheduler.max_model_len;
+  using sched::AttentionForm;
+  std::vector<ProfileShape> shapes;
+  auto add = [&](int64_t x, int64_t L, AttentionForm form) {
+    x = std::clamp<int64_t>(x, 1, B);
+    L = std::clamp<int64_t>(L, 0, std::max<int64_t>(0, max_len - x));
+    const ProfileShape s{x, L, form};
+    if (std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(s);
+  };
+  // From scratch: the per-forward, per-token and self-attention terms.
+  for (int64_t d : {1, 2, 4, 8, 16})
+    add(std::max(B / d, min_chunk / 2), 0, AttentionForm::kExpanded);
+  add(B * 3 / 4, 0, AttentionForm::kExpanded);
+  add(min_chunk, 0, AttentionForm::kExpanded);
+  // After history: re-expansion (per history token) against attention (per pair).
+  const int64_t hist = max_len - min_chunk;
+  for (int64_t L : {hist / 4, hist / 2, hist}) {
+    add(min_chunk, L, AttentionForm::kExpanded);
+    add(B / 2, L, AttentionForm::kExpanded);
+  }
+  // The absorbed form, for small chunks after long histories.
+  for (int64_t L : {int64_t{0}, hist / 2, hist})
+    for (int64_t x : {16, 64, 256}) add(x, L, AttentionForm::kAbsorbed);
+  return shapes;
+}
+
+void EngineCore::run_planned_profiling() {
+  const sched::ProfilingChunkConfig& pc = *config_.profiling_chunk;
+  sched::PlanOptions plan;
+  plan.max_chunk = config_.scheduler.max_num_batched_tokens;
+  plan.min_chunk = std::min(pc.min_chunk, plan.max_chunk);
+  plan.align = pc.chunk_align > 0 ? pc.chunk_align : 16;
+  plan.num_stages = executor_->max_concurrent_batches();
+  predictor_->set_planned(plan);
+  LOG(INFO) << "[ProfilingChunk] Scheduler initialized (planned). base_chunk=" << plan.max_chunk
+            << ", min_chunk=" << plan.min_chunk << ", align=" << plan.align
+            << ", stages=" << plan.num_stages << ", timing_stage=" << pc.timing_stage;
+  const auto shapes = planned_profile_shapes();
+  LOG(INFO) << "[ProfilingChunk] Profiling " << shapes.size()
+            << " chunk shapes (tokens, history, attention form)...";
+  const bool slowest_stage = pc.timing_stage == "max";
+  std::vector<sched::CostSample> samples;
+  const double t0 = common::now_seconds();
+  for (size_t i = 0; i <= shapes.size(); ++i) {
+    const ProfileShape& s = shapes[i == 0 ? 0 : i - 1];  // the first shape twice: a warm-up
+    auto ms = executor_->profile_ms(s.tokens, s.history, s.form, slowest_stage);
+    if (i == 0 || !ms.ok()) continue;  // warm-up, or a failed probe
+    samples.push_back(sched::CostSample::probe(s.form, s.tokens, s.history, *ms));
+    LOG(DEBUG) << "[ProfilingChunk] chunk=" << s.tokens << " history=" << s.history << " "
+               << sched::attention_form_name(s.form) << ": " << *ms << " ms";
+  }
+  LOG(INFO) << "[ProfilingChunk] Profiling took " << common::now_seconds() - t0 << " s";
+  std::vector<std::string> log;
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // metrics() reads the fit
+    predictor_->fit_cost_model(samples, &log);
   }
   for (const std::string& line : log) LOG(INFO) << line;
   scheduler_.set_chunk_predictor(predictor_.get());
@@ -517,7 +584,24 @@ void EngineCore::finish_recomputed() {
 void EngineCore::complete_step(const sched::SchedulerOutput& so,
                                const sched::ModelRunnerOutput& result) {
   const bool timing = predictor_ && predictor_->ready() && predictor_->need_timing();
-  if (timing) {  // CPP online calibration: (chunk, history) of every scheduled request
+  if (timing && predictor_->planned()) {
+    // Refinement: steps whose chunks all ran in one form chosen by the cost model (a decode,
+    // whose form the model picks, makes the step unattributable).
+    std::vector<std::pair<int64_t, int64_t>> chunks;
+    const sched::AttentionForm form =
+        so.scheduled.empty() ? sched::AttentionForm::kAuto : so.scheduled[0].attention_form;
+    bool one_form = form != sched::AttentionForm::kAuto;
+    for (const auto& s : so.scheduled) {
+      one_form = one_form && s.attention_form == form;
+      chunks.emplace_back(s.num_scheduled_tokens, s.num_computed_tokens);
+    }
+    std::vector<std::string> log;
+    if (one_form) {
+      std::lock_guard<std::mutex> lock(mu_);
+      predictor_->record_planned_step(chunks, form, timing_ms(result), &log);
+    }
+    for (const std::string& line : log) LOG(INFO) << line;
+  } else if (timing) {  // CPP online calibration: (chunk, history) of every scheduled request
     std::vector<std::pair<int64_t, int64_t>> chunks;
     for (const auto& s : so.scheduled)
       chunks.emplace_back(s.num_scheduled_tokens, s.num_computed_tokens);

@@ -82,6 +82,15 @@ class EngineCore : public EngineClient {
   void start();
   void loop();
   void run_profiling_chunk_init();
+  // CPP planned mode: probes chunks at zero and non-zero history in both attention forms and
+  // fits the cost model.
+  struct ProfileShape {
+    int64_t tokens = 0, history = 0;
+    sched::AttentionForm form = sched::AttentionForm::kExpanded;
+    bool operator==(const ProfileShape&) const = default;
+  };
+  std::vector<ProfileShape> planned_profile_shapes() const;
+  void run_planned_profiling();
   // Schedules one step and books its metrics; empty when nothing fits.
   sched::SchedulerOutput schedule_step(bool allow_poll);
   // Reports the requests the recompute scheduler finished (stop_reason "recomputed").

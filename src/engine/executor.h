@@ -37,9 +37,11 @@ class Executor {
     return common::unimplemented("this executor cannot run dummy batches");
   }
 
-  // CPP profiling: milliseconds of a from-scratch prefill of num_tokens dummy tokens, timed on
-  // the last stage, or on the slowest one when `slowest_stage`. Only while nothing is in flight.
-  virtual common::Result<double> profile_ms(int64_t num_tokens, bool slowest_stage) = 0;
+  // CPP profiling: milliseconds of a prefill chunk of num_tokens dummy tokens after `history`
+  // cached ones (0: from scratch) in the given attention form, timed on the last stage, or on
+  // the slowest one when `slowest_stage`. Only while nothing is in flight.
+  virtual common::Result<double> profile_ms(int64_t num_tokens, int64_t history,
+                                            sched::AttentionForm form, bool slowest_stage) = 0;
 
   // Empty while healthy; otherwise why the executor failed (a stage died, a link broke).
   virtual std::string failure() const = 0;

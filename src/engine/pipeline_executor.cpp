@@ -192,21 +192,26 @@ common::Result<sched::ModelRunnerOutput> PipelineExecutor::take_oldest() {
   return out;
 }
 
-common::Result<double> PipelineExecutor::profile_ms(int64_t num_tokens, bool slowest_stage) {
+common::Result<double> PipelineExecutor::profile_ms(int64_t num_tokens, int64_t history,
+                                                    sched::AttentionForm form, bool slowest_stage) {
   const int last = num_stages() - 1;
   double slowest = -1;
   for (int s = slowest_stage ? 0 : last; s <= last; ++s) {
-    CP_ASSIGN_OR_RETURN(double ms, profile_stage_ms(s, num_tokens));
+    CP_ASSIGN_OR_RETURN(double ms, profile_stage_ms(s, num_tokens, history, form));
     slowest = std::max(slowest, ms);
   }
   return slowest;
 }
 
-common::Result<double> PipelineExecutor::profile_stage_ms(int stage, int64_t num_tokens) {
+common::Result<double> PipelineExecutor::profile_stage_ms(int stage, int64_t num_tokens,
+                                                          int64_t history,
+                                                          sched::AttentionForm form) {
   CHECK(in_flight_.empty()) << "profiling while steps are in flight";
   ProfileProbe probe;
   probe.stage = stage;
   probe.num_tokens = num_tokens;
+  probe.history = history;
+  probe.form = form;
   if (auto st = local_.driver_send->send(encode_profile(probe)); !st.ok()) {
     fail("cannot send a profiling probe: " + st.message());
     return common::Status(common::StatusCode::kInternal, failure());

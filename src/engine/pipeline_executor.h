@@ -44,7 +44,8 @@ class PipelineExecutor : public Executor {
   common::Result<sched::ModelRunnerOutput> take_oldest() override;
   // Upstream times the last stage's own layers (zero input for non-first stages, as each stage
   // is timed independently); `slowest_stage` probes every stage and keeps the slowest.
-  common::Result<double> profile_ms(int64_t num_tokens, bool slowest_stage) override;
+  common::Result<double> profile_ms(int64_t num_tokens, int64_t history, sched::AttentionForm form,
+                                    bool slowest_stage) override;
   std::string failure() const override;
   bool has_remote_workers() const override { return true; }
   std::vector<double> stage_busy_seconds() const override;
@@ -55,7 +56,8 @@ class PipelineExecutor : public Executor {
   common::Status write_trace(const std::string& path) const override;
 
   // Milliseconds of `stage`'s own layers on a from-scratch prefill of num_tokens dummy tokens.
-  common::Result<double> profile_stage_ms(int stage, int64_t num_tokens);
+  common::Result<double> profile_stage_ms(int stage, int64_t num_tokens, int64_t history,
+                                          sched::AttentionForm form);
 
   // Bytes of the step messages sent to stage 0 so far (the SchedulerOutputs on the wire).
   int64_t bytes_sent() const { return bytes_sent_; }

@@ -40,9 +40,11 @@ common::Status UniProcExecutor::execute_dummy_batch() {
   return {};
 }
 
-common::Result<double> UniProcExecutor::profile_ms(int64_t num_tokens, bool /*slowest_stage*/) {
+common::Result<double> UniProcExecutor::profile_ms(int64_t num_tokens, int64_t history,
+                                                   sched::AttentionForm form,
+                                                   bool /*slowest_stage*/) {
   CHECK(done_.empty()) << "profiling while a step is in flight";
-  return runner_.profile_ms(num_tokens);
+  return runner_.profile_ms(num_tokens, history, form);
 }
 
 }  // namespace engine

@@ -32,7 +32,8 @@ class UniProcExecutor : public Executor {
   size_t num_in_flight() const override { return done_.size(); }
   common::Status submit(const sched::SchedulerOutput& output, const StepMeta& meta) override;
   common::Result<sched::ModelRunnerOutput> take_oldest() override;
-  common::Result<double> profile_ms(int64_t num_tokens, bool slowest_stage) override;
+  common::Result<double> profile_ms(int64_t num_tokens, int64_t history, sched::AttentionForm form,
+                                    bool slowest_stage) override;
   common::Status execute_dummy_batch() override;
   std::string failure() const override { return failure_; }
   bool has_remote_workers() const override { return false; }

@@ -13,8 +13,22 @@
 #include "kernels/mla_attention.h"
 #include "kernels/moe.h"
 #include "kernels/norm.h"
+#include "tensor/aligned_buffer.h"
 
 namespace model {
+namespace {
+
+// Per-thread scratch that only grows: the expanded form's context-sized buffers (the history's
+// k/v, latent and k_pe) would otherwise be fresh, zero-filled mappings on every layer of every
+// chunk, and their page faults and zeroing were a fifth of a long-history chunk's time.
+float* context_scratch(int slot, size_t size) {
+  thread_local tensor::AlignedBuffer<float> buffers[3];
+  auto& b = buffers[slot];
+  if (b.size() < size) b.resize(size);
+  return b.data();
+}
+
+}  // namespace
 
 struct DeepseekV3Model::Layout {
   const ForwardBatch* batch = nullptr;
@@ -189,9 +203,11 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
     const double expanded_flops = expansion_flops + double(n) * ctx * nh * (qk + dv);
     const double absorbed_flops =
         double(n) * nh * (dn + dv) * r + double(n) * ctx * nh * (2 * r + dr);
-    const bool absorbed =
-        attention_mode_ == AttentionMode::kAbsorbed ||
-        (attention_mode_ == AttentionMode::kAuto && absorbed_flops < expanded_flops);
+    // A model-wide mode (tests) wins over the sequence's (CPP's cost model), then FLOPs decide.
+    const AttentionMode mode =
+        attention_mode_ != AttentionMode::kAuto ? attention_mode_ : s.attention;
+    const bool absorbed = mode == AttentionMode::kAbsorbed ||
+                          (mode == AttentionMode::kAuto && absorbed_flops < expanded_flops);
     if (absorbed) {
       // q_cat[t, h] = [q_nope[t, h] · W_UK[h] | q_pe[t, h]]
       std::vector<float> q_cat(n * nh * row), o_lat(n * nh * r);
@@ -229,20 +245,21 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
     } else {
       // Gather k_pe and either the cached expanded k_nope ‖ v or the latent, which is then
       // expanded for every head; attend.
-      std::vector<float> k_pe(ctx * dr), kv(ctx * nh * (dn + dv));
-      std::vector<float> c_kv(ex_dim > 0 ? 0 : ctx * r);
+      float* k_pe = context_scratch(0, size_t(ctx * dr));
+      float* kv = context_scratch(1, size_t(ctx * nh * (dn + dv)));
+      float* c_kv = ex_dim > 0 ? nullptr : context_scratch(2, size_t(ctx * r));
       for (int64_t j = 0; j < ctx; ++j) {
         const int64_t slot = int64_t{s.block_table[j / bs]} * bs + j % bs;
         const float* src = layer_cache + slot * row;
-        std::memcpy(k_pe.data() + j * dr, src + r, dr * sizeof(float));
+        std::memcpy(k_pe + j * dr, src + r, dr * sizeof(float));
         if (ex_dim > 0) {
-          std::memcpy(kv.data() + j * ex_dim, cache.expanded_row(cache_layer, slot),
+          std::memcpy(kv + j * ex_dim, cache.expanded_row(cache_layer, slot),
                       ex_dim * sizeof(float));
         } else {
-          std::memcpy(c_kv.data() + j * r, src, r * sizeof(float));
+          std::memcpy(c_kv + j * r, src, r * sizeof(float));
         }
       }
-      if (ex_dim == 0) kernels::linear(c_kv.data(), ctx, w.kv_b_proj.view(), kv.data(), pool);
+      if (ex_dim == 0) kernels::linear(c_kv, ctx, w.kv_b_proj.view(), kv, pool);
       kernels::MlaPrefillArgs args;
       args.num_heads = nh;
       args.nope_dim = dn;
@@ -252,11 +269,11 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       args.context_len = ctx;
       args.scale = scale;
       args.q = qs;
-      args.k_nope = kv.data();
-      args.v = kv.data() + dn;
+      args.k_nope = kv;
+      args.v = kv + dn;
       args.kv_row_stride = int64_t{nh} * (dn + dv);
       args.kv_head_stride = dn + dv;
-      args.k_pe = k_pe.data();
+      args.k_pe = k_pe;
       args.k_pe_stride = dr;
       args.out = os;
       kernels::mla_prefill_attention(args, pool);

@@ -22,11 +22,6 @@
 
 namespace model {
 
-// How a sequence's chunk attends to its context. kAuto picks the cheaper form by FLOP count:
-// expanded (k/v per head recomputed from the latent; prefill) or absorbed (MQA over the latent
-// with W_UK / W_UV folded into q and o; decode).
-enum class AttentionMode { kAuto, kExpanded, kAbsorbed };
-
 // Where the MoE layers' time went with expert parallelism (dispatch and combine are the
 // all-to-alls and the gather of the token slices).
 struct MoeTimes {

@@ -10,10 +10,17 @@
 
 namespace model {
 
+// How a sequence's chunk attends to its context. kAuto picks the cheaper form by FLOP count:
+// expanded (k/v per head recomputed from the latent; prefill) or absorbed (MQA over the latent
+// with W_UK / W_UV folded into q and o; decode).
+enum class AttentionMode { kAuto, kExpanded, kAbsorbed };
+
 struct SequenceChunk {
   std::span<const int32_t> token_ids;
   int64_t num_computed_tokens = 0;
   std::span<const int32_t> block_table;
+  // A form chosen by the caller (CPP's cost model); kAuto defers to the model's own choice.
+  AttentionMode attention = AttentionMode::kAuto;
 };
 
 struct ForwardBatch {

@@ -34,6 +34,19 @@ common::Result<ProfilingChunkConfig> parse_profiling_chunk_config(
     c.enabled = cfg["enabled"].get<bool>();
   }
   c.need_timing = c.enabled;
+  if (cfg.contains("mode")) {
+    const bool is_string = cfg["mode"].is_string();
+    const std::string mode = is_string ? cfg["mode"].get<std::string>() : "";
+    if (mode == "planned") {
+      c.mode = ProfilingChunkConfig::kPlanned;
+    } else if (mode == "upstream") {
+      c.mode = ProfilingChunkConfig::kUpstream;
+    } else {
+      return bad("profiling_chunk_config.mode must be \"planned\" or \"upstream\", got " +
+                 cfg["mode"].dump());
+    }
+  }
+  c.timing_stage = c.mode == ProfilingChunkConfig::kUpstream ? "last" : "max";
   if (cfg.contains("smooth_factor")) {
     if (!cfg["smooth_factor"].is_number())
       return bad("profiling_chunk_config.smooth_factor must be a number");
@@ -86,6 +99,12 @@ common::Result<ProfilingChunkConfig> parse_profiling_chunk_config(
     if (!cfg["need_timing"].is_boolean())
       return bad("profiling_chunk_config.need_timing must be a boolean");
     c.need_timing = cfg["need_timing"].get<bool>();
+  }
+  if (c.mode == ProfilingChunkConfig::kPlanned && warnings &&
+      (cfg.contains("smooth_factor") || c.merge_tail > 0 || c.overhead_aware)) {
+    warnings->push_back(
+        "profiling_chunk_config: smooth_factor, merge_tail and overhead_aware apply to mode "
+        "\"upstream\"; mode \"planned\" plans each prompt's chunks from its cost model.");
   }
   if (!c.enabled && c.need_timing) {
     c.need_timing = false;

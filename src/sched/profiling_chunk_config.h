@@ -14,6 +14,12 @@
 namespace sched {
 
 struct ProfilingChunkConfig {
+  // "planned" (chunkpipe's default): startup probes at zero and non-zero history in both
+  // attention forms fit a ChunkCostModel, and each prompt's chunks come from the plan with the
+  // least predicted TTFT (sched/chunk_planner.h). "upstream": vllm-ascend's exact behaviour (the
+  // from-scratch quadratic fit, T = f(B) - f(0), online history model, chunk-by-chunk solve).
+  enum Mode { kPlanned, kUpstream };
+  Mode mode = kPlanned;
   bool enabled = false;
   double smooth_factor = 1.0;
   int64_t min_chunk = 4096;
@@ -21,8 +27,9 @@ struct ProfilingChunkConfig {
   int max_fit_chunk = 30;
   // chunkpipe extension: which stage's time feeds profiling and calibration. "last" is
   // vllm-ascend's behaviour; "max" times every stage and uses the slowest, which is the one
-  // that sets the pipeline's pace when the partition is uneven.
-  std::string timing_stage = "last";
+  // that sets the pipeline's pace when the partition is uneven. Default: "max" in planned mode,
+  // "last" in upstream mode.
+  std::string timing_stage = "max";
   // chunkpipe extension: a prompt remainder of at most this many tokens after a predicted chunk
   // is folded into that chunk (when the token budget allows) instead of costing its own
   // pipeline round; the fitted model sees no per-forward cost in it (c cancels). 0, the

@@ -28,6 +28,9 @@ struct Request {
   int64_t num_external_tokens = 0;  // of num_cached_tokens, those a KV connector provided
   std::string kv_transfer_params;   // the client's, for the KV connector (JSON text), if any
   std::string kv_handoff_params;    // the KV connector's answer at finish (JSON), if any
+  // CPP planned mode: the chunk time of this prompt's plan (0: fixed chunks; < 0: not planned
+  // yet). Planned at its first chunk, again after a preemption.
+  double cpp_chunk_ms = -1;
 
   // What the workers hold of this request: the scheduler's bookkeeping for SchedulerOutput's
   // deltas (sched/scheduler_output.h).

@@ -130,6 +130,7 @@ ScheduledRequest Scheduler::make_entry(Request* r, int64_t n) {
 void Scheduler::preempt(Request* r) {
   kv_->free(r->request_id);
   r->num_computed_tokens = 0;
+  r->cpp_chunk_ms = -1;  // planned again from wherever it resumes
   r->status = RequestStatus::kPreempted;
   ++r->num_preemptions;
   r->resumed = r->known_to_workers;
@@ -149,19 +150,30 @@ void Scheduler::recompute(Request* r) {
   requests_.erase(it);
 }
 
-std::optional<int64_t> Scheduler::dynamic_chunk(const Request& r, int64_t history, int64_t n,
-                                                double time_budget, double target) const {
+std::optional<int64_t> Scheduler::dynamic_chunk(Request& r, int64_t history, int64_t n,
+                                                double* time_budget, double target) const {
+  if (predictor_ == nullptr || !predictor_->ready()) return n;
+  const bool first_prefill = *time_budget == target;
+  if (predictor_->planned()) {
+    // Chunk sizes follow the prompt's plan: the first prefill of a step takes its plan's chunk
+    // and that time becomes the step's budget; later prefills share what is left.
+    if (first_prefill) {
+      if (r.cpp_chunk_ms < 0)
+        r.cpp_chunk_ms = predictor_->plan_chunk_ms(r.num_prompt_tokens(), history);
+      if (r.cpp_chunk_ms == 0) return n;  // the plan is fixed chunks
+      *time_budget = r.cpp_chunk_ms;
+    }
+    if (auto p = predictor_->predict(history, *time_budget)) return std::min(n, *p);
+    return first_prefill ? std::optional<int64_t>(n) : std::nullopt;
+  }
   // The first chunk of a fresh request keeps the full budget while calibrating, so the
   // measured target is a B-token step (cpp-design.md §6.2).
-  if (predictor_ == nullptr || !predictor_->ready() ||
-      (r.num_computed_tokens == 0 && predictor_->need_timing())) {
-    return n;
-  }
+  if (r.num_computed_tokens == 0 && predictor_->need_timing()) return n;
   // The step's first prefill may have its own, smaller target (overhead_aware extension).
-  const bool first_prefill = time_budget == target;
+  double budget = *time_budget;
   if (first_prefill)
-    time_budget = std::min(time_budget, predictor_->request_target_ms(r.num_prompt_tokens()));
-  if (auto p = predictor_->predict(history, time_budget)) {
+    budget = std::min(budget, predictor_->request_target_ms(r.num_prompt_tokens()));
+  if (auto p = predictor_->predict(history, budget)) {
     // Fold a small final remainder into this chunk when n already reaches the prompt's end.
     const bool whole_rest = n == r.num_tokens() - history;
     if (whole_rest && *p < n && n - *p <= predictor_->merge_tail()) return n;
@@ -187,6 +199,8 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
     const int64_t before = r->num_computed_tokens;
     const bool in_prefill = before < r->num_prompt_tokens();
     out.scheduled.push_back(make_entry(r, n));
+    if (cpp && in_prefill)
+      out.scheduled.back().attention_form = predictor_->attention_form(n, before);
     scheduled.push_back(r);
     epochs.push_back(r->num_preemptions);
     r->num_computed_tokens = before + n;  // advanced now: the next chunk may follow at once
@@ -202,7 +216,7 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
       continue;
     }
     if (r->num_computed_tokens < r->num_prompt_tokens()) {
-      auto sized = dynamic_chunk(*r, r->num_computed_tokens, n, time_budget, target);
+      auto sized = dynamic_chunk(*r, r->num_computed_tokens, n, &time_budget, target);
       if (!sized) break;
       n = *sized;
     }
@@ -264,7 +278,7 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
     hits += external;
     int64_t n = std::min(r->num_tokens() - hits, budget);
     // Prediction counts prefix hits as history; the predicate sees the request's own counter.
-    auto sized = dynamic_chunk(*r, hits, n, time_budget, target);
+    auto sized = dynamic_chunk(*r, hits, n, &time_budget, target);
     if (!sized) break;
     n = *sized;
     if (!kv_->allocate_slots(r->request_id, hits + n)) break;  // wait for blocks

@@ -105,10 +105,11 @@ class Scheduler {
   // A request leaves: the connector gets it (and may keep its blocks), the workers drop their
   // state of it with the next step.
   void release(Request* r);
-  // CPP: the chunk for a prefill of `r` given the remaining time budget; nullopt = stop
-  // scheduling prefills this step. `n` is the upstream (fixed) size.
-  std::optional<int64_t> dynamic_chunk(const Request& r, int64_t history, int64_t n,
-                                       double time_budget, double target) const;
+  // CPP: the chunk for a prefill of `r` given the step's remaining time budget; nullopt = stop
+  // scheduling prefills this step. `n` is the upstream (fixed) size. In planned mode the
+  // step's first prefill sets the step's budget to its plan's chunk time.
+  std::optional<int64_t> dynamic_chunk(Request& r, int64_t history, int64_t n, double* time_budget,
+                                       double target) const;
   ChunkSizePredictor* predictor_ = nullptr;
   KvConnectorScheduler* connector_ = nullptr;
 

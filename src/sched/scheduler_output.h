@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "sched/chunk_cost_model.h"
 #include "sched/request.h"
 
 namespace sched {
@@ -33,6 +34,8 @@ struct ScheduledRequest {
   int64_t num_computed_tokens = 0;     // before this step
   int64_t num_scheduled_tokens = 0;    // tokens [num_computed, num_computed + this) run now
   bool samples = false;                // the chunk reaches the request's last token: sample it
+  // The attention form CPP's cost model chose for this chunk; kAuto: the model's FLOP rule.
+  AttentionForm attention_form = AttentionForm::kAuto;
 };
 
 struct SchedulerOutput {

@@ -129,19 +129,28 @@ common::Status ModelRunner::execute_dummy_batch() {
   return {};
 }
 
-double ModelRunner::profile_ms(int64_t num_tokens) {
-  const int64_t n = std::clamp<int64_t>(num_tokens, 1, cache_.num_blocks() * cache_.block_size());
+double ModelRunner::profile_ms(int64_t num_tokens, int64_t history, sched::AttentionForm form) {
+  // The chunk and its history must fit the cache; the history attends to whatever the blocks
+  // hold (the timing does not depend on the values). Nothing else runs during profiling.
+  const int64_t capacity = cache_.num_blocks() * cache_.block_size();
+  const int64_t n = std::clamp<int64_t>(num_tokens, 1, capacity);
+  const int64_t L = std::clamp<int64_t>(history, 0, capacity - n);
   const model::ModelConfig& c = model_.config();
-  std::vector<int32_t> tokens(n), blocks((n + cache_.block_size() - 1) / cache_.block_size());
+  std::vector<int32_t> tokens(n), blocks((L + n + cache_.block_size() - 1) / cache_.block_size());
   const int64_t vocab = std::min<int64_t>(c.vocab_size, 128000);
   for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 3) % vocab);
   for (size_t b = 0; b < blocks.size(); ++b) blocks[b] = static_cast<int32_t>(b);
   model::ForwardBatch batch;
-  batch.sequences.push_back({tokens, 0, blocks});
+  const model::AttentionMode mode =
+      form == sched::AttentionForm::kAbsorbed   ? model::AttentionMode::kAbsorbed
+      : form == sched::AttentionForm::kExpanded ? model::AttentionMode::kExpanded
+                                                : model::AttentionMode::kAuto;
+  batch.sequences.push_back({tokens, L, blocks, mode});
   std::vector<float> hidden(first() ? 0 : n * c.hidden_size, 0.0f);
   const double t0 = common::now_seconds();
-  auto out = run(batch, std::move(hidden), /*connected=*/false);
-  if (out.ok() && last()) (void)logits_of_rows(*out, {n - 1});
+  // The head is not timed: a step computes logits only for a prompt's last chunk, and
+  // vllm-ascend's dummy run times the layers alone.
+  (void)run(batch, std::move(hidden), /*connected=*/false);
   return (common::now_seconds() - t0) * 1000.0;
 }
 

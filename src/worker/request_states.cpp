@@ -4,6 +4,18 @@
 namespace worker {
 namespace {
 
+model::AttentionMode attention_mode(sched::AttentionForm form) {
+  switch (form) {
+    case sched::AttentionForm::kExpanded:
+      return model::AttentionMode::kExpanded;
+    case sched::AttentionForm::kAbsorbed:
+      return model::AttentionMode::kAbsorbed;
+    case sched::AttentionForm::kAuto:
+      break;
+  }
+  return model::AttentionMode::kAuto;
+}
+
 common::Status refused(const std::string& why) {
   return common::data_loss("a step was refused: " + why);
 }
@@ -82,7 +94,7 @@ model::ForwardBatch RequestStates::forward_batch(const sched::SchedulerOutput& o
     batch.sequences.push_back(
         {std::span<const int32_t>(st.token_ids)
              .subspan(size_t(s.num_computed_tokens), size_t(s.num_scheduled_tokens)),
-         s.num_computed_tokens, st.block_ids});
+         s.num_computed_tokens, st.block_ids, attention_mode(s.attention_form)});
   }
   return batch;
 }

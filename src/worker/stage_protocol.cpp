@@ -16,7 +16,7 @@ void put_output(dist::WireWriter& w, const sched::SchedulerOutput& so) {
   for (const auto& s : so.scheduled) {
     w.put_string(s.req_id);
     w.put<uint8_t>((s.new_request ? 1 : 0) | (s.resumed_from_preemption ? 2 : 0) |
-                   (s.samples ? 4 : 0));
+                   (s.samples ? 4 : 0) | (static_cast<uint8_t>(s.attention_form) << 3));
     if (s.new_request) {
       w.put_vector(s.new_request->prompt_token_ids);
       sched::write_sampling_params(w, s.new_request->sampling);
@@ -43,6 +43,9 @@ bool get_output(dist::WireReader& r, size_t limit, sched::SchedulerOutput* so) {
     r.get(&flags);
     s.resumed_from_preemption = flags & 2;
     s.samples = flags & 4;
+    const uint8_t form = (flags >> 3) & 3;
+    if (form > static_cast<uint8_t>(sched::AttentionForm::kAbsorbed)) return false;
+    s.attention_form = static_cast<sched::AttentionForm>(form);
     if (flags & 1) {
       s.new_request.emplace();
       r.get_vector(&s.new_request->prompt_token_ids);
@@ -147,6 +150,8 @@ dist::Message encode_profile(const ProfileProbe& probe) {
   dist::WireWriter w(&m.meta);
   w.put(probe.stage);
   w.put(probe.num_tokens);
+  w.put(probe.history);
+  w.put(static_cast<uint8_t>(probe.form));
   w.put(probe.ms);
   return m;
 }
@@ -157,7 +162,14 @@ common::Status decode_profile(const dist::Message& m, ProfileProbe* probe) {
   r.get(&kind);
   r.get(&probe->stage);
   r.get(&probe->num_tokens);
+  r.get(&probe->history);
+  uint8_t form = 0;
+  r.get(&form);
   r.get(&probe->ms);
+  if (form > static_cast<uint8_t>(sched::AttentionForm::kAbsorbed) || probe->num_tokens < 1 ||
+      probe->history < 0)
+    return truncated("profile");
+  probe->form = static_cast<sched::AttentionForm>(form);
   return r.at_end() ? common::Status{} : truncated("profile");
 }
 

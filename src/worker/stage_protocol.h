@@ -37,6 +37,8 @@ struct StepEnvelope {
 struct ProfileProbe {
   int32_t stage = 0;
   int64_t num_tokens = 0;
+  int64_t history = 0;  // cached tokens before the chunk
+  sched::AttentionForm form = sched::AttentionForm::kAuto;
   double ms = -1;  // filled in by that stage
 };
 

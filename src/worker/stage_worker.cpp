@@ -96,7 +96,8 @@ int follow_stage_leader(const StageSpec& spec, const std::string& name, dist::Pr
     if (st.ok() && *kind == StageMessageKind::kProfile) {
       ProfileProbe probe;
       st = decode_profile(m, &probe);
-      if (st.ok() && probe.stage == spec.stage) runner.profile_ms(probe.num_tokens);
+      if (st.ok() && probe.stage == spec.stage)
+        runner.profile_ms(probe.num_tokens, probe.history, probe.form);
     } else if (st.ok() && *kind != StageMessageKind::kHello) {
       StepEnvelope step;
       st = decode_step(m, &step);
@@ -236,7 +237,8 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
     } else if (st.ok() && *kind == StageMessageKind::kProfile) {
       ProfileProbe probe;
       st = decode_profile(m, &probe);
-      if (st.ok() && probe.stage == spec.stage) probe.ms = runner.profile_ms(probe.num_tokens);
+      if (st.ok() && probe.stage == spec.stage)
+        probe.ms = runner.profile_ms(probe.num_tokens, probe.history, probe.form);
       if (st.ok()) st = comm.send(downstream_peer(spec), encode_profile(probe));
     } else if (st.ok()) {
       StepEnvelope step;

@@ -81,22 +81,25 @@ TEST(EngineCppTest, DynamicChunksGiveTheSameGreedyTokens) {
   fixed.block_size = 16;
   fixed.num_kv_blocks = 128;
   fixed.num_threads = 1;
-  engine::EngineConfig dynamic = fixed;
-  sched::ProfilingChunkConfig pc;
-  pc.enabled = true;
-  pc.need_timing = true;
-  pc.min_chunk = 16;
-  pc.max_fit_chunk = 8;
-  dynamic.profiling_chunk = pc;
-
   const std::vector<std::vector<int32_t>> prompts = {golden_ids("s200"), golden_ids("s64"),
                                                      golden_ids("short"), golden_ids("s200")};
-  std::vector<std::vector<int32_t>> expected, got_alone, got_together, got_calibrated;
+  std::vector<std::vector<int32_t>> expected;
   {
     engine::EngineCore core(in_process(**model, fixed), **tok, fixed);
     expected = generate(core, prompts);
   }
-  {
+  for (auto mode :
+       {sched::ProfilingChunkConfig::kPlanned, sched::ProfilingChunkConfig::kUpstream}) {
+    SCOPED_TRACE(mode == sched::ProfilingChunkConfig::kPlanned ? "planned" : "upstream");
+    engine::EngineConfig dynamic = fixed;
+    sched::ProfilingChunkConfig pc;
+    pc.mode = mode;
+    pc.enabled = true;
+    pc.need_timing = true;
+    pc.min_chunk = 16;
+    pc.max_fit_chunk = 8;
+    dynamic.profiling_chunk = pc;
+    std::vector<std::vector<int32_t>> got_alone, got_together, got_calibrated;
     engine::EngineCore core(in_process(**model, dynamic), **tok, dynamic);
     ASSERT_NE(core.chunk_predictor(), nullptr);
     EXPECT_TRUE(core.chunk_predictor()->ready());
@@ -106,10 +109,11 @@ TEST(EngineCppTest, DynamicChunksGiveTheSameGreedyTokens) {
     got_together = generate(core, prompts);
     // Enough steps have run to finish calibration; later requests use the history model.
     got_calibrated = generate(core, prompts);
+    EXPECT_EQ(got_alone, expected);
+    EXPECT_EQ(got_together, expected);
+    EXPECT_EQ(got_calibrated, expected);
+    EXPECT_EQ(core.chunk_predictor()->planned(), mode == sched::ProfilingChunkConfig::kPlanned);
   }
-  EXPECT_EQ(got_alone, expected);
-  EXPECT_EQ(got_together, expected);
-  EXPECT_EQ(got_calibrated, expected);
   // The first token of each prompt is the golden argmax.
   std::ifstream in(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/golden/tiny-bf16.s200.json");
   EXPECT_EQ(expected[0][0], nlohmann::json::parse(in)["last_argmax"].get<int32_t>());
@@ -186,10 +190,10 @@ TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChun
   }
   struct Case {
     std::vector<int> partition;
-    int mode;  // 0 fixed; 1 CPP timing the last stage; 2 CPP timing the slowest
+    int mode;  // 0 fixed; upstream CPP timing 1 the last stage, 2 the slowest; 3 planned CPP
   };
-  const std::vector<Case> cases = {{{}, 0}, {{1, 3}, 0}, {{3, 1}, 0},
-                                   {{}, 1}, {{}, 2},     {{1, 3}, 1}};
+  const std::vector<Case> cases = {{{}, 0}, {{1, 3}, 0}, {{3, 1}, 0}, {{}, 1},
+                                   {{}, 2}, {{1, 3}, 1}, {{}, 3},     {{3, 1}, 3}};
   for (const Case& k : cases) {
     std::string what = k.partition.empty() ? "partition even" : "partition";
     for (int n : k.partition) what += " " + std::to_string(n);
@@ -202,7 +206,9 @@ TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChun
       pc.need_timing = true;
       pc.min_chunk = 64;
       pc.max_fit_chunk = 8;
-      pc.timing_stage = k.mode == 2 ? "max" : "last";
+      pc.mode = k.mode == 3 ? sched::ProfilingChunkConfig::kPlanned
+                            : sched::ProfilingChunkConfig::kUpstream;
+      pc.timing_stage = k.mode == 1 ? "last" : "max";
       if (!k.partition.empty()) {  // also finer chunks than max(block, 64)
         pc.min_chunk = 16;
         pc.chunk_align = 16;
@@ -232,6 +238,60 @@ TEST(EnginePipelineTest, TwoStagesGiveTheSameGreedyTokensWithFixedAndDynamicChun
     if (k.mode == 0) {
       EXPECT_TRUE(std::all_of(chunks.begin(), chunks.end() - 1, [](int64_t n) { return n == 256; }))
           << what << ": chunks " << sizes;
+    }
+  }
+}
+
+// The seed preset's shape (bench/cpp_ttft.sh seed): a 16384-token prompt, B = 4096 (four fixed
+// chunks), min_chunk = B/8. Greedy tokens agree for PP1, PP2 with fixed chunks and PP2 with CPP
+// in both modes; planned CPP resizes the chunks (more than four, none above B).
+TEST(EnginePipelineTest, SeedShapeGivesTheSameGreedyTokensInEveryMode) {
+  const std::string dir = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16";
+  auto model = model::DeepseekV3Model::load(dir);
+  auto tok = tokenizer::Tokenizer::load(CHUNKPIPE_TOKENIZER_DIR);
+  ASSERT_TRUE(model.ok() && tok.ok());
+  const int64_t kPrompt = 16384, kBase = 4096;
+  engine::EngineConfig config = small_engine_config();
+  config.scheduler = {kBase, 4, kPrompt + 64};
+  config.num_kv_blocks = (kPrompt + 64) / 16 + 8;
+  const std::vector<std::vector<int32_t>> prompt = {long_prompt(kPrompt)};
+  std::vector<int32_t> expected;
+  {
+    engine::EngineCore core(in_process(**model, config), **tok, config);
+    expected = generate(core, prompt)[0];
+  }
+  ASSERT_EQ(expected.size(), 6u);
+  for (int mode = 0; mode < 3; ++mode) {  // fixed, planned CPP, upstream CPP
+    const char* what = mode == 0 ? "fixed" : mode == 1 ? "planned" : "upstream";
+    engine::EngineConfig c = config;
+    c.trace_file = "/tmp/chunkpipe_engine_seed_trace_" + std::to_string(getpid()) + ".json";
+    if (mode > 0) {
+      sched::ProfilingChunkConfig pc;
+      pc.mode = mode == 1 ? sched::ProfilingChunkConfig::kPlanned
+                          : sched::ProfilingChunkConfig::kUpstream;
+      pc.enabled = true;
+      pc.need_timing = true;
+      pc.min_chunk = kBase / 8;
+      pc.timing_stage = mode == 1 ? "max" : "last";
+      c.profiling_chunk = pc;
+    }
+    {
+      auto pipeline = two_stages(dir, {}, c);
+      ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
+      engine::EngineCore core(std::move(pipeline).value(), **tok, c);
+      EXPECT_EQ(generate(core, prompt)[0], expected) << what;
+    }
+    const auto chunks = traced_chunks(c.trace_file, kPrompt);
+    std::filesystem::remove(c.trace_file);
+    std::string sizes;
+    for (int64_t n : chunks) sizes += std::to_string(n) + " ";
+    std::printf("seed shape, %s: chunks %s\n", what, sizes.c_str());
+    EXPECT_TRUE(std::all_of(chunks.begin(), chunks.end(), [&](int64_t n) { return n <= kBase; }))
+        << what << ": " << sizes;
+    if (mode == 0) {
+      EXPECT_EQ(chunks, (std::vector<int64_t>{4096, 4096, 4096, 4096})) << sizes;
+    } else if (mode == 1) {
+      EXPECT_GT(chunks.size(), 4u) << "planned: " << sizes;
     }
   }
 }

@@ -164,7 +164,7 @@ TEST(ProfilingChunkConfigTest, DefaultsAndLegacyKey) {
   std::vector<std::string> warnings;
   auto legacy = sched::parse_profiling_chunk_config(
       nlohmann::json::parse(
-          R"({"profiling_chunk_config": {"enabled": true, "smooth_factor": 0.8}})"),
+          R"({"profiling_chunk_config": {"enabled": true, "mode": "upstream", "smooth_factor": 0.8}})"),
       2, 32768, &warnings);
   ASSERT_TRUE(legacy.ok());
   EXPECT_DOUBLE_EQ(legacy->smooth_factor, 0.8);
@@ -198,8 +198,28 @@ TEST(ProfilingChunkConfigTest, ValidationMessages) {
 
 namespace {
 
-TEST(ProfilingChunkConfigTest, TimingStageExtension) {
+TEST(ProfilingChunkConfigTest, ModeKeySelectsPlannedByDefaultOrUpstream) {
   auto c = parse(R"({"enabled": true})", 2, 32768);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->mode, sched::ProfilingChunkConfig::kPlanned);
+  EXPECT_EQ(c->timing_stage, "max");  // the slowest stage paces a planned pipeline
+  auto u = parse(R"({"enabled": true, "mode": "upstream"})", 2, 32768);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->mode, sched::ProfilingChunkConfig::kUpstream);
+  EXPECT_EQ(u->timing_stage, "last");  // vllm-ascend's behaviour
+  EXPECT_EQ(parse(R"({"enabled": true, "mode": "dynamic"})", 2, 32768).status().message(),
+            "profiling_chunk_config.mode must be \"planned\" or \"upstream\", got \"dynamic\"");
+  EXPECT_EQ(parse(R"({"enabled": true, "mode": 1})", 2, 32768).status().message(),
+            "profiling_chunk_config.mode must be \"planned\" or \"upstream\", got 1");
+  // Upstream-only keys in planned mode are accepted with a warning that says so.
+  std::vector<std::string> warnings;
+  ASSERT_TRUE(parse(R"({"enabled": true, "overhead_aware": true})", 2, 32768, &warnings).ok());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("apply to mode \"upstream\""), std::string::npos);
+}
+
+TEST(ProfilingChunkConfigTest, TimingStageExtension) {
+  auto c = parse(R"({"enabled": true, "mode": "upstream"})", 2, 32768);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->timing_stage, "last");  // upstream behaviour by default
   auto m = parse(R"({"enabled": true, "timing_stage": "max"})", 2, 32768);
