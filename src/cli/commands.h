@@ -12,5 +12,6 @@ int run_bench_command(int argc, char** argv);
 int run_pp_stage_command(int argc, char** argv);
 int run_proxy_command(int argc, char** argv);
 int run_launch_dp_command(int argc, char** argv);
+int run_cpp_sim_command(int argc, char** argv);
 
 }  // namespace cli
