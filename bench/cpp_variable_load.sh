@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Input throughput of variable-length prompts at concurrency 4 (the seed's 4k-64k test, scaled to
 # 512-8192 tokens: the same 16x range, uniform), for PP=1 with all cores in one stage, PP=2 with
-# fixed chunks and PP=2 with CPP after calibration, on the same cores and the CPP bench model.
+# fixed chunks, PP=2 with CPP (default settings) and DP=2 (one engine per core), on the same
+# cores and the CPP bench model; UPSTREAM=1 adds PP=2 with CPP in mode "upstream".
 #   bench/cpp_variable_load.sh [NUM_PROMPTS=16] [CHUNK=1024]
-# Extra CPP options go in CPP_EXTRA, e.g. CPP_EXTRA='"overhead_aware": true, '. EXPANDED_KV=1
-# turns on the expanded k/v cache (additional_config.expanded_kv_cache) in all three runs.
+# Extra CPP options go in CPP_EXTRA, e.g. CPP_EXTRA='"chunk_align": 64, '. EXPANDED_KV=1
+# turns on the expanded k/v cache (additional_config.expanded_kv_cache) in every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 num=${1:-16}
@@ -40,7 +41,8 @@ run_config() {  # name, then serve flags
   eval "tps_$name=$tps"
 }
 
-echo "$num prompts, 512-8192 input tokens (uniform), concurrency 4, base chunk $chunk, $ncpu cores"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); flags: $(grep -m1 flags /proc/cpuinfo | grep -o 'avx512[a-z_0-9]*\|avx2\|amx[a-z_0-9]*\|avx_vnni' | sort -u | xargs); cores: $ncpu"
+echo "$num prompts, 512-8192 input tokens (uniform), concurrency 4, base chunk $chunk"
 ex="" plain=()
 if [ "${EXPANDED_KV:-0}" = 1 ]; then
   ex='"expanded_kv_cache": true, '
@@ -51,6 +53,12 @@ half=$((ncpu / 2 > 0 ? ncpu / 2 : 1))
 run_config pp2_fixed --pipeline-parallel-size 2 --threads "$half" "${plain[@]}"
 run_config pp2_cpp --pipeline-parallel-size 2 --threads "$half" --additional-config \
   "{$ex\"scheduler_config\": {\"profiling_chunk_config\": {${CPP_EXTRA:-}\"enabled\": true, \"min_chunk\": 128}}}"
-awk -v a="$tps_pp1" -v b="$tps_pp2_fixed" -v c="$tps_pp2_cpp" 'BEGIN {
-  printf "input tokens/s: PP2 CPP / PP1 = %.3f, PP2 CPP / PP2 fixed = %.3f\n", c / a, c / b
+run_config dp2 --data-parallel-size 2 --data-parallel-rpc-port $((port + 7)) --threads "$half" "${plain[@]}"
+awk -v a="$tps_pp1" -v b="$tps_pp2_fixed" -v c="$tps_pp2_cpp" -v d="$tps_dp2" 'BEGIN {
+  printf "input tokens/s: PP2 CPP / PP1 = %.3f, PP2 CPP / PP2 fixed = %.3f, PP2 CPP / DP2 = %.3f\n", c / a, c / b, c / d
 }'
+if [ "${UPSTREAM:-0}" = 1 ]; then
+  run_config pp2_upstream --pipeline-parallel-size 2 --threads "$half" --additional-config \
+    "{$ex\"scheduler_config\": {\"profiling_chunk_config\": {${CPP_EXTRA:-}\"enabled\": true, \"mode\": \"upstream\", \"min_chunk\": 128}}}"
+  awk -v b="$tps_pp2_fixed" -v c="$tps_pp2_upstream" 'BEGIN { printf "input tokens/s: PP2 CPP upstream / PP2 fixed = %.3f\n", c / b }'
+fi
