@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "dist/process.h"
+#include "worker/stage_plan.h"
 
 namespace worker {
 namespace {
@@ -139,7 +140,8 @@ common::Result<LocalStages> launch_local_stages(const std::vector<StageSpec>& sp
       store = topo.master_addr + ":" + std::to_string(store_port(topo));
     }
   }
-  const int ncpu = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const std::vector<int> cpus = allowed_cpus();
+  const int ncpu = static_cast<int>(cpus.size());
   const int ranks_per_node = n * tp / topo.nnodes;
   for (int s = 0; s < n; ++s) {
     for (int r = 0; r < tp; ++r) {
@@ -149,7 +151,7 @@ common::Result<LocalStages> launch_local_stages(const std::vector<StageSpec>& sp
       spec.store = store;
       if (!spec.cpus.empty()) {  // pinned: the node's k-th rank on cores [k·t, (k+1)·t)
         const int k = (s * tp + r) % ranks_per_node, t = int(spec.cpus.size());
-        for (int i = 0; i < t; ++i) spec.cpus[size_t(i)] = (k * t + i) % ncpu;
+        for (int i = 0; i < t; ++i) spec.cpus[size_t(i)] = cpus[size_t((k * t + i) % ncpu)];
       }
       auto pid =
           r == 0 ? dist::spawn_process(worker_binary,

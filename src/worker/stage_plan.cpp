@@ -1,6 +1,8 @@
 // Layer partition and stage specs.
 #include "worker/stage_plan.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -52,7 +54,8 @@ common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
   topo.num_stages = o.num_stages;
   topo.tp_size = o.tensor_parallel_size;
   CP_RETURN_IF_ERROR(validate_topology(topo));
-  const int ncpu = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const std::vector<int> cpus = allowed_cpus();
+  const int ncpu = static_cast<int>(cpus.size());
   std::vector<StageSpec> specs;
   for (int s = 0; s < o.num_stages; ++s) {
     StageSpec spec;
@@ -73,11 +76,26 @@ common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
       // launcher places each TP rank)
       const int k = (s * topo.tp_size) % (o.num_stages * topo.tp_size / topo.nnodes);
       for (int t = 0; t < o.threads_per_stage; ++t)
-        spec.cpus.push_back((k * o.threads_per_stage + t) % ncpu);
+        spec.cpus.push_back(cpus[size_t((k * o.threads_per_stage + t) % ncpu)]);
     }
     specs.push_back(std::move(spec));
   }
   return specs;
+}
+
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  if (cpus.empty()) {
+    const int n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    for (int c = 0; c < n; ++c) cpus.push_back(c);
+  }
+  return cpus;
 }
 
 common::Result<std::vector<StageSpec>> plan_stages(const PipelineOptions& options) {

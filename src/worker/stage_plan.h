@@ -37,6 +37,10 @@ struct PipelineOptions {
 };
 
 // Stage s's StageSpec under `options`, for a model with `config`.
+// The cores this process may run on (its affinity mask: taskset, a container's cpuset), in
+// order; every core when the mask cannot be read. Pinned ranks are placed on these.
+std::vector<int> allowed_cpus();
+
 common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& options,
                                                    const model::ModelConfig& config);
 
