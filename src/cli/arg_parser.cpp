@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 
 namespace cli {
 namespace {
@@ -169,6 +170,35 @@ common::Result<int64_t> ArgParser::int_option(const std::string& name, int64_t m
                                     std::to_string(min_value) + ", got " + v);
   }
   return out;
+}
+
+common::Result<double> ArgParser::double_option(const std::string& name, double min_value) const {
+  const std::string v = option(name).value_or("");
+  double out = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size()) {
+    return common::invalid_argument("argument --" + name + ": invalid float value: '" + v + "'");
+  }
+  if (!(out >= min_value)) {
+    return common::invalid_argument("argument --" + name + ": must be at least " +
+                                    std::to_string(min_value) + ", got " + v);
+  }
+  return out;
+}
+
+int ArgParser::fail(const common::Status& status, int code) const {
+  std::fprintf(stderr, "%s%s: error: %s\n", code == 2 ? (usage() + "\n").c_str() : "",
+               program_.c_str(), status.message().c_str());
+  return code;
+}
+
+std::optional<int> ArgParser::parse_or_exit(int argc, char** argv, int first) {
+  if (auto st = parse(argc, argv, first); !st.ok()) return fail(st, 2);
+  if (help_requested()) {
+    std::printf("%s", usage().c_str());
+    return 0;
+  }
+  return std::nullopt;
 }
 
 bool ArgParser::flag(const std::string& name) const {

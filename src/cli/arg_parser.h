@@ -3,6 +3,7 @@
 // abbreviations, positionals in order. Errors name the offending flag. Single-threaded.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -38,6 +39,16 @@ class ArgParser {
   // The option's value as an integer >= min_value; errors in argparse's wording. The option
   // must have a value (a default or one given).
   common::Result<int64_t> int_option(const std::string& name, int64_t min_value) const;
+  // The option's value as a number >= min_value, in argparse's wording for float options.
+  common::Result<double> double_option(
+      const std::string& name, double min_value = -std::numeric_limits<double>::infinity()) const;
+
+  // A subcommand's error exit: "PROGRAM: error: MESSAGE" on stderr, after the usage for usage
+  // errors (code 2); returns `code`.
+  int fail(const common::Status& status, int code) const;
+  // Parses argv[first..] for a subcommand: the exit code when it should stop here (2 after a
+  // usage error, 0 after printing --help), nothing when it should go on.
+  std::optional<int> parse_or_exit(int argc, char** argv, int first);
   // Whether the option or flag was given on the command line (including --no-X).
   bool given(const std::string& name) const { return values_.count(name) != 0; }
   // Every option given, in canonical names, for the "non-default args" log line.

