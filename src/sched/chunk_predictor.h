@@ -43,9 +43,14 @@ class ChunkSizePredictor {
                    std::vector<std::string>* log);
 
   bool ready() const { return ready_; }
-  double a() const { return a_; }
-  double b() const { return b_; }
-  double c() const { return c_; }
+  // The from-scratch model f(l) = a·l² + b·l + c; in planned mode, the cost model's expanded
+  // form at zero history (a = α/2, b = β + α/2, c), so /metrics means the same in both modes.
+  double a() const { return planned_ ? cost_model_.expanded().per_pair_ms / 2 : a_; }
+  double b() const {
+    return planned_ ? cost_model_.expanded().per_token_ms + cost_model_.expanded().per_pair_ms / 2
+                    : b_;
+  }
+  double c() const { return planned_ ? cost_model_.expanded().overhead_ms : c_; }
   double target_ms() const { return target_ms_; }
   bool history_model_ready() const { return with_history_ready_; }
   bool need_timing() const { return need_timing_; }

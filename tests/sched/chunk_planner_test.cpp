@@ -195,6 +195,12 @@ TEST(ChunkPlannerTest, SchedulerFollowsThePlanAndItsForms) {
   predictor.set_planned(o);
   ASSERT_TRUE(predictor.fit_cost_model(samples, nullptr));
   predictor.set_need_timing(false);
+  // Its from-scratch quadratic (what /metrics shows) is the expanded form at zero history.
+  for (int64_t x : {64, 1024}) {
+    const double l = static_cast<double>(x);
+    EXPECT_NEAR(predictor.a() * l * l + predictor.b() * l + predictor.c(),
+                expanded.predict_ms(x, 0), 1e-6);
+  }
   o.prompt_tokens = 6000;
   const auto plan = sched::best_plan(predictor.cost_model(), o);
   ASSERT_GT(plan.chunks.size(), 6u);
