@@ -141,11 +141,7 @@ double ModelRunner::profile_ms(int64_t num_tokens, int64_t history, sched::Atten
   for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 3) % vocab);
   for (size_t b = 0; b < blocks.size(); ++b) blocks[b] = static_cast<int32_t>(b);
   model::ForwardBatch batch;
-  const model::AttentionMode mode =
-      form == sched::AttentionForm::kAbsorbed   ? model::AttentionMode::kAbsorbed
-      : form == sched::AttentionForm::kExpanded ? model::AttentionMode::kExpanded
-                                                : model::AttentionMode::kAuto;
-  batch.sequences.push_back({tokens, L, blocks, mode});
+  batch.sequences.push_back({tokens, L, blocks, attention_mode(form)});
   std::vector<float> hidden(first() ? 0 : n * c.hidden_size, 0.0f);
   const double t0 = common::now_seconds();
   // The head is not timed: a step computes logits only for a prompt's last chunk, and

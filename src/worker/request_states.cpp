@@ -4,6 +4,12 @@
 namespace worker {
 namespace {
 
+common::Status refused(const std::string& why) {
+  return common::data_loss("a step was refused: " + why);
+}
+
+}  // namespace
+
 model::AttentionMode attention_mode(sched::AttentionForm form) {
   switch (form) {
     case sched::AttentionForm::kExpanded:
@@ -15,12 +21,6 @@ model::AttentionMode attention_mode(sched::AttentionForm form) {
   }
   return model::AttentionMode::kAuto;
 }
-
-common::Status refused(const std::string& why) {
-  return common::data_loss("a step was refused: " + why);
-}
-
-}  // namespace
 
 common::Status RequestStates::check_tokens(const std::vector<int32_t>& ids) const {
   for (int32_t t : ids) {

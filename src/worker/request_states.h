@@ -17,6 +17,9 @@
 
 namespace worker {
 
+// The model's attention mode for a form the scheduler chose (kAuto: the model decides).
+model::AttentionMode attention_mode(sched::AttentionForm form);
+
 struct CachedRequestState {
   std::vector<int32_t> token_ids;  // prompt, then outputs
   int64_t num_prompt_tokens = 0;
