@@ -1,6 +1,8 @@
-// chunkpipe_bench: prints the machine's FP32 FMA peak, GEMM GFLOP/s for the main shapes, and
+// chunkpipe_bench: prints the CPU line and kernel paths, the machine's FP32 FMA peak (AVX2 and,
+// when active, AVX-512) and memory read bandwidth, GEMM GFLOP/s for the main shapes, and
 // prefill / decode tokens per second of a random-weight DeepSeek-V3-shaped model
-// (docs perf-targets: `tiny` and `small` dims) at the requested thread counts.
+// (docs perf-targets: `tiny` and `small` dims) at the requested thread counts, each as a
+// percentage of its roof: FMA peak for prefill (attention excluded), bandwidth for decode.
 //
 //   chunkpipe_bench [--model small|tiny] [--threads 1,2] [--prefill 512] [--decode 128]
 //                   [--long-prefill 4096] [--skip-gemm] [--skip-model] [--dtype bf16|f32]
@@ -17,6 +19,8 @@
 
 #include "common/thread_pool.h"
 #include "common/timer.h"
+#include "cpu_line.h"
+#include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "model/deepseek_v3.h"
 
@@ -46,6 +50,63 @@ double fma_peak_gflops(int threads) {
   for (auto& w : workers) w.join();
   const double secs = common::now_seconds() - t0;
   return threads * iters * 10.0 * 16.0 / secs / 1e9 + 0.0 * sink[0];
+}
+
+// The same with 512-bit registers (two FMA units on most AVX-512 server parts, one on some).
+__attribute__((target("avx512f"))) double fma_peak_gflops_avx512(int threads) {
+  const int64_t iters = 100'000'000;
+  std::vector<std::thread> workers;
+  std::vector<float> sink(threads);
+  const double t0 = common::now_seconds();
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t ]() __attribute__((target("avx512f"))) {
+      __m512 acc[10];
+      for (int i = 0; i < 10; ++i) acc[i] = _mm512_set1_ps(0.001f * (i + t));
+      const __m512 a = _mm512_set1_ps(0.9999f), b = _mm512_set1_ps(0.0001f);
+      for (int64_t it = 0; it < iters; ++it) {
+        for (int i = 0; i < 10; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+      }
+      __m512 s = acc[0];
+      for (int i = 1; i < 10; ++i) s = _mm512_add_ps(s, acc[i]);
+      float out[16];
+      _mm512_storeu_ps(out, s);
+      sink[t] = out[0];
+    });
+  }
+  for (auto& w : workers) w.join();
+  const double secs = common::now_seconds() - t0;
+  return threads * iters * 10.0 * 32.0 / secs / 1e9 + 0.0 * sink[0];
+}
+
+// Read bandwidth from memory: each thread sums its slice of a 1 GiB buffer (far beyond the
+// caches); best of 3 passes, in GB/s.
+double read_bandwidth_gbs(int threads) {
+  const size_t bytes = size_t{1} << 30;
+  std::vector<float> buffer(bytes / sizeof(float), 1.0f);
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    std::vector<std::thread> workers;
+    std::vector<float> sink(threads);
+    const double t0 = common::now_seconds();
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        const size_t per = buffer.size() / threads, b = per * t, e = b + per;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t i = b; i + 32 <= e; i += 32) {
+          a0 = _mm256_add_ps(a0, _mm256_loadu_ps(&buffer[i]));
+          a1 = _mm256_add_ps(a1, _mm256_loadu_ps(&buffer[i + 8]));
+          a2 = _mm256_add_ps(a2, _mm256_loadu_ps(&buffer[i + 16]));
+          a3 = _mm256_add_ps(a3, _mm256_loadu_ps(&buffer[i + 24]));
+        }
+        float out[8];
+        _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        sink[t] = out[0];
+      });
+    }
+    for (auto& w : workers) w.join();
+    best = std::max(best, bytes / (common::now_seconds() - t0) / 1e9 + 0.0 * sink[0]);
+  }
+  return best;
 }
 
 template <typename Fn>
@@ -165,9 +226,34 @@ model::ModelConfig perf_model_config(const std::string& name) {
   return c;
 }
 
+// Weights one token reads: elements at the weight dtype, and those kept in f32 (kv_b_proj and
+// the router, as model::random_weights stores them). The embedding row is left out.
+struct TokenWeights {
+  double main = 0, f32 = 0;
+};
+TokenWeights weights_per_token(const model::ModelConfig& c) {
+  const double h = c.hidden_size, nh = c.num_attention_heads;
+  const double qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  TokenWeights w;
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    w.main += c.q_lora_rank ? h * *c.q_lora_rank + *c.q_lora_rank * nh * qk : h * nh * qk;
+    w.main += h * (c.kv_lora_rank + c.qk_rope_head_dim) + nh * c.v_head_dim * h;
+    w.f32 += c.kv_lora_rank * nh * (c.qk_nope_head_dim + c.v_head_dim);
+    if (layer < c.first_k_dense_replace) {
+      w.main += 3 * h * c.intermediate_size;
+    } else {
+      w.f32 += h * c.n_routed_experts;
+      w.main += (c.n_shared_experts + c.num_experts_per_tok) * 3 * h * c.moe_intermediate_size;
+    }
+  }
+  w.main += double(c.vocab_size) * h;  // lm_head
+  return w;
+}
+
 // Prefill of `n` tokens in one forward (fresh cache), then `decode` single-token steps.
 void bench_model(const std::string& name, tensor::DType dtype,
-                 const std::vector<int>& thread_counts, int prefill, int decode, int long_prefill) {
+                 const std::vector<int>& thread_counts, const std::vector<double>& peaks,
+                 const std::vector<double>& bandwidths, int prefill, int decode, int long_prefill) {
   model::ModelConfig c = perf_model_config(name);
   const double t0 = common::now_seconds();
   model::DeepseekV3Model m(c, model::random_weights(c, dtype, 1));
@@ -194,10 +280,20 @@ void bench_model(const std::string& name, tensor::DType dtype,
     m.final_norm(hidden.data() + (n - 1) * c.hidden_size, 1, hidden.data());
     CHECK(m.compute_logits(hidden.data(), 1, logits.data(), pool).ok()) << "forward failed";
   };
-  std::printf("%-8s %16s %16s", "threads", "prefill tok/s", "decode tok/s");
+  const TokenWeights tw = weights_per_token(c);
+  const double decode_bytes = tw.main * tensor::dtype_size_bytes(dtype) + tw.f32 * 4;
+  const double prefill_flops = 2 * (tw.main + tw.f32);
+  std::printf(
+      "per token: %.1f MB of weights (decode reads them all), %.2f GFLOP of linear "
+      "layers (prefill; attention excluded)\n",
+      decode_bytes / 1e6, prefill_flops / 1e9);
+  std::printf("%-8s %24s %24s", "threads", "prefill tok/s (% roof)", "decode tok/s (% roof)");
   if (long_prefill > 0) std::printf(" %20s", "long prefill tok/s");
   std::printf("\n");
-  for (int threads : thread_counts) {
+  for (size_t ti = 0; ti < thread_counts.size(); ++ti) {
+    const int threads = thread_counts[ti];
+    const double prefill_roof = peaks[ti] * 1e9 / prefill_flops;
+    const double decode_roof = bandwidths[ti] * 1e9 / decode_bytes;
     common::ThreadPool pool(threads);
     forward(pool, 0, std::min(prefill, 64));  // warm-up
     double tp = 1e30;
@@ -210,7 +306,12 @@ void bench_model(const std::string& name, tensor::DType dtype,
     const double b = common::now_seconds();
     for (int i = 0; i < decode; ++i) forward(pool, i, 1);
     const double td = common::now_seconds() - b;
-    std::printf("%-8d %16.1f %16.1f", threads, prefill / tp, decode / td);
+    char pre[64], dec[64];
+    std::snprintf(pre, sizeof(pre), "%.1f (%.0f%% of %.0f)", prefill / tp,
+                  100 * prefill / tp / prefill_roof, prefill_roof);
+    std::snprintf(dec, sizeof(dec), "%.1f (%.0f%% of %.1f)", decode / td,
+                  100 * decode / td / decode_roof, decode_roof);
+    std::printf("%-8d %24s %24s", threads, pre, dec);
     if (long_prefill > 0) {
       const double l = common::now_seconds();
       forward(pool, 0, long_prefill);
@@ -271,16 +372,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --model small|tiny, --dtype bf16|f32\n");
     return 2;
   }
-  std::vector<double> peaks;
-  std::printf("== FP32 FMA peak (AVX2, 10 independent chains per thread) ==\n");
+  bench::print_cpu_line();
+  std::printf("%s\n", kernels::kernel_paths_line().c_str());
+  const bool avx512 = kernels::cpu_features().avx512;
+  std::vector<double> peaks, bandwidths;
+  std::printf(
+      "== roofs: FP32 FMA peak (10 independent chains per thread), memory read "
+      "bandwidth ==\n");
   for (int t : threads) {
-    peaks.push_back(fma_peak_gflops(t));
-    std::printf("threads %d: %.1f GFLOP/s\n", t, peaks.back());
+    const double avx2_peak = fma_peak_gflops(t);
+    const double avx512_peak = avx512 ? fma_peak_gflops_avx512(t) : 0;
+    peaks.push_back(std::max(avx2_peak, avx512_peak));
+    bandwidths.push_back(read_bandwidth_gbs(t));
+    std::printf("threads %d: FMA peak AVX2 %.1f GFLOP/s", t, avx2_peak);
+    if (avx512) std::printf(", AVX-512 %.1f GFLOP/s", avx512_peak);
+    std::printf("; read bandwidth %.1f GB/s\n", bandwidths.back());
   }
+  std::printf("(percentages are of the higher FMA peak of the active paths)\n");
   if (!skip_gemm) bench_gemm(threads, peaks);
   if (!skip_model) {
     bench_model(model_name, dtype_name == "bf16" ? tensor::DType::kBF16 : tensor::DType::kF32,
-                threads, prefill, decode, long_prefill);
+                threads, peaks, bandwidths, prefill, decode, long_prefill);
   }
   return 0;
 }

@@ -1,4 +1,5 @@
-// Linear-layer kernels. The streaming kernel is hand-written because no Debian library has a
+// Linear-layer kernels: dispatch by CPU features, the AVX2 streaming body and the OpenBLAS
+// tiles. The streaming kernel is hand-written because no Debian library has a
 // bf16-weight GEMV that runs at DRAM speed (OpenBLAS sgemv reaches ~5 GB/s here, see
 // docs/ARCHITECTURE.md); everything compute-bound goes through OpenBLAS sgemm.
 #include "kernels/gemm.h"
@@ -10,6 +11,8 @@
 #include <mutex>
 
 #include "common/check.h"
+#include "kernels/cpu_features.h"
+#include "kernels/gemm_paths.h"
 #include "tensor/aligned_buffer.h"
 
 namespace kernels {
@@ -82,8 +85,8 @@ inline void dot_tile(const float* x, int64_t k, const void* w, int64_t n0, float
 }
 
 template <bool kBf16>
-void streaming_range(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
-                     int64_t n_begin, int64_t n_end) {
+void streaming_range_avx2_t(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
+                            int64_t n_begin, int64_t n_end) {
   const int64_t k = w.cols;
   int64_t n = n_begin;
   for (; n + 4 <= n_end; n += 4) {
@@ -106,6 +109,15 @@ tensor::AlignedBuffer<float>& tile_scratch(size_t size) {
 
 }  // namespace
 
+void detail::streaming_range_avx2(const float* x, int64_t m, const WeightView& w, float* y,
+                                  int64_t ldy, int64_t n_begin, int64_t n_end) {
+  if (w.dtype == DType::kBF16) {
+    streaming_range_avx2_t<true>(x, m, w, y, ldy, n_begin, n_end);
+  } else {
+    streaming_range_avx2_t<false>(x, m, w, y, ldy, n_begin, n_end);
+  }
+}
+
 void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8<true>(src, i));
@@ -114,13 +126,9 @@ void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
 
 void linear_streaming(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
                       common::ThreadPool& pool) {
-  pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) {
-    if (w.dtype == DType::kBF16) {
-      streaming_range<true>(x, m, w, y, ldy, b, e);
-    } else {
-      streaming_range<false>(x, m, w, y, ldy, b, e);
-    }
-  });
+  const auto range =
+      cpu_features().avx512 ? detail::streaming_range_avx512 : detail::streaming_range_avx2;
+  pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) { range(x, m, w, y, ldy, b, e); });
 }
 
 void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

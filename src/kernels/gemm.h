@@ -1,6 +1,7 @@
 // Linear layers: y[M, N] = x[M, K] · W[N, K]ᵀ with f32 activations and F32 or BF16 weights.
-// Small M (decode) streams the weights once through an AVX2 kernel; larger M converts weight
-// tiles to f32 and runs OpenBLAS sgemm (single-threaded, tiles split across our ThreadPool).
+// Small M (decode) streams the weights once through an AVX2 or AVX-512 kernel (cpu_features());
+// larger M converts weight tiles to f32 and runs OpenBLAS sgemm (single-threaded, tiles split
+// across our ThreadPool).
 // Thread-safe for distinct outputs; uses per-thread scratch.
 #pragma once
 

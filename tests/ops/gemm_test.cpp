@@ -22,20 +22,42 @@ TEST_P(GemmTest, FastPathsMatchReference) {
   std::vector<float> ref(s.m * s.n), y1(s.m * s.n, -1.0f), y2(s.m * s.n, -1.0f), y3(s.m * s.n);
   kernels::linear_reference(x.data(), s.m, w.view(), ref.data(), s.n);
   common::ThreadPool pool(2);
-  kernels::linear_streaming(x.data(), s.m, w.view(), y1.data(), s.n, pool);
-  kernels::linear_blas(x.data(), s.m, w.view(), y2.data(), s.n, pool);
-  kernels::linear(x.data(), s.m, w.view(), y3.data(), pool);
-  EXPECT_LT(testutil::max_rel_error(y1, ref), 1e-5);
-  EXPECT_LT(testutil::max_rel_error(y2, ref), 1e-5);
-  EXPECT_LT(testutil::max_rel_error(y3, ref), 1e-5);
+  for (const auto& path : testutil::supported_isa_paths()) {
+    kernels::ScopedCpuFeatures isa(path.features);
+    std::fill(y1.begin(), y1.end(), -1.0f);
+    std::fill(y2.begin(), y2.end(), -1.0f);
+    std::fill(y3.begin(), y3.end(), -1.0f);
+    kernels::linear_streaming(x.data(), s.m, w.view(), y1.data(), s.n, pool);
+    kernels::linear_blas(x.data(), s.m, w.view(), y2.data(), s.n, pool);
+    kernels::linear(x.data(), s.m, w.view(), y3.data(), pool);
+    EXPECT_LT(testutil::max_rel_error(y1, ref), 1e-5) << path.name;
+    EXPECT_LT(testutil::max_rel_error(y2, ref), 1e-5) << path.name;
+    EXPECT_LT(testutil::max_rel_error(y3, ref), 1e-5) << path.name;
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
-                                            ::testing::Values(Shape{1, 1, 1}, Shape{1, 37, 19},
-                                                              Shape{3, 64, 128}, Shape{8, 130, 257},
-                                                              Shape{9, 33, 64}, Shape{40, 300, 96},
-                                                              Shape{2, 7, 8})));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmTest,
+    ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::Values(Shape{1, 1, 1}, Shape{1, 37, 19}, Shape{3, 64, 128},
+                                         Shape{8, 130, 257}, Shape{9, 33, 64}, Shape{40, 300, 96},
+                                         Shape{2, 7, 8}, Shape{7, 21, 33}, Shape{5, 6, 31})));
+
+TEST(CpuFeaturesTest, ScopedFeaturesCapAndRestore) {
+  const kernels::CpuFeatures before = kernels::cpu_features();
+  {
+    kernels::ScopedCpuFeatures isa({});
+    EXPECT_EQ(kernels::cpu_features(), kernels::CpuFeatures{});
+    EXPECT_EQ(kernels::describe(kernels::cpu_features()), "avx2 fma");
+  }
+  EXPECT_EQ(kernels::cpu_features(), before);
+  {
+    // A request for more than the machine has is cut to what it has.
+    kernels::ScopedCpuFeatures isa({true, true, true, true});
+    EXPECT_EQ(kernels::cpu_features(), kernels::detected_cpu_features());
+  }
+  EXPECT_NE(kernels::kernel_paths_line().find("linear int8"), std::string::npos);
+}
 
 TEST(GemmTest, StridedOutput) {
   auto w = testutil::random_matrix(DType::kBF16, 24, 40, 3);

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu_features.h"
 #include "tensor/weight_matrix.h"
 
 namespace testutil {
@@ -40,6 +41,21 @@ inline double max_rel_error(const std::vector<float>& a, const std::vector<float
     worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (1.0 + std::abs(double(b[i]))));
   }
   return worst;
+}
+
+// Every kernel path this machine can run, from the AVX2 baseline up to all detected features:
+// tests run each one under kernels::ScopedCpuFeatures and compare it with the reference.
+struct IsaPath {
+  const char* name;
+  kernels::CpuFeatures features;
+};
+inline std::vector<IsaPath> supported_isa_paths() {
+  const kernels::CpuFeatures d = kernels::detected_cpu_features();
+  std::vector<IsaPath> paths = {{"avx2", {}}};
+  if (d.avx_vnni) paths.push_back({"avx2+avx_vnni", {.avx_vnni = true}});
+  if (d.avx512) paths.push_back({"avx512", {.avx512 = true}});
+  if (d.avx512 && (d.avx512_vnni || d.avx512_bf16)) paths.push_back({"avx512+all", d});
+  return paths;
 }
 
 }  // namespace testutil

@@ -1,0 +1,87 @@
+// CPU feature detection with GCC's __builtin_cpu_supports, which also checks that the OS saves
+// the AVX-512 register state (XCR0), and the CHUNKPIPE_ISA cap.
+#include "kernels/cpu_features.h"
+
+#include <cstdlib>
+#include <string_view>
+
+#include "common/logging.h"
+
+namespace kernels {
+namespace {
+
+CpuFeatures intersect(const CpuFeatures& a, const CpuFeatures& b) {
+  CpuFeatures r;
+  r.avx512 = a.avx512 && b.avx512;
+  r.avx512_bf16 = r.avx512 && a.avx512_bf16 && b.avx512_bf16;
+  r.avx512_vnni = r.avx512 && a.avx512_vnni && b.avx512_vnni;
+  r.avx_vnni = a.avx_vnni && b.avx_vnni;
+  return r;
+}
+
+CpuFeatures from_environment() {
+  const CpuFeatures detected = detected_cpu_features();
+  const char* env = std::getenv("CHUNKPIPE_ISA");
+  const std::string_view cap = env ? env : "native";
+  if (cap == "native" || cap.empty()) return detected;
+  if (cap == "avx512") {
+    CpuFeatures r = detected;
+    r.avx_vnni = false;
+    return r;
+  }
+  if (cap == "avx2") return CpuFeatures{};
+  LOG(WARNING) << "CHUNKPIPE_ISA=" << cap
+               << " is not one of avx2, avx512, native; using every detected feature";
+  return detected;
+}
+
+CpuFeatures& active() {
+  static CpuFeatures features = from_environment();
+  return features;
+}
+
+}  // namespace
+
+CpuFeatures detected_cpu_features() {
+  __builtin_cpu_init();
+  CpuFeatures f;
+  f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+  f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
+  f.avx_vnni = __builtin_cpu_supports("avxvnni");
+  return f;
+}
+
+const CpuFeatures& cpu_features() {
+  return active();
+}
+
+std::string describe(const CpuFeatures& f) {
+  std::string s = "avx2 fma";
+  if (f.avx512) s += " avx512";
+  if (f.avx512_bf16) s += " avx512_bf16";
+  if (f.avx512_vnni) s += " avx512_vnni";
+  if (f.avx_vnni) s += " avx_vnni";
+  return s;
+}
+
+std::string kernel_paths_line() {
+  const CpuFeatures& f = cpu_features();
+  std::string s = "kernel paths (CHUNKPIPE_ISA caps them): linear f32/bf16 streaming ";
+  s += f.avx512 ? "avx512" : "avx2";
+  s += ", linear f32/bf16 tiles openblas, linear int8 ";
+  s += f.avx512_vnni ? "avx512_vnni" : (f.avx_vnni ? "avx_vnni" : "avx2");
+  s += "; cpu features: " + describe(f);
+  return s;
+}
+
+ScopedCpuFeatures::ScopedCpuFeatures(const CpuFeatures& features) : saved_(active()) {
+  active() = intersect(features, detected_cpu_features());
+}
+
+ScopedCpuFeatures::~ScopedCpuFeatures() {
+  active() = saved_;
+}
+
+}  // namespace kernels
