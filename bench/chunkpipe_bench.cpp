@@ -5,7 +5,7 @@
 // percentage of its roof: FMA peak for prefill (attention excluded), bandwidth for decode.
 //
 //   chunkpipe_bench [--model small|tiny] [--threads 1,2] [--prefill 512] [--decode 128]
-//                   [--long-prefill 4096] [--skip-gemm] [--skip-model] [--dtype bf16|f32]
+//                   [--long-prefill 4096] [--skip-gemm] [--skip-model] [--dtype bf16|f32|w8a8]
 #include <immintrin.h>
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "cpu_line.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
+#include "kernels/int8_linear.h"
 #include "model/deepseek_v3.h"
 
 namespace {
@@ -135,28 +136,35 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
   std::printf("%-24s %-5s %5s %7s %7s | %-8s", "shape", "W", "M", "N", "K", "threads");
   std::printf(" %17s %17s %17s\n", "streaming(ours)", "openblas-tiles", "linear()");
   for (const Shape& s : shapes) {
-    for (tensor::DType dt : {tensor::DType::kBF16, tensor::DType::kF32}) {
-      tensor::WeightMatrix w(dt, s.n, s.k);
+    for (tensor::DType dt : {tensor::DType::kBF16, tensor::DType::kF32, tensor::DType::kI8}) {
+      tensor::WeightMatrix w(dt == tensor::DType::kI8 ? tensor::DType::kF32 : dt, s.n, s.k);
       for (int64_t i = 0; i < s.n * s.k; ++i) {
         float v = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-        if (dt == tensor::DType::kF32) {
-          w.mutable_f32()[i] = v;
-        } else {
+        if (dt == tensor::DType::kBF16) {
           w.mutable_bf16()[i] = tensor::f32_to_bf16(v);
+        } else {
+          w.mutable_f32()[i] = v;
         }
       }
+      if (dt == tensor::DType::kI8) {
+        tensor::WeightMatrix q;
+        kernels::quantize_weight_rows(w.mutable_f32(), s.n, s.k, q);
+        w = std::move(q);
+      }
+      const bool int8 = dt == tensor::DType::kI8;
       for (int64_t m : {1, 16, 32, 64, 256, 2048}) {
         std::vector<float> x(m * s.k, 0.01f), y(m * s.n);
         for (size_t ti = 0; ti < thread_counts.size(); ++ti) {
           common::ThreadPool pool(thread_counts[ti]);
           const double flops = 2.0 * m * s.n * s.k;
           auto run = [&](auto fn) { return flops / best_seconds(fn) / 1e9; };
-          double g_stream = m <= 64 ? run([&] {
+          double g_stream = m <= 64 && !int8 ? run([&] {
             kernels::linear_streaming(x.data(), m, w.view(), y.data(), s.n, pool);
           })
-                                    : 0;
+                                             : 0;
           double g_blas =
-              run([&] { kernels::linear_blas(x.data(), m, w.view(), y.data(), s.n, pool); });
+              int8 ? 0
+                   : run([&] { kernels::linear_blas(x.data(), m, w.view(), y.data(), s.n, pool); });
           double g_auto = run([&] { kernels::linear(x.data(), m, w.view(), y.data(), pool); });
           auto cell = [&](double g) {
             char buf[32];
@@ -165,7 +173,7 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
             return std::string(buf);
           };
           std::printf("%-24s %-5s %5lld %7lld %7lld | %-8d %17s %17s %17s\n", s.what,
-                      dt == tensor::DType::kBF16 ? "bf16" : "f32", static_cast<long long>(m),
+                      std::string(tensor::dtype_name(dt)).c_str(), static_cast<long long>(m),
                       static_cast<long long>(s.n), static_cast<long long>(s.k), thread_counts[ti],
                       cell(g_stream).c_str(), cell(g_blas).c_str(), cell(g_auto).c_str());
         }
@@ -229,7 +237,9 @@ model::ModelConfig perf_model_config(const std::string& name) {
 // Weights one token reads: elements at the weight dtype, and those kept in f32 (kv_b_proj and
 // the router, as model::random_weights stores them). The embedding row is left out.
 struct TokenWeights {
-  double main = 0, f32 = 0;
+  double main = 0;    // projections and MLPs: int8 in W8A8
+  double float_ = 0;  // lm_head: BF16 in W8A8
+  double f32 = 0;
 };
 TokenWeights weights_per_token(const model::ModelConfig& c) {
   const double h = c.hidden_size, nh = c.num_attention_heads;
@@ -246,7 +256,7 @@ TokenWeights weights_per_token(const model::ModelConfig& c) {
       w.main += (c.n_shared_experts + c.num_experts_per_tok) * 3 * h * c.moe_intermediate_size;
     }
   }
-  w.main += double(c.vocab_size) * h;  // lm_head
+  w.float_ += double(c.vocab_size) * h;  // lm_head
   return w;
 }
 
@@ -257,8 +267,10 @@ void bench_model(const std::string& name, tensor::DType dtype,
   model::ModelConfig c = perf_model_config(name);
   const double t0 = common::now_seconds();
   model::DeepseekV3Model m(c, model::random_weights(c, dtype, 1));
-  std::printf("\n== model '%s' (%s weights, random), built in %.1f s ==\n", name.c_str(),
-              dtype == tensor::DType::kBF16 ? "bf16" : "f32", common::now_seconds() - t0);
+  std::printf(
+      "\n== model '%s' (%s weights, random), built in %.1f s ==\n", name.c_str(),
+      dtype == tensor::DType::kBF16 ? "bf16" : (dtype == tensor::DType::kI8 ? "w8a8" : "f32"),
+      common::now_seconds() - t0);
   const int bs = 128;
   const int64_t max_tokens = std::max(prefill + decode, long_prefill);
   const int64_t nb = (max_tokens + bs - 1) / bs;
@@ -281,8 +293,10 @@ void bench_model(const std::string& name, tensor::DType dtype,
     CHECK(m.compute_logits(hidden.data(), 1, logits.data(), pool).ok()) << "forward failed";
   };
   const TokenWeights tw = weights_per_token(c);
-  const double decode_bytes = tw.main * tensor::dtype_size_bytes(dtype) + tw.f32 * 4;
-  const double prefill_flops = 2 * (tw.main + tw.f32);
+  const bool w8a8 = dtype == tensor::DType::kI8;
+  const double decode_bytes = tw.main * tensor::dtype_size_bytes(dtype) +
+                              tw.float_ * (w8a8 ? 2 : tensor::dtype_size_bytes(dtype)) + tw.f32 * 4;
+  const double prefill_flops = 2 * (tw.main + tw.float_ + tw.f32);
   std::printf(
       "per token: %.1f MB of weights (decode reads them all), %.2f GFLOP of linear "
       "layers (prefill; attention excluded)\n",
@@ -368,8 +382,8 @@ int main(int argc, char** argv) {
     }
   }
   if ((model_name != "small" && model_name != "tiny") ||
-      (dtype_name != "bf16" && dtype_name != "f32")) {
-    std::fprintf(stderr, "error: --model small|tiny, --dtype bf16|f32\n");
+      (dtype_name != "bf16" && dtype_name != "f32" && dtype_name != "w8a8")) {
+    std::fprintf(stderr, "error: --model small|tiny, --dtype bf16|f32|w8a8\n");
     return 2;
   }
   bench::print_cpu_line();
@@ -391,8 +405,10 @@ int main(int argc, char** argv) {
   std::printf("(percentages are of the higher FMA peak of the active paths)\n");
   if (!skip_gemm) bench_gemm(threads, peaks);
   if (!skip_model) {
-    bench_model(model_name, dtype_name == "bf16" ? tensor::DType::kBF16 : tensor::DType::kF32,
-                threads, peaks, bandwidths, prefill, decode, long_prefill);
+    const tensor::DType dtype = dtype_name == "bf16"   ? tensor::DType::kBF16
+                                : dtype_name == "w8a8" ? tensor::DType::kI8
+                                                       : tensor::DType::kF32;
+    bench_model(model_name, dtype, threads, peaks, bandwidths, prefill, decode, long_prefill);
   }
   return 0;
 }

@@ -32,6 +32,7 @@
 #include "engine/engine_link.h"
 #include "engine/pipeline_executor.h"
 #include "engine/uniproc_executor.h"
+#include "kernels/cpu_features.h"
 #include "model/deepseek_v3.h"
 #include "model/tensor_parallel.h"
 #include "sched/profiling_chunk_config.h"
@@ -404,6 +405,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
       plan->kv_transfer.kv_role != "kv_producer")
     return unbuilt("a " + plan->kv_transfer.kv_role + " with --tensor-parallel-size > 1",
                    "a tensor-parallel prefiller (kv_producer) is");
+  LOG(INFO) << kernels::kernel_paths_line();
   if (p.given("compilation-config"))
     LOG(INFO) << "--compilation-config has no meaning on CPU: kernels run eagerly";
   if (p.flag("enforce-eager")) LOG(INFO) << "--enforce-eager: the CPU backend always runs eagerly";

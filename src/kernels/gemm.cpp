@@ -13,6 +13,7 @@
 #include "common/check.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gemm_paths.h"
+#include "kernels/int8_linear.h"
 #include "tensor/aligned_buffer.h"
 
 namespace kernels {
@@ -161,6 +162,7 @@ void linear_blas(const float* x, int64_t m, const WeightView& w, float* y, int64
 
 void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
             common::ThreadPool& pool) {
+  if (w.dtype == DType::kI8) return linear_int8(x, m, w, y, ldy, pool);
   CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear: unsupported weight dtype";
   if (m <= 0 || w.rows == 0) return;
   if (m <= (w.dtype == DType::kBF16 ? kStreamingMaxRowsBf16 : kStreamingMaxRowsF32)) {
@@ -171,6 +173,7 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
 }
 
 void linear_reference(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy) {
+  if (w.dtype == DType::kI8) return linear_int8_reference(x, m, w, y, ldy);
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t n = 0; n < w.rows; ++n) {
       double s = 0.0;

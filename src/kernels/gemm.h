@@ -18,7 +18,7 @@ namespace kernels {
 inline constexpr int64_t kStreamingMaxRowsBf16 = 48;
 inline constexpr int64_t kStreamingMaxRowsF32 = 16;
 
-// y (row stride ldy, >= N) = x (row stride K) · Wᵀ.
+// y (row stride ldy, >= N) = x (row stride K) · Wᵀ. I8 weights go to linear_int8 (W8A8).
 void linear(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
             common::ThreadPool& pool);
 inline void linear(const float* x, int64_t m, const tensor::WeightView& w, float* y,
@@ -32,7 +32,7 @@ void linear_streaming(const float* x, int64_t m, const tensor::WeightView& w, fl
 void linear_blas(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
                  common::ThreadPool& pool);
 
-// Naive reference: one double-accumulated dot product per output.
+// Naive reference: one double-accumulated dot product per output (I8: linear_int8_reference).
 void linear_reference(const float* x, int64_t m, const tensor::WeightView& w, float* y,
                       int64_t ldy);
 

@@ -6,8 +6,10 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <vector>
 
 #include "common/check.h"
+#include "kernels/int8_linear.h"
 
 namespace model {
 namespace {
@@ -323,11 +325,14 @@ class FastRandom {
   bool has_spare_ = false;
 };
 
+// kI8 means msmodelslim's DeepSeek layout: the projections and MLPs W8A8_DYNAMIC (int8,
+// per-channel scales), everything else (embedding, lm_head, eh_proj) BF16; kv_b_proj and the
+// router are F32 in every mode.
 class RandomFiller {
  public:
   RandomFiller(DType dtype, uint64_t seed) : dtype_(dtype), rng_(seed) {}
   WeightMatrix matrix(int64_t rows, int64_t cols, double stddev, bool force_f32 = false) {
-    DType d = force_f32 ? DType::kF32 : dtype_;
+    DType d = force_f32 ? DType::kF32 : float_dtype();
     WeightMatrix m(d, rows, cols);
     for (int64_t i = 0; i < rows * cols; ++i) {
       float v = static_cast<float>(rng_.normal() * stddev);
@@ -339,8 +344,19 @@ class RandomFiller {
     }
     return m;
   }
+  // A projection or MLP matrix: int8 in W8A8 mode.
   WeightMatrix linear(int64_t out, int64_t in, bool force_f32 = false) {
-    return matrix(out, in, 1.0 / std::sqrt(static_cast<double>(in)), force_f32);
+    const double stddev = 1.0 / std::sqrt(static_cast<double>(in));
+    if (dtype_ != DType::kI8 || force_f32) return matrix(out, in, stddev, force_f32);
+    std::vector<float> values(static_cast<size_t>(out * in));
+    for (float& v : values) v = static_cast<float>(rng_.normal() * stddev);
+    WeightMatrix m;
+    kernels::quantize_weight_rows(values.data(), out, in, m);
+    return m;
+  }
+  // A matrix W8A8 checkpoints keep FLOAT.
+  WeightMatrix float_linear(int64_t out, int64_t in) {
+    return matrix(out, in, 1.0 / std::sqrt(static_cast<double>(in)));
   }
   Vector norm(int64_t n) {
     Vector v(n);
@@ -360,6 +376,8 @@ class RandomFiller {
   }
 
  private:
+  DType float_dtype() const { return dtype_ == DType::kI8 ? DType::kBF16 : dtype_; }
+
   DType dtype_;
   FastRandom rng_;
 };
@@ -433,12 +451,13 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
 }
 
 ModelWeights random_weights(const ModelConfig& c, DType dtype, uint64_t seed) {
-  CHECK(dtype == DType::kF32 || dtype == DType::kBF16) << "random weights are F32 or BF16";
+  CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kI8)
+      << "random weights are F32, BF16 or I8 (W8A8)";
   RandomFiller rf(dtype, seed);
   ModelWeights w;
   const int64_t h = c.hidden_size, v = c.vocab_size;
   w.embed_tokens = rf.matrix(v, h, 1.0);
-  w.lm_head = rf.linear(v, h);
+  w.lm_head = rf.float_linear(v, h);
   w.norm = rf.norm(h);
   for (int layer = 0; layer < c.num_hidden_layers; ++layer)
     w.layers.push_back(random_layer(c, layer, rf));
@@ -447,7 +466,7 @@ ModelWeights random_weights(const ModelConfig& c, DType dtype, uint64_t seed) {
     m.enorm = rf.norm(h);
     m.hnorm = rf.norm(h);
     m.shared_head_norm = rf.norm(h);
-    m.eh_proj = rf.linear(h, 2 * h);
+    m.eh_proj = rf.float_linear(h, 2 * h);
     m.layer = random_layer(c, c.num_hidden_layers + k, rf);
     w.mtp.push_back(std::move(m));
   }

@@ -86,7 +86,8 @@ struct LoadOptions {
 common::Result<ModelWeights> load_weights(const Checkpoint& checkpoint, const ModelConfig& config,
                                           const LoadOptions& options);
 
-// Random weights with the checkpoint's distributions (make-tiny style); `dtype` is kF32 or kBF16.
+// Random weights with the checkpoint's distributions (make-tiny style); `dtype` is kF32, kBF16,
+// or kI8 for msmodelslim's W8A8 layout (projections and MLPs int8 per channel, the rest BF16).
 ModelWeights random_weights(const ModelConfig& config, tensor::DType dtype, uint64_t seed);
 
 }  // namespace model

@@ -1,6 +1,7 @@
 // WeightMatrix: an owned row-major [rows, cols] matrix in the storage dtype the kernels consume
-// (F32 or BF16), plus WeightView, the non-owning view passed to kernels.
-// Immutable after construction; safe to read from many threads.
+// (F32, BF16, or I8 with its W8A8 quantization parameters), plus WeightView, the non-owning view
+// passed to kernels. Immutable after construction; safe to read from many threads.
+// Invariant for I8: row_scale and row_sum hold `rows` entries; row_bias is empty or `rows`.
 #pragma once
 
 #include <cstdint>
@@ -10,17 +11,41 @@
 
 namespace tensor {
 
+// W8A8 as msmodelslim writes it (w8a8-mtp.md 1b): activations are quantized to int8 per token
+// (dynamic: scale max|x_t|/127, no offset) or with one fixed scale and offset (static), then
+//   y[t, n] = (Σ_k xq[t, k]·Wq[n, k] + row_bias[n]) · act_scale[t] · row_scale[n]
+// with act_scale[t] = the token's scale (dynamic) or 1 (static, whose deq_scale = s_in·s_w).
+struct Int8Quant {
+  bool static_activation = false;
+  float input_scale = 1.0f;           // static: xq = clamp(round(x / input_scale + offset))
+  float input_offset = 0.0f;          // static: a whole number
+  const float* row_scale = nullptr;   // [N]: weight_scale (dynamic) or deq_scale (static)
+  const int32_t* row_bias = nullptr;  // [N] or null: quant_bias (static)
+  const int32_t* row_sum = nullptr;   // [N]: Σ_k Wq[n, k], for kernels that offset xq by 128
+};
+
 struct WeightView {
-  DType dtype = DType::kF32;  // kF32 or kBF16
+  DType dtype = DType::kF32;  // kF32, kBF16 or kI8
   int64_t rows = 0;           // output features (N)
   int64_t cols = 0;           // input features (K)
   const void* data = nullptr;
+  Int8Quant quant;  // kI8 only
 
   const float* f32() const { return static_cast<const float*>(data); }
   const uint16_t* bf16() const { return static_cast<const uint16_t*>(data); }
-  // Element (r, c) as f32, for reference code and tests.
+  const int8_t* i8() const { return static_cast<const int8_t*>(data); }
+  // Element (r, c) as f32 (I8: dequantized, Wq · row_scale / input_scale when static), for
+  // reference code and tests.
   float at(int64_t r, int64_t c) const {
-    return dtype == DType::kF32 ? f32()[r * cols + c] : bf16_to_f32(bf16()[r * cols + c]);
+    switch (dtype) {
+      case DType::kF32:
+        return f32()[r * cols + c];
+      case DType::kBF16:
+        return bf16_to_f32(bf16()[r * cols + c]);
+      default:
+        return float(i8()[r * cols + c]) * quant.row_scale[r] /
+               (quant.static_activation ? quant.input_scale : 1.0f);
+    }
   }
 };
 
@@ -41,13 +66,56 @@ class WeightMatrix {
   uint8_t* mutable_bytes() { return bytes_.data(); }
   float* mutable_f32() { return reinterpret_cast<float*>(bytes_.data()); }
   uint16_t* mutable_bf16() { return reinterpret_cast<uint16_t*>(bytes_.data()); }
-  WeightView view() const { return {dtype_, rows_, cols_, bytes_.data()}; }
+  int8_t* mutable_i8() { return reinterpret_cast<int8_t*>(bytes_.data()); }
+
+  // I8 only: per-row scales [rows] to fill, then finish_int8() once the weights are written.
+  float* mutable_row_scale() {
+    if (row_scale_.size() != size_t(rows_)) row_scale_.resize(size_t(rows_));
+    return row_scale_.data();
+  }
+  // I8 static only: quant_bias [rows].
+  int32_t* mutable_row_bias() {
+    if (row_bias_.size() != size_t(rows_)) row_bias_.resize(size_t(rows_));
+    return row_bias_.data();
+  }
+  // Records the activation quantization and computes the row sums the kernels need.
+  void finish_int8(bool static_activation, float input_scale = 1.0f, float input_offset = 0.0f) {
+    static_activation_ = static_activation;
+    input_scale_ = input_scale;
+    input_offset_ = input_offset;
+    mutable_row_scale();
+    row_sum_.resize(size_t(rows_));
+    const int8_t* w = mutable_i8();
+    for (int64_t r = 0; r < rows_; ++r) {
+      int32_t sum = 0;
+      for (int64_t c = 0; c < cols_; ++c) sum += w[r * cols_ + c];
+      row_sum_.data()[r] = sum;
+    }
+  }
+
+  WeightView view() const {
+    WeightView v{dtype_, rows_, cols_, bytes_.data()};
+    if (dtype_ == DType::kI8) {
+      v.quant = {static_activation_,
+                 input_scale_,
+                 input_offset_,
+                 row_scale_.data(),
+                 row_bias_.size() ? row_bias_.data() : nullptr,
+                 row_sum_.data()};
+    }
+    return v;
+  }
 
  private:
   DType dtype_ = DType::kF32;
   int64_t rows_ = 0;
   int64_t cols_ = 0;
   AlignedBuffer<uint8_t> bytes_;
+  // I8 only.
+  bool static_activation_ = false;
+  float input_scale_ = 1.0f, input_offset_ = 0.0f;
+  AlignedBuffer<float> row_scale_;
+  AlignedBuffer<int32_t> row_bias_, row_sum_;
 };
 
 }  // namespace tensor

@@ -1,0 +1,99 @@
+// AVX512-VNNI int8 body: vpdpbusd multiplies unsigned by signed bytes, so each activation byte
+// is offset by 128 (xq ^ 0x80) and 128·Σ_k Wq[n, k] (Int8Quant::row_sum) is taken off after.
+// 64 values of K per instruction; masked loads cover the tail (zeros on both sides contribute
+// 128·0). The target pragma covers only this file's functions (see gemm_avx512.cpp).
+#include "kernels/int8_paths.h"
+
+// GCC 12 warns inside its own AVX-512 intrinsics (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+
+namespace kernels::detail {
+namespace {
+
+inline int32_t hsum(__m512i v) {
+  __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+  return _mm_cvtsi128_si32(t);
+}
+
+template <int NB, int MB>
+inline void dot_tile(const int8_t* xq, const float* act_scale, int64_t k,
+                     const tensor::WeightView& w, int64_t n0, float* y, int64_t ldy) {
+  const int8_t* rows[NB];
+  for (int nb = 0; nb < NB; ++nb) rows[nb] = w.i8() + (n0 + nb) * k;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i acc[NB][MB];
+  for (int nb = 0; nb < NB; ++nb)
+    for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm512_setzero_si512();
+  int64_t i = 0;
+  for (; i + 64 <= k; i += 64) {
+    __m512i xv[MB];
+    for (int mb = 0; mb < MB; ++mb)
+      xv[mb] = _mm512_xor_si512(_mm512_loadu_si512(xq + mb * k + i), flip);
+    for (int nb = 0; nb < NB; ++nb) {
+      const __m512i wv = _mm512_loadu_si512(rows[nb] + i);
+      for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm512_dpbusd_epi32(acc[nb][mb], xv[mb], wv);
+    }
+  }
+  if (i < k) {
+    const __mmask64 mask = (~uint64_t{0}) >> (64 - (k - i));
+    __m512i xv[MB];
+    for (int mb = 0; mb < MB; ++mb)
+      xv[mb] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, xq + mb * k + i), flip);
+    for (int nb = 0; nb < NB; ++nb) {
+      const __m512i wv = _mm512_maskz_loadu_epi8(mask, rows[nb] + i);
+      for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm512_dpbusd_epi32(acc[nb][mb], xv[mb], wv);
+    }
+  }
+  for (int nb = 0; nb < NB; ++nb) {
+    const int64_t correction = 128 * int64_t{w.quant.row_sum[n0 + nb]};
+    for (int mb = 0; mb < MB; ++mb) {
+      const int64_t dot = int64_t{hsum(acc[nb][mb])} - correction;
+      y[mb * ldy + n0 + nb] = int8_output(dot, n0 + nb, act_scale[mb], w.quant);
+    }
+  }
+}
+
+template <int NB>
+inline void tokens_for_weight_block(const int8_t* xq, const float* act_scale, int64_t m,
+                                    const tensor::WeightView& w, int64_t n, float* y, int64_t ldy) {
+  const int64_t k = w.cols;
+  int64_t r = 0;
+  for (; r + 4 <= m; r += 4) dot_tile<NB, 4>(xq + r * k, act_scale + r, k, w, n, y + r * ldy, ldy);
+  switch (m - r) {
+    case 3:
+      dot_tile<NB, 3>(xq + r * k, act_scale + r, k, w, n, y + r * ldy, ldy);
+      break;
+    case 2:
+      dot_tile<NB, 2>(xq + r * k, act_scale + r, k, w, n, y + r * ldy, ldy);
+      break;
+    case 1:
+      dot_tile<NB, 1>(xq + r * k, act_scale + r, k, w, n, y + r * ldy, ldy);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void int8_range_avx512_vnni(const int8_t* xq, const float* act_scale, int64_t m,
+                            const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
+                            int64_t n_end) {
+  int64_t n = n_begin;
+  for (; n + 4 <= n_end; n += 4) tokens_for_weight_block<4>(xq, act_scale, m, w, n, y, ldy);
+  for (; n < n_end; ++n) tokens_for_weight_block<1>(xq, act_scale, m, w, n, y, ldy);
+}
+
+}  // namespace kernels::detail
+
+#pragma GCC pop_options

@@ -1,0 +1,174 @@
+// W8A8 linear: activation quantization, dispatch, the AVX2 body (int8 sign-extended to int16
+// and multiplied with vpmaddwd: exact, no saturation, unlike vpmaddubsw on signed data), the
+// reference and the weight quantizer. Hand-written because no Debian library offers an int8
+// GEMV at DRAM speed; oneDNN 2.7 (Debian 12) has u8s8 matmul but not per-token dynamic scales
+// fused into one call, and its small-M path is the decode case that matters most here.
+#include "kernels/int8_linear.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/check.h"
+#include "kernels/cpu_features.h"
+#include "kernels/int8_paths.h"
+#include "tensor/aligned_buffer.h"
+
+namespace kernels {
+namespace {
+
+using tensor::WeightView;
+
+inline int8_t quantize_value(float x, float inv_scale, float offset) {
+  const float v = std::nearbyint(x * inv_scale + offset);
+  return static_cast<int8_t>(std::clamp(v, -128.0f, 127.0f));
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// NB weight rows against MB quantized tokens.
+template <int NB, int MB>
+inline void dot_tile(const int8_t* xq, const float* act_scale, int64_t k, const WeightView& w,
+                     int64_t n0, float* y, int64_t ldy) {
+  const int8_t* rows[NB];
+  for (int nb = 0; nb < NB; ++nb) rows[nb] = w.i8() + (n0 + nb) * k;
+  __m256i acc[NB][MB];
+  for (int nb = 0; nb < NB; ++nb)
+    for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    __m256i xv[MB];
+    for (int mb = 0; mb < MB; ++mb)
+      xv[mb] =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xq + mb * k + i)));
+    for (int nb = 0; nb < NB; ++nb) {
+      const __m256i wv =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[nb] + i)));
+      for (int mb = 0; mb < MB; ++mb)
+        acc[nb][mb] = _mm256_add_epi32(acc[nb][mb], _mm256_madd_epi16(wv, xv[mb]));
+    }
+  }
+  for (int nb = 0; nb < NB; ++nb) {
+    for (int mb = 0; mb < MB; ++mb) {
+      int64_t dot = hsum_epi32(acc[nb][mb]);
+      for (int64_t j = i; j < k; ++j) dot += int32_t(rows[nb][j]) * xq[mb * k + j];
+      y[mb * ldy + n0 + nb] = detail::int8_output(dot, n0 + nb, act_scale[mb], w.quant);
+    }
+  }
+}
+
+template <int NB>
+inline void tokens_for_weight_block(const int8_t* xq, const float* act_scale, int64_t m,
+                                    const WeightView& w, int64_t n, float* y, int64_t ldy) {
+  const int64_t k = w.cols;
+  int64_t r = 0;
+  for (; r + 2 <= m; r += 2) dot_tile<NB, 2>(xq + r * k, act_scale + r, k, w, n, y + r * ldy, ldy);
+  if (r < m) dot_tile<NB, 1>(xq + r * k, act_scale + r, k, w, n, y + r * ldy, ldy);
+}
+
+struct QuantScratch {
+  tensor::AlignedBuffer<int8_t> xq;
+  tensor::AlignedBuffer<float> scale;
+};
+
+QuantScratch& quant_scratch(int64_t m, int64_t k) {
+  thread_local QuantScratch s;
+  if (s.xq.size() < size_t(m * k)) s.xq.resize(size_t(m * k));
+  if (s.scale.size() < size_t(m)) s.scale.resize(size_t(m));
+  return s;
+}
+
+detail::Int8Range pick_range() {
+  const CpuFeatures& f = cpu_features();
+  if (f.avx512_vnni) return detail::int8_range_avx512_vnni;
+  if (f.avx_vnni) return detail::int8_range_avx_vnni;
+  return detail::int8_range_avx2;
+}
+
+}  // namespace
+
+void detail::int8_range_avx2(const int8_t* xq, const float* act_scale, int64_t m,
+                             const WeightView& w, float* y, int64_t ldy, int64_t n_begin,
+                             int64_t n_end) {
+  int64_t n = n_begin;
+  for (; n + 4 <= n_end; n += 4) tokens_for_weight_block<4>(xq, act_scale, m, w, n, y, ldy);
+  for (; n < n_end; ++n) tokens_for_weight_block<1>(xq, act_scale, m, w, n, y, ldy);
+}
+
+void quantize_activations(const float* x, int64_t m, int64_t k, const tensor::Int8Quant& quant,
+                          int8_t* xq, float* act_scale) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* row = x + r * k;
+    float inv_scale = 1.0f / quant.input_scale, offset = quant.input_offset;
+    act_scale[r] = 1.0f;
+    if (!quant.static_activation) {
+      float amax = 0.0f;
+      for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::abs(row[c]));
+      act_scale[r] = amax / 127.0f;
+      inv_scale = amax > 0.0f ? 127.0f / amax : 0.0f;
+      offset = 0.0f;
+    }
+    for (int64_t c = 0; c < k; ++c) xq[r * k + c] = quantize_value(row[c], inv_scale, offset);
+  }
+}
+
+void linear_int8(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
+                 common::ThreadPool& pool) {
+  CHECK(w.dtype == tensor::DType::kI8 && w.quant.row_scale && w.quant.row_sum)
+      << "linear_int8: not a finished int8 weight";
+  if (m <= 0 || w.rows == 0) return;
+  const int64_t k = w.cols;
+  QuantScratch& s = quant_scratch(m, k);
+  int8_t* xq = s.xq.data();
+  float* scale = s.scale.data();
+  pool.parallel_for(m, 4, [&](int64_t b, int64_t e, int) {
+    quantize_activations(x + b * k, e - b, k, w.quant, xq + b * k, scale + b);
+  });
+  const detail::Int8Range range = pick_range();
+  // Tokens in blocks of about 512 KiB of quantized activations, so that a block stays in L2
+  // while every weight row of the thread's range passes over it once.
+  const int64_t block =
+      std::clamp<int64_t>((int64_t{512} << 10) / std::max<int64_t>(k, 1) / 4 * 4, 16, 256);
+  pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) {
+    for (int64_t t0 = 0; t0 < m; t0 += block) {
+      range(xq + t0 * k, scale + t0, std::min(block, m - t0), w, y + t0 * ldy, ldy, b, e);
+    }
+  });
+}
+
+void linear_int8_reference(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy) {
+  std::vector<int8_t> xq(static_cast<size_t>(m * w.cols));
+  std::vector<float> scale(static_cast<size_t>(m));
+  quantize_activations(x, m, w.cols, w.quant, xq.data(), scale.data());
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t n = 0; n < w.rows; ++n) {
+      int64_t dot = 0;
+      for (int64_t c = 0; c < w.cols; ++c)
+        dot += int64_t(xq[r * w.cols + c]) * w.i8()[n * w.cols + c];
+      y[r * ldy + n] = detail::int8_output(dot, n, scale[r], w.quant);
+    }
+  }
+}
+
+void quantize_weight_rows(const float* w, int64_t rows, int64_t cols, tensor::WeightMatrix& out) {
+  out = tensor::WeightMatrix(tensor::DType::kI8, rows, cols);
+  float* scale = out.mutable_row_scale();
+  int8_t* q = out.mutable_i8();
+  for (int64_t r = 0; r < rows; ++r) {
+    float amax = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::abs(w[r * cols + c]));
+    scale[r] = amax / 127.0f;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int64_t c = 0; c < cols; ++c) q[r * cols + c] = quantize_value(w[r * cols + c], inv, 0);
+  }
+  out.finish_int8(false);
+}
+
+}  // namespace kernels

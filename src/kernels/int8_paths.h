@@ -1,0 +1,32 @@
+// Internal to kernels: the per-ISA integer dot-product bodies behind linear_int8 and the one
+// epilogue they share. Each computes outputs [n_begin, n_end) for all m quantized rows.
+// Thread-safe for disjoint output ranges.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/weight_matrix.h"
+
+namespace kernels::detail {
+
+// y[t, n] from the exact integer dot product of token t and weight row n.
+inline float int8_output(int64_t dot, int64_t n, float act_scale, const tensor::Int8Quant& q) {
+  const int64_t bias = q.row_bias ? q.row_bias[n] : 0;
+  return static_cast<float>(dot + bias) * act_scale * q.row_scale[n];
+}
+
+using Int8Range = void (*)(const int8_t* xq, const float* act_scale, int64_t m,
+                           const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
+                           int64_t n_end);
+
+void int8_range_avx2(const int8_t* xq, const float* act_scale, int64_t m,
+                     const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
+                     int64_t n_end);
+void int8_range_avx_vnni(const int8_t* xq, const float* act_scale, int64_t m,
+                         const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
+                         int64_t n_end);
+void int8_range_avx512_vnni(const int8_t* xq, const float* act_scale, int64_t m,
+                            const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
+                            int64_t n_end);
+
+}  // namespace kernels::detail
