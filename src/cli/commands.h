@@ -13,5 +13,6 @@ int run_pp_stage_command(int argc, char** argv);
 int run_proxy_command(int argc, char** argv);
 int run_launch_dp_command(int argc, char** argv);
 int run_cpp_sim_command(int argc, char** argv);
+int run_quantize_command(int argc, char** argv);
 
 }  // namespace cli

@@ -24,6 +24,8 @@ void print_usage() {
       "      token ids of stdin lines with DIR/tokenizer.json (or text of id arrays)\n"
       "  make-model DIR [--hidden N --layers N --vocab N ... --dtype bf16|f32 --fp8]\n"
       "      write a random-weight DeepSeek-V3 checkpoint in Hugging Face layout\n"
+      "  quantize SRC DST --w8a8 [--static-attention]\n"
+      "      write a W8A8 checkpoint in msmodelslim's layout (serve --quantization ascend)\n"
       "  cpp-sim [--prompt N --chunk B --stages S --tp T --linear-tflops R | --fit-log LOG]\n"
       "      predict fixed / upstream / planned CPP TTFT and print the chunk plans\n\n"
       "Run 'chunkpipe COMMAND --help' for a command's options.\n");
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
   if (std::strcmp(argv[1], "proxy") == 0) return cli::run_proxy_command(argc, argv);
   if (std::strcmp(argv[1], "launch-dp") == 0) return cli::run_launch_dp_command(argc, argv);
   if (std::strcmp(argv[1], "cpp-sim") == 0) return cli::run_cpp_sim_command(argc, argv);
+  if (std::strcmp(argv[1], "quantize") == 0) return cli::run_quantize_command(argc, argv);
   // Internal: a pipeline-stage process started by `serve`.
   if (std::strcmp(argv[1], "pp-stage") == 0) return cli::run_pp_stage_command(argc, argv);
   std::fprintf(stderr, "chunkpipe: error: unknown command '%s'\n", argv[1]);

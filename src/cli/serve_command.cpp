@@ -34,6 +34,7 @@
 #include "engine/uniproc_executor.h"
 #include "kernels/cpu_features.h"
 #include "model/deepseek_v3.h"
+#include "model/quant_description.h"
 #include "model/tensor_parallel.h"
 #include "sched/profiling_chunk_config.h"
 #include "server/api_server.h"
@@ -419,7 +420,18 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   if (p.given("quantization")) {
     const std::string q = *p.option("quantization");
     if (q == "ascend") {
-      LOG(INFO) << "--quantization ascend maps to the checkpoint's own weights on CPU";
+      // msmodelslim's W8A8 / W4A8: the loader reads quant_model_description.json (and picks the
+      // format up by itself when the file is there, as vllm-ascend does). vllm-ascend refuses a
+      // model without it; here the seeds' command lines also serve a BF16 model, as stored.
+      const std::string description =
+          (std::filesystem::path(plan->model_dir) / model::kQuantDescriptionFile).string();
+      if (std::filesystem::exists(description)) {
+        LOG(INFO) << "--quantization ascend: W8A8 weights from " << description;
+      } else {
+        LOG(WARNING) << "--quantization ascend: " << description
+                     << " is missing, so the weights load as stored (`chunkpipe quantize SRC "
+                        "DST --w8a8` writes a W8A8 checkpoint)";
+      }
     } else if (q != "fp8") {
       return common::invalid_argument("Unknown quantization method: " + q +
                                       ". Must be one of ['ascend', 'fp8'].");

@@ -108,7 +108,16 @@ tensor::AlignedBuffer<float>& tile_scratch(size_t size) {
   return buffer;
 }
 
+bool g_reference_linear = false;
+
 }  // namespace
+
+ScopedReferenceLinear::ScopedReferenceLinear() : saved_(g_reference_linear) {
+  g_reference_linear = true;
+}
+ScopedReferenceLinear::~ScopedReferenceLinear() {
+  g_reference_linear = saved_;
+}
 
 void detail::streaming_range_avx2(const float* x, int64_t m, const WeightView& w, float* y,
                                   int64_t ldy, int64_t n_begin, int64_t n_end) {
@@ -162,7 +171,10 @@ void linear_blas(const float* x, int64_t m, const WeightView& w, float* y, int64
 
 void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
             common::ThreadPool& pool) {
-  if (w.dtype == DType::kI8) return linear_int8(x, m, w, y, ldy, pool);
+  if (w.dtype == DType::kI8) {
+    if (g_reference_linear) return linear_int8_reference(x, m, w, y, ldy);
+    return linear_int8(x, m, w, y, ldy, pool);
+  }
   CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear: unsupported weight dtype";
   if (m <= 0 || w.rows == 0) return;
   if (m <= (w.dtype == DType::kBF16 ? kStreamingMaxRowsBf16 : kStreamingMaxRowsF32)) {

@@ -26,6 +26,20 @@ inline void linear(const float* x, int64_t m, const tensor::WeightView& w, float
   linear(x, m, w, y, w.rows, pool);
 }
 
+// While one is alive, linear() runs I8 weights through linear_int8_reference instead of the
+// int8 kernels (float weights keep their fast paths): the W8A8 model-level test that the fast
+// forward equals the reference forward bit for bit. Set it before forwards run on other threads.
+class ScopedReferenceLinear {
+ public:
+  ScopedReferenceLinear();
+  ~ScopedReferenceLinear();
+  ScopedReferenceLinear(const ScopedReferenceLinear&) = delete;
+  ScopedReferenceLinear& operator=(const ScopedReferenceLinear&) = delete;
+
+ private:
+  bool saved_;
+};
+
 // The two fast paths, exposed for tests and the benchmark.
 void linear_streaming(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
                       common::ThreadPool& pool);

@@ -157,6 +157,33 @@ void linear_int8_reference(const float* x, int64_t m, const WeightView& w, float
   }
 }
 
+void linear_int8_dequant_reference(const float* x, int64_t m, const WeightView& w, float* y,
+                                   int64_t ldy) {
+  const int64_t k = w.cols;
+  const tensor::Int8Quant& q = w.quant;
+  std::vector<int8_t> xq(static_cast<size_t>(m * k));
+  std::vector<float> scale(static_cast<size_t>(m));
+  quantize_activations(x, m, k, q, xq.data(), scale.data());
+  std::vector<double> xd(static_cast<size_t>(k));
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      const double v = xq[size_t(r * k + c)];
+      xd[size_t(c)] =
+          q.static_activation ? (v - q.input_offset) * q.input_scale : v * scale[size_t(r)];
+    }
+    for (int64_t n = 0; n < w.rows; ++n) {
+      const double w_scale =
+          q.static_activation ? double(q.row_scale[n]) / q.input_scale : q.row_scale[n];
+      double s = 0;
+      for (int64_t c = 0; c < k; ++c) s += xd[size_t(c)] * (w.i8()[n * k + c] * w_scale);
+      if (q.static_activation && q.row_bias) {
+        s += (double(q.row_bias[n]) + double(q.input_offset) * q.row_sum[n]) * q.row_scale[n];
+      }
+      y[r * ldy + n] = static_cast<float>(s);
+    }
+  }
+}
+
 void quantize_weight_rows(const float* w, int64_t rows, int64_t cols, tensor::WeightMatrix& out) {
   out = tensor::WeightMatrix(tensor::DType::kI8, rows, cols);
   float* scale = out.mutable_row_scale();

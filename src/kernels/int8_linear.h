@@ -22,6 +22,12 @@ void linear_int8(const float* x, int64_t m, const tensor::WeightView& w, float* 
 // Naive reference: the same quantization, int64 dot products, the same epilogue.
 void linear_int8_reference(const float* x, int64_t m, const tensor::WeightView& w, float* y,
                            int64_t ldy);
+// Dequantize-then-float reference: activations quantized by the same rule and dequantized
+// ((xq - offset)·input_scale, or xq·token scale), weights dequantized (Wq·weight_scale, or
+// Wq·deq_scale/input_scale), products summed in double, plus the float bias a static layer's
+// quant_bias encodes ((quant_bias + offset·Σ_k Wq)·deq_scale). Checks the format's algebra.
+void linear_int8_dequant_reference(const float* x, int64_t m, const tensor::WeightView& w, float* y,
+                                   int64_t ldy);
 
 // Symmetric per-row quantization of f32 rows [rows, cols] (W8A8_DYNAMIC's weight rule):
 // s = max|w|/127, Wq = clamp(round(w / s)). Fills `out` (dtype kI8) and calls finish_int8.

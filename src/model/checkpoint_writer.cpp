@@ -34,10 +34,38 @@ float element(const tensor::WeightView& w, int64_t r, int64_t c) {
   return w.at(r, c);
 }
 
+// An I8 matrix's rows in msmodelslim's layout (w8a8-mtp.md 1b): the int8 weight, then
+// weight_scale / weight_offset (dynamic) or input_scale / input_offset / deq_scale / quant_bias
+// (static).
+void int8_tensors(const std::string& name, const tensor::WeightView& w, int64_t row0, int64_t rows,
+                  std::vector<TensorToWrite>* out) {
+  const std::string prefix = name.substr(0, name.size() - 6);
+  out->push_back(raw_tensor(name, DType::kI8, {rows, w.cols}, w.i8() + row0 * w.cols,
+                            static_cast<size_t>(rows * w.cols)));
+  const float* scale = w.quant.row_scale + row0;
+  if (!w.quant.static_activation) {
+    const std::vector<float> zeros(static_cast<size_t>(rows), 0.0f);
+    out->push_back(raw_tensor(prefix + "weight_scale", DType::kF32, {rows, 1}, scale, rows * 4));
+    out->push_back(
+        raw_tensor(prefix + "weight_offset", DType::kF32, {rows, 1}, zeros.data(), rows * 4));
+    return;
+  }
+  out->push_back(raw_tensor(prefix + "input_scale", DType::kF32, {1}, &w.quant.input_scale, 4));
+  out->push_back(raw_tensor(prefix + "input_offset", DType::kF32, {1}, &w.quant.input_offset, 4));
+  out->push_back(raw_tensor(prefix + "deq_scale", DType::kF32, {rows}, scale, rows * 4));
+  std::vector<int32_t> bias(static_cast<size_t>(rows), 0);
+  if (w.quant.row_bias) std::memcpy(bias.data(), w.quant.row_bias + row0, rows * 4);
+  out->push_back(raw_tensor(prefix + "quant_bias", DType::kI32, {rows}, bias.data(), rows * 4));
+}
+
 // Rows [row0, row0 + rows) of w as one tensor (BF16/F32 as stored, or FP8 + scales).
 void matrix_tensors(const std::string& name, const tensor::WeightView& w, int64_t row0,
                     int64_t rows, bool fp8, DType vector_dtype, std::vector<TensorToWrite>* out) {
   const int64_t cols = w.cols;
+  if (w.dtype == DType::kI8) {
+    int8_tensors(name, w, row0, rows, out);
+    return;
+  }
   if (!fp8) {
     const int elem = tensor::dtype_size_bytes(w.dtype);
     out->push_back(raw_tensor(name, w.dtype, {rows, cols},
@@ -210,7 +238,8 @@ std::vector<TensorToWrite> weights_to_tensors(const ModelConfig& c, const ModelW
 }
 
 common::Status write_safetensors_checkpoint(const std::string& dir,
-                                            std::vector<TensorToWrite> tensors, int num_shards) {
+                                            std::vector<TensorToWrite> tensors, int num_shards,
+                                            const std::string& stem) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -233,9 +262,10 @@ common::Status write_safetensors_checkpoint(const std::string& dir,
   for (size_t s = 0; s < shards.size(); ++s) {
     char name[64];
     if (shards.size() == 1) {
-      std::snprintf(name, sizeof(name), "model.safetensors");
+      std::snprintf(name, sizeof(name), "%s.safetensors", stem.c_str());
     } else {
-      std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+      std::snprintf(name, sizeof(name), "%s-%05zu-of-%05zu.safetensors", stem.c_str(), s + 1,
+                    shards.size());
     }
     json header = json::object();
     header["__metadata__"] = {{"format", "pt"}, {"generator", "chunkpipe make-model"}};
@@ -259,10 +289,11 @@ common::Status write_safetensors_checkpoint(const std::string& dir,
               static_cast<std::streamsize>(t->bytes.size()));
     if (!f) return common::data_loss(std::string(name) + ": write failed");
   }
-  fs::remove(fs::path(dir) / "model.safetensors.index.json");
+  const std::string index_name = stem + ".safetensors.index.json";
+  fs::remove(fs::path(dir) / index_name);
   if (shards.size() > 1) {
     json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    std::ofstream(fs::path(dir) / "model.safetensors.index.json") << index.dump(2) << "\n";
+    std::ofstream(fs::path(dir) / index_name) << index.dump(2) << "\n";
   }
   return {};
 }

@@ -23,15 +23,18 @@ struct TensorToWrite {
   std::vector<uint8_t> bytes;
 };
 
-// Splits the tensors (sorted by name) into `num_shards` files of similar size.
+// Splits the tensors (sorted by name) into `num_shards` files of similar size, named
+// `stem`.safetensors or `stem`-0000i-of-0000n.safetensors with `stem`.safetensors.index.json.
 common::Status write_safetensors_checkpoint(const std::string& dir,
-                                            std::vector<TensorToWrite> tensors, int num_shards);
+                                            std::vector<TensorToWrite> tensors, int num_shards,
+                                            const std::string& stem = "model");
 
 // config.json for `config` (every field the loader reads), as HF writes it.
 nlohmann::json config_to_json(const ModelConfig& config);
 
 // The Hugging Face tensors of `weights` (with the MTP layers). Linear weights are stored in
-// `dtype` (BF16 or F32) or, with fp8, as F8_E4M3 with 128x128 weight_scale_inv blocks.
+// `dtype` (BF16 or F32) or, with fp8, as F8_E4M3 with 128x128 weight_scale_inv blocks; I8
+// weights in msmodelslim's W8A8 layout with their side tensors.
 std::vector<TensorToWrite> weights_to_tensors(const ModelConfig& config,
                                               const ModelWeights& weights, bool fp8);
 

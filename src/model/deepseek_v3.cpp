@@ -120,6 +120,16 @@ common::Status DeepseekV3Model::run_layers(const ForwardBatch& batch, int layer_
   return {};
 }
 
+namespace {
+
+// The smoothing bias a W8A8 checkpoint may add after an RMSNorm (empty: none).
+void add_norm_bias(float* x, int64_t rows, int64_t stride, const Vector& bias) {
+  for (int64_t t = 0; t < rows; ++t)
+    for (size_t i = 0; i < bias.size(); ++i) x[t * stride + int64_t(i)] += bias[i];
+}
+
+}  // namespace
+
 common::Status DeepseekV3Model::decoder_layer(const DecoderLayerWeights& w, int cache_layer,
                                               const Layout& layout, float* hidden,
                                               LatentKvCache& cache,
@@ -129,9 +139,11 @@ common::Status DeepseekV3Model::decoder_layer(const DecoderLayerWeights& w, int 
   const float eps = static_cast<float>(config_.rms_norm_eps);
   std::vector<float> x(T * H), delta(T * H);
   kernels::rms_norm(hidden, T, H, H, w.input_layernorm.data(), eps, x.data(), H);
+  add_norm_bias(x.data(), T, H, w.input_layernorm_bias);
   CP_RETURN_IF_ERROR(attention(w.attn, cache_layer, layout, x.data(), delta.data(), cache, pool));
   for (int64_t i = 0; i < T * H; ++i) hidden[i] += delta[i];
   kernels::rms_norm(hidden, T, H, H, w.post_attention_layernorm.data(), eps, x.data(), H);
+  add_norm_bias(x.data(), T, H, w.post_attention_layernorm_bias);
   CP_RETURN_IF_ERROR(feed_forward(w, T, x.data(), delta.data(), pool));
   for (int64_t i = 0; i < T * H; ++i) hidden[i] += delta[i];
   return {};
@@ -149,23 +161,34 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = static_cast<float>(rope_.softmax_scale);
 
+  const std::string prefix =
+      observer_ ? "model.layers." + std::to_string(cache_layer) + ".self_attn." : "";
+  auto observe = [&](const char* proj, const float* input, int64_t cols) {
+    if (observer_) observer_->observe(prefix + proj + ".weight", input, T, cols);
+  };
   // Queries [T, nh, dn + dr], RoPE on the q_pe part of every head.
   std::vector<float> q(T * nh * qk);
   if (c.q_lora_rank) {
     const int64_t rq = *c.q_lora_rank;
     std::vector<float> cq(T * rq);
+    observe("q_a_proj", x, c.hidden_size);
     kernels::linear(x, T, w.q_a_proj.view(), cq.data(), pool);
     kernels::rms_norm(cq.data(), T, rq, rq, w.q_a_layernorm.data(), eps, cq.data(), rq);
+    add_norm_bias(cq.data(), T, rq, w.q_a_layernorm_bias);
+    observe("q_b_proj", cq.data(), rq);
     kernels::linear(cq.data(), T, w.q_b_proj.view(), q.data(), pool);
   } else {
+    observe("q_proj", x, c.hidden_size);
     kernels::linear(x, T, w.q_proj.view(), q.data(), pool);
   }
   kernels::apply_rope(q.data() + dn, T, nh, int64_t{nh} * qk, qk, layout.positions.data(), rope_);
 
   // Latent [T, r + dr] = RMSNorm(c_kv) ‖ RoPE(k_pe), written to the cache before attending.
   std::vector<float> kv_a(T * row);
+  observe("kv_a_proj_with_mqa", x, c.hidden_size);
   kernels::linear(x, T, w.kv_a_proj.view(), kv_a.data(), pool);
   kernels::rms_norm(kv_a.data(), T, r, row, w.kv_a_layernorm.data(), eps, kv_a.data(), row);
+  add_norm_bias(kv_a.data(), T, row, w.kv_a_layernorm_bias);
   kernels::apply_rope(kv_a.data() + r, T, 1, row, 0, layout.positions.data(), rope_);
   for (int64_t t = 0; t < T; ++t) {
     std::memcpy(cache.row(cache_layer, layout.slots[t]), kv_a.data() + t * row,
@@ -280,6 +303,7 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
     }
   }
   // o_proj is row-parallel: each rank's heads give a partial sum.
+  observe("o_proj", o.data(), int64_t{nh} * dv);
   kernels::linear(o.data(), T, w.o_proj.view(), out, pool);
   return all_reduce(out, T * c.hidden_size);
 }
@@ -514,7 +538,14 @@ common::Status DeepseekV3Model::mtp_logits(const ForwardBatch& batch, const floa
                                 next_token_ids, e.data()));
   // Embedding first, hidden state second (vLLM / SGLang order).
   kernels::rms_norm(e.data(), T, H, H, m.enorm.data(), eps, cat.data(), 2 * H);
-  kernels::rms_norm(main_normed, T, H, H, m.hnorm.data(), eps, cat.data() + H, 2 * H);
+  if (weights_.mtp_rotation.empty()) {
+    kernels::rms_norm(main_normed, T, H, H, m.hnorm.data(), eps, cat.data() + H, 2 * H);
+  } else {
+    // QuaRot: the main model's hidden state is rotated; the MTP layer is not.
+    std::vector<float> unrotated(T * H);
+    kernels::linear(main_normed, T, weights_.mtp_rotation.view(), unrotated.data(), pool);
+    kernels::rms_norm(unrotated.data(), T, H, H, m.hnorm.data(), eps, cat.data() + H, 2 * H);
+  }
   kernels::linear(cat.data(), T, m.eh_proj.view(), x.data(), pool);
   CP_RETURN_IF_ERROR(
       decoder_layer(m.layer, config_.num_hidden_layers + k, layout, x.data(), cache, pool));

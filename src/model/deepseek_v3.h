@@ -29,6 +29,17 @@ struct MoeTimes {
   int64_t layers = 0;
 };
 
+// Sees the input of every attention projection (q_a, q_b or q, kv_a, o) during a forward,
+// named by its weight ("model.layers.L.self_attn.o_proj.weight"): the calibration of static
+// W8A8 activation ranges (`chunkpipe quantize --static-attention`). Called on the forward's
+// thread.
+class ActivationObserver {
+ public:
+  virtual ~ActivationObserver() = default;
+  virtual void observe(const std::string& weight_name, const float* x, int64_t rows,
+                       int64_t cols) = 0;
+};
+
 class DeepseekV3Model {
  public:
   // `weights` must be the shard of `tp` and `lmhead_tp` (load_weights with LoadOptions).
@@ -40,6 +51,10 @@ class DeepseekV3Model {
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
+  // Hands the weights over (the model is unusable after): quantizing a loaded model.
+  ModelWeights take_weights() && { return std::move(weights_); }
+  // Not owned; null (the default) observes nothing.
+  void set_activation_observer(ActivationObserver* observer) { observer_ = observer; }
   void set_attention_mode(AttentionMode mode) { attention_mode_ = mode; }
   const TensorParallel& tensor_parallel() const { return tp_; }
   // The group of this model's TP ranks (required when tp.size > 1); not owned.
@@ -112,6 +127,7 @@ class DeepseekV3Model {
   dist::ProcessGroup* expert_group_ = nullptr;
   kernels::RopeParams rope_;
   AttentionMode attention_mode_ = AttentionMode::kAuto;
+  ActivationObserver* observer_ = nullptr;
   mutable MoeTimes moe_times_;
 };
 

@@ -138,7 +138,20 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& model_di
   namespace fs = std::filesystem;
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
   ck->dir_ = model_dir;
-  const fs::path index_path = fs::path(model_dir) / "model.safetensors.index.json";
+  // Hugging Face's index, or another writer's (msmodelslim: quant_model_weights.*.index.json).
+  fs::path index_path = fs::path(model_dir) / "model.safetensors.index.json";
+  if (!fs::exists(index_path) && fs::is_directory(model_dir)) {
+    std::vector<fs::path> indexes;
+    for (const auto& entry : fs::directory_iterator(model_dir)) {
+      const std::string n = entry.path().filename().string();
+      const std::string suffix = ".safetensors.index.json";
+      if (n.size() > suffix.size() &&
+          n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+        indexes.push_back(entry.path());
+    }
+    std::sort(indexes.begin(), indexes.end());
+    if (!indexes.empty()) index_path = indexes.front();
+  }
   std::vector<std::string> shard_files;
   std::map<std::string, std::string> weight_map;  // tensor -> shard
   if (fs::exists(index_path)) {

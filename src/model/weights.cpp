@@ -10,6 +10,8 @@
 
 #include "common/check.h"
 #include "kernels/int8_linear.h"
+#include "model/quant_description.h"
+#include "model/w8a8_weights.h"
 
 namespace model {
 namespace {
@@ -37,8 +39,8 @@ struct Slice {
 class WeightLoader {
  public:
   WeightLoader(const Checkpoint& ck, const ModelConfig& cfg, const TensorParallel& tp,
-               const DataParallelExperts& dp_experts = {})
-      : ck_(ck), cfg_(cfg), tp_(tp), dp_experts_(dp_experts) {}
+               const DataParallelExperts& dp_experts = {}, const QuantDescription* quant = nullptr)
+      : ck_(ck), cfg_(cfg), tp_(tp), dp_experts_(dp_experts), quant_(quant) {}
 
   // A [rows, cols] tensor, or the part `slice` cuts from it (a TP shard: only those rows and
   // columns are read from the mapped file). Rows past the tensor's end (`pad_rows_to`, a
@@ -46,6 +48,35 @@ class WeightLoader {
   Result<WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols,
                               bool force_f32 = false, Slice slice = {}) const {
     CP_ASSIGN_OR_RETURN(const TensorInfo* t, ck_.find(name));
+    // W8A8: the description's type decides (a tensor it leaves out is FLOAT unless stored I8).
+    if (quant_ != nullptr && (quant_->types.count(name) || t->dtype == DType::kI8)) {
+      CP_ASSIGN_OR_RETURN(QuantType type, quant_->type_of(name));
+      if (type != QuantType::kFloat) {
+        if (force_f32) {
+          return common::invalid_argument(quant_->path + ": tensor '" + name + "' is listed as " +
+                                          quant_->types.at(name) +
+                                          ", but chunkpipe keeps it FLOAT (kv_b_proj and the "
+                                          "router), as msmodelslim writes it");
+        }
+        const int64_t r1 = slice.row_end < 0 ? rows : slice.row_end;
+        const int64_t c1 = slice.col_end < 0 ? cols : slice.col_end;
+        CHECK(0 <= slice.row_begin && slice.row_begin <= r1 && 0 <= slice.col_begin &&
+              slice.col_begin <= c1 && c1 <= cols)
+            << "bad slice of " << name;
+        // quant_bias is added once: on TP rank 0 of a row-parallel (column-sliced) layer.
+        const bool whole_rows = slice.col_begin == 0 && c1 == cols;
+        return read_int8_linear(
+            ck_, name, type, rows, cols,
+            {slice.row_begin, r1, slice.col_begin, c1, whole_rows || tp_.rank == 0});
+      }
+    }
+    if (t->dtype == DType::kI8) {
+      return common::invalid_argument(
+          file_of(*t) + ": tensor '" + name + "' is I8, " +
+          (quant_ ? "but " + quant_->path + " lists it as FLOAT"
+                  : std::string("but the directory has no ") + kQuantDescriptionFile +
+                        " (int8 weights load as msmodelslim's W8A8: --quantization ascend)"));
+    }
     if (t->shape.size() != 2 || t->shape[0] != rows || t->shape[1] != cols) {
       return common::invalid_argument(file_of(*t) + ": tensor '" + name + "' has shape " +
                                       t->shape_string() + " but config.json implies " +
@@ -57,10 +88,6 @@ class WeightLoader {
     CHECK(0 <= r0 && r0 <= r1 && 0 <= c0 && c0 <= c1 && c1 <= cols) << "bad slice of " << name;
     const int64_t out_rows = r1 - r0, out_cols = c1 - c0;
     const int64_t real_rows = std::max<int64_t>(0, std::min(r1, rows) - r0);
-    if (t->dtype == DType::kI8) {
-      return common::unimplemented(file_of(*t) + ": tensor '" + name +
-                                   "' is I8; int8 (W8A8) weights are not supported yet");
-    }
     if (t->dtype == DType::kBF16 && !force_f32) {
       WeightMatrix m(DType::kBF16, out_rows, out_cols);
       std::memset(m.mutable_bytes(), 0, m.size_bytes());
@@ -101,6 +128,12 @@ class WeightLoader {
     return m;
   }
 
+  // The smoothing bias msmodelslim may add after an RMSNorm's scale; empty when absent.
+  Result<Vector> optional_vector(const std::string& name, int64_t n) const {
+    if (!ck_.contains(name)) return Vector();
+    return vector(name, n);
+  }
+
   Result<Vector> vector(const std::string& name, int64_t n) const {
     CP_ASSIGN_OR_RETURN(const TensorInfo* t, ck_.find(name));
     if (t->shape.size() != 1 || t->shape[0] != n) {
@@ -108,7 +141,7 @@ class WeightLoader {
                                       t->shape_string() + " but config.json implies [" +
                                       std::to_string(n) + "]");
     }
-    if (t->dtype == DType::kF8E4M3 || t->dtype == DType::kI8) {
+    if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
       return common::invalid_argument(file_of(*t) + ": tensor '" + name + "' has dtype " +
                                       std::string(tensor::dtype_name(t->dtype)) +
                                       ", expected a float type");
@@ -133,6 +166,10 @@ class WeightLoader {
     MlpWeights w;
     CP_ASSIGN_OR_RETURN(w.down,
                         matrix(prefix + "down_proj.weight", h, inter, false, Slice::cols(part)));
+    if (gate.dtype() == DType::kI8 || up.dtype() == DType::kI8) {
+      CP_ASSIGN_OR_RETURN(w.gate_up, concat_int8_rows(gate, up, prefix + "{gate,up}_proj"));
+      return w;
+    }
     if (gate.dtype() != up.dtype()) CP_RETURN_IF_ERROR(load(true, &gate, &up));
     w.gate_up = WeightMatrix(gate.dtype(), 2 * part.size(), h);
     std::memcpy(w.gate_up.mutable_bytes(), gate.view().data, gate.size_bytes());
@@ -146,7 +183,13 @@ class WeightLoader {
                                    const TensorParallel* split = nullptr) const {
     const TensorParallel& by = split != nullptr ? *split : tp_;
     const int64_t v = cfg_.vocab_size, per = vocab_shard_rows(v, by);
-    return matrix(name, v, cfg_.hidden_size, false, {per * by.rank, per * (by.rank + 1), 0, -1});
+    CP_ASSIGN_OR_RETURN(WeightMatrix m, matrix(name, v, cfg_.hidden_size, false,
+                                               {per * by.rank, per * (by.rank + 1), 0, -1}));
+    if (m.dtype() == DType::kI8) {
+      return common::invalid_argument(quant_->path + ": tensor '" + name +
+                                      "' must be FLOAT (embeddings and heads are not quantized)");
+    }
+    return m;
   }
   void set_head_split(const LmHeadParallel& l) {
     if (l.active()) head_split_ = TensorParallel{l.rank, l.size, false};
@@ -163,6 +206,9 @@ class WeightLoader {
     CP_ASSIGN_OR_RETURN(w.input_layernorm, vector(p + "input_layernorm.weight", h));
     CP_ASSIGN_OR_RETURN(w.post_attention_layernorm,
                         vector(p + "post_attention_layernorm.weight", h));
+    CP_ASSIGN_OR_RETURN(w.input_layernorm_bias, optional_vector(p + "input_layernorm.bias", h));
+    CP_ASSIGN_OR_RETURN(w.post_attention_layernorm_bias,
+                        optional_vector(p + "post_attention_layernorm.bias", h));
     AttentionWeights& a = w.attn;
     // Column-parallel by head: q_b (or q) and kv_b rows; row-parallel: o_proj's columns.
     const Slice q_rows = Slice::rows({heads.begin * qk, heads.end * qk});
@@ -170,6 +216,8 @@ class WeightLoader {
       const int64_t rq = *c.q_lora_rank;
       CP_ASSIGN_OR_RETURN(a.q_a_proj, matrix(p + "self_attn.q_a_proj.weight", rq, h));
       CP_ASSIGN_OR_RETURN(a.q_a_layernorm, vector(p + "self_attn.q_a_layernorm.weight", rq));
+      CP_ASSIGN_OR_RETURN(a.q_a_layernorm_bias,
+                          optional_vector(p + "self_attn.q_a_layernorm.bias", rq));
       CP_ASSIGN_OR_RETURN(a.q_b_proj,
                           matrix(p + "self_attn.q_b_proj.weight", nh * qk, rq, false, q_rows));
     } else {
@@ -179,6 +227,8 @@ class WeightLoader {
     CP_ASSIGN_OR_RETURN(
         a.kv_a_proj, matrix(p + "self_attn.kv_a_proj_with_mqa.weight", r + c.qk_rope_head_dim, h));
     CP_ASSIGN_OR_RETURN(a.kv_a_layernorm, vector(p + "self_attn.kv_a_layernorm.weight", r));
+    CP_ASSIGN_OR_RETURN(a.kv_a_layernorm_bias,
+                        optional_vector(p + "self_attn.kv_a_layernorm.bias", r));
     CP_ASSIGN_OR_RETURN(a.kv_b_proj,
                         matrix(p + "self_attn.kv_b_proj.weight", nh * (dn + dv), r, true,
                                Slice::rows({heads.begin * (dn + dv), heads.end * (dn + dv)})));
@@ -220,6 +270,11 @@ class WeightLoader {
           w.dense_mlp, mlp(p + "mlp.", c.intermediate_size, even_shard(c.intermediate_size, tp_)));
     }
     return w;
+  }
+
+  // A whole [rows, cols] matrix in f32, whatever the description says (rot.weight).
+  Result<WeightMatrix> float_matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    return matrix(name, rows, cols, true);
   }
 
   Result<MtpWeights> mtp_layer(int layer) const {
@@ -293,6 +348,7 @@ class WeightLoader {
   const ModelConfig& cfg_;
   TensorParallel tp_;
   DataParallelExperts dp_experts_;
+  const QuantDescription* quant_;  // W8A8 checkpoints; null otherwise
   std::optional<TensorParallel> head_split_;
 };
 
@@ -420,7 +476,16 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
                                   const LoadOptions& options) {
   CP_RETURN_IF_ERROR(validate_tensor_parallel(c, options.tp));
   CP_RETURN_IF_ERROR(validate_dp_experts(c, options.dp_experts, options.tp));
-  WeightLoader loader(ck, c, options.tp, options.dp_experts);
+  std::optional<QuantDescription> quant;
+  if (options.quantization.empty() || options.quantization == "ascend") {
+    CP_ASSIGN_OR_RETURN(quant, load_quant_description(ck.dir()));
+    if (!quant && options.quantization == "ascend") {
+      return common::invalid_argument("--quantization ascend needs " +
+                                      std::string(kQuantDescriptionFile) + " in " + ck.dir() +
+                                      " (msmodelslim writes it beside the weights)");
+    }
+  }
+  WeightLoader loader(ck, c, options.tp, options.dp_experts, quant ? &*quant : nullptr);
   loader.set_head_split(options.lmhead_tp);
   ModelWeights w;
   const int64_t h = c.hidden_size;
@@ -445,6 +510,16 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
     for (int k = 0; k < c.num_nextn_predict_layers; ++k) {
       CP_ASSIGN_OR_RETURN(MtpWeights m, loader.mtp_layer(c.num_hidden_layers + k));
       w.mtp.push_back(std::move(m));
+    }
+    // QuaRot (is_rot_used): the main model is rotated, the MTP layer is not, so the hidden
+    // state it receives is rotated back by rot.weight first.
+    if (quant && quant->is_rot_used && c.num_nextn_predict_layers > 0) {
+      if (!ck.contains("rot.weight")) {
+        return common::invalid_argument(quant->path +
+                                        ": is_rot_used is true but the checkpoint has no "
+                                        "'rot.weight'");
+      }
+      CP_ASSIGN_OR_RETURN(w.mtp_rotation, loader.float_matrix("rot.weight", h, h));
     }
   }
   return w;

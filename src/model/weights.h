@@ -1,11 +1,13 @@
 // The DeepSeek-V3 weight set in kernel-ready form, loaded from a Checkpoint (or filled with
 // random values for benchmarks). Linear weights stay BF16 or F32 as stored; F16 and FP8
-// (block-dequantized with weight_scale_inv) become F32. Immutable after load; thread-safe reads.
+// (block-dequantized with weight_scale_inv) become F32; msmodelslim W8A8 / W4A8 weights become
+// I8 with their scales (quant_model_description.json). Immutable after load; thread-safe reads.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -28,10 +30,12 @@ struct MlpWeights {
 struct AttentionWeights {
   tensor::WeightMatrix q_a_proj;   // [q_lora_rank, H]          (q_lora models)
   Vector q_a_layernorm;            // [q_lora_rank]
+  Vector q_a_layernorm_bias;       // W8A8 smoothing bias after the norm, or empty
   tensor::WeightMatrix q_b_proj;   // [nh·(dn+dr), q_lora_rank]
   tensor::WeightMatrix q_proj;     // [nh·(dn+dr), H]            (q_lora_rank null)
   tensor::WeightMatrix kv_a_proj;  // [r + dr, H]  (kv_a_proj_with_mqa)
   Vector kv_a_layernorm;           // [r]
+  Vector kv_a_layernorm_bias;      // or empty
   tensor::WeightMatrix kv_b_proj;  // [nh·(dn+dv), r], always F32 (absorption reads it directly)
   tensor::WeightMatrix o_proj;     // [H, nh·dv]
 };
@@ -50,6 +54,8 @@ struct MoeWeights {
 struct DecoderLayerWeights {
   Vector input_layernorm;
   Vector post_attention_layernorm;
+  Vector input_layernorm_bias;  // W8A8 smoothing biases, added after the norms; or empty
+  Vector post_attention_layernorm_bias;
   AttentionWeights attn;
   std::optional<MlpWeights> dense_mlp;  // first_k_dense_replace layers
   std::optional<MoeWeights> moe;
@@ -70,14 +76,19 @@ struct ModelWeights {
   // Indexed by layer id; layers outside the loaded range stay default (empty).
   std::vector<DecoderLayerWeights> layers;
   std::vector<MtpWeights> mtp;  // num_nextn_predict_layers entries when loaded
+  // QuaRot W8A8 (is_rot_used): [H, H] F32 applied to the hidden state entering the MTP layer.
+  tensor::WeightMatrix mtp_rotation;
 };
 
 struct LoadOptions {
-  int layer_begin = 0;             // main decoder layers to load: [layer_begin, layer_end)
-  int layer_end = -1;              // -1: all
-  bool load_embedding = true;      // first pipeline stage
-  bool load_head = true;           // last pipeline stage: norm, lm_head
-  bool load_mtp = true;            // MTP layers (need load_head's stage)
+  int layer_begin = 0;         // main decoder layers to load: [layer_begin, layer_end)
+  int layer_end = -1;          // -1: all
+  bool load_embedding = true;  // first pipeline stage
+  bool load_head = true;       // last pipeline stage: norm, lm_head
+  bool load_mtp = true;        // MTP layers (need load_head's stage)
+  // "" (detect: W8A8 when quant_model_description.json is present), "ascend" (require it), or
+  // "fp8" (config.json's quantization_config only).
+  std::string quantization;
   TensorParallel tp;               // this rank's shard (whole model when tp.size == 1)
   LmHeadParallel lmhead_tp;        // splits the heads over their own group instead of tp's
   DataParallelExperts dp_experts;  // routed experts split over DP ranks (tp.size must be 1)

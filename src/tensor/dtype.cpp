@@ -13,6 +13,8 @@ std::optional<DType> dtype_from_safetensors(std::string_view name) {
   if (name == "BF16") return DType::kBF16;
   if (name == "F8_E4M3") return DType::kF8E4M3;
   if (name == "I8") return DType::kI8;
+  if (name == "I32") return DType::kI32;
+  if (name == "I64") return DType::kI64;
   return std::nullopt;
 }
 
@@ -28,6 +30,10 @@ std::string_view dtype_name(DType dtype) {
       return "F8_E4M3";
     case DType::kI8:
       return "I8";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
   }
   return "?";
 }
@@ -42,6 +48,10 @@ int dtype_size_bytes(DType dtype) {
     case DType::kF8E4M3:
     case DType::kI8:
       return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   return 0;
 }

@@ -10,7 +10,8 @@
 
 namespace tensor {
 
-enum class DType { kF32, kF16, kBF16, kF8E4M3, kI8 };
+// kI32 / kI64 appear only as W8A8 side tensors (quant_bias, deq_scale's bit patterns).
+enum class DType { kF32, kF16, kBF16, kF8E4M3, kI8, kI32, kI64 };
 
 // Safetensors dtype names ("F32", "BF16", "F8_E4M3", ...); nullopt when not supported.
 std::optional<DType> dtype_from_safetensors(std::string_view name);

@@ -18,6 +18,7 @@
 #include "engine/pipeline_executor.h"
 #include "engine/uniproc_executor.h"
 #include "model/deepseek_v3.h"
+#include "model/w8a8_quantizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -323,6 +324,58 @@ TEST(EnginePipelineTest, SeededSamplingOnTheLastStageMatchesOneStage) {
     auto alone = generate(core, {prompts[i]}, true)[0];
     EXPECT_EQ(alone.size(), 6u);
   }
+}
+
+// W8A8 (static attention, dynamic MLP and experts): PP=2 with fixed and with planned CPP chunks
+// gives PP=1's greedy tokens. The int8 dot products are exact and activations are quantized
+// per token or with fixed scales, so no result depends on how the tokens were batched.
+TEST(EnginePipelineTest, W8A8TwoStagesGiveTheSameGreedyTokens) {
+  char tmpl[] = "/tmp/chunkpipe_engine_w8a8_XXXXXX";
+  const std::string dir = std::string(mkdtemp(tmpl)) + "/w8a8";
+  {
+    common::ThreadPool pool(2);
+    model::W8A8QuantizeOptions options;
+    options.static_attention = true;
+    const common::Status st = model::write_w8a8_checkpoint(
+        std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16", dir, options, pool);
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  auto model = model::DeepseekV3Model::load(dir);
+  auto tok = tokenizer::Tokenizer::load(CHUNKPIPE_TOKENIZER_DIR);
+  ASSERT_TRUE(model.ok() && tok.ok());
+  ASSERT_EQ((*model)->weights().layers[1].attn.o_proj.dtype(), tensor::DType::kI8);
+  engine::EngineConfig config = small_engine_config();
+  config.scheduler = {256, 8, 4096};
+  config.num_kv_blocks = 512;
+  const std::vector<std::vector<int32_t>> prompts = {golden_ids("s200"), golden_ids("short"),
+                                                     long_prompt(1100), golden_ids("s64")};
+  std::vector<std::vector<int32_t>> expected;
+  {
+    engine::EngineCore core(in_process(**model, config), **tok, config);
+    expected = generate(core, prompts);
+  }
+  for (bool cpp : {false, true}) {
+    engine::EngineConfig c = config;
+    if (cpp) {
+      sched::ProfilingChunkConfig pc;
+      pc.enabled = true;
+      pc.need_timing = true;
+      pc.min_chunk = 64;
+      pc.max_fit_chunk = 8;
+      c.profiling_chunk = pc;  // planned mode, the default
+    }
+    auto pipeline = two_stages(dir, {}, c);
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
+    engine::EngineCore core(std::move(pipeline).value(), **tok, c);
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(generate(core, {prompts[i]})[0], expected[i])
+          << "alone, prompt " << i << " cpp " << cpp;
+    EXPECT_EQ(generate(core, prompts), expected) << "concurrent, cpp " << cpp;
+    if (cpp) {
+      EXPECT_GT(core.metrics().totals.cpp_steps, 0);
+    }
+  }
+  std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
 }
 
 TEST(EnginePipelineTest, LayerPartitionErrors) {

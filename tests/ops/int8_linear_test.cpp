@@ -67,6 +67,17 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{5, 21, 64}, Shape{6, 19, 95}, Shape{8, 130, 257},
                                          Shape{9, 33, 31}, Shape{2, 7, 200}, Shape{70, 40, 72})));
 
+TEST_P(Int8LinearTest, KernelsMatchTheDequantizedReference) {
+  auto [static_act, s] = GetParam();
+  auto w = random_int8(s.n, s.k, 6, static_act);
+  auto x = testutil::random_vector(size_t(s.m * s.k), 10, 2.0f);
+  std::vector<float> ref(size_t(s.m * s.n)), y(size_t(s.m * s.n));
+  kernels::linear_int8_dequant_reference(x.data(), s.m, w.view(), ref.data(), s.n);
+  common::ThreadPool pool(2);
+  kernels::linear(x.data(), s.m, w.view(), y.data(), pool);
+  EXPECT_LT(testutil::max_rel_error(y, ref), 1e-5);
+}
+
 TEST(Int8LinearTest, DynamicQuantizationIsPerTokenSymmetric) {
   const float x[2][4] = {{0.5f, -1.0f, 0.25f, 0.0f}, {0, 0, 0, 0}};
   int8_t q[8];
