@@ -487,6 +487,41 @@ TEST(W8A8FormatTest, AscendNeedsTheDescriptionAndI8NeedsAscend) {
       << n.status().message();
 }
 
+// TP shards: column-parallel layers keep their rows' scales; a row-parallel static layer
+// (o_proj) adds quant_bias on rank 0 only, so the all-reduce adds it once.
+TEST(W8A8FormatTest, TensorParallelShardsSplitScalesAndBias) {
+  const std::string dir = quantized("tiny-bf16", true);
+  auto whole = load(dir);
+  ASSERT_NE(whole, nullptr);
+  const auto& w = whole->weights().layers[1].attn;
+  for (int rank = 0; rank < 2; ++rank) {
+    model::LoadOptions lo;
+    lo.tp = {rank, 2, false};
+    auto shard = model::DeepseekV3Model::load(dir, lo);
+    ASSERT_TRUE(shard.ok()) << shard.status().message();
+    const auto& s = (*shard)->weights().layers[1].attn;
+    // q_b_proj: this rank's half of the rows, with their scales.
+    const int64_t half = w.q_b_proj.rows() / 2;
+    ASSERT_EQ(s.q_b_proj.rows(), half);
+    EXPECT_EQ(0, std::memcmp(s.q_b_proj.view().quant.row_scale,
+                             w.q_b_proj.view().quant.row_scale + rank * half, size_t(half) * 4));
+    EXPECT_EQ(0, std::memcmp(s.q_b_proj.view().data,
+                             w.q_b_proj.view().i8() + rank * half * w.q_b_proj.cols(),
+                             size_t(half * w.q_b_proj.cols())));
+    // o_proj: half of the columns, every row, the bias on rank 0 only.
+    const tensor::WeightView so = s.o_proj.view(), wo = w.o_proj.view();
+    ASSERT_EQ(so.cols, wo.cols / 2);
+    ASSERT_TRUE(so.quant.static_activation);
+    bool any_bias = false;
+    for (int64_t r = 0; r < so.rows; ++r) {
+      EXPECT_EQ(so.quant.row_bias[r], rank == 0 ? wo.quant.row_bias[r] : 0) << "row " << r;
+      any_bias |= wo.quant.row_bias[r] != 0;
+      EXPECT_EQ(so.quant.row_scale[r], wo.quant.row_scale[r]);
+    }
+    EXPECT_TRUE(any_bias) << "the calibrated offset gives o_proj a quant_bias";
+  }
+}
+
 TEST(W8A8FormatTest, QuantizerRefusesAQuantizedSource) {
   const common::Status st =
       model::write_w8a8_checkpoint(quantized("tiny-bf16", false), temp().sub("twice"), {}, pool());
