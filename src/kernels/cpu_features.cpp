@@ -16,6 +16,7 @@ CpuFeatures intersect(const CpuFeatures& a, const CpuFeatures& b) {
   r.avx512_bf16 = r.avx512 && a.avx512_bf16 && b.avx512_bf16;
   r.avx512_vnni = r.avx512 && a.avx512_vnni && b.avx512_vnni;
   r.avx_vnni = a.avx_vnni && b.avx_vnni;
+  r.amx_int8 = r.avx512 && a.amx_int8 && b.amx_int8;
   return r;
 }
 
@@ -27,6 +28,7 @@ CpuFeatures from_environment() {
   if (cap == "avx512") {
     CpuFeatures r = detected;
     r.avx_vnni = false;
+    r.amx_int8 = false;
     return r;
   }
   if (cap == "avx2") return CpuFeatures{};
@@ -50,6 +52,7 @@ CpuFeatures detected_cpu_features() {
   f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
   f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
   f.avx_vnni = __builtin_cpu_supports("avxvnni");
+  f.amx_int8 = f.avx512 && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8");
   return f;
 }
 
@@ -63,6 +66,7 @@ std::string describe(const CpuFeatures& f) {
   if (f.avx512_bf16) s += " avx512_bf16";
   if (f.avx512_vnni) s += " avx512_vnni";
   if (f.avx_vnni) s += " avx_vnni";
+  if (f.amx_int8) s += " amx_int8";
   return s;
 }
 
@@ -72,6 +76,7 @@ std::string kernel_paths_line() {
   s += f.avx512 ? "avx512" : "avx2";
   s += ", linear f32/bf16 tiles openblas, linear int8 ";
   s += f.avx512_vnni ? "avx512_vnni" : (f.avx_vnni ? "avx_vnni" : "avx2");
+  if (f.amx_int8) s += " (amx_int8 from 64 tokens)";
   s += "; cpu features: " + describe(f);
   return s;
 }

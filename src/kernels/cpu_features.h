@@ -1,7 +1,8 @@
 // The x86 SIMD features the kernels may use: detected once from the CPU and the OS, then capped
-// by CHUNKPIPE_ISA (avx2 | avx512 | native, default native) so that one AVX-512 machine can run
-// the AVX2 baseline too. Reads are thread-safe; ScopedCpuFeatures (tests, benchmarks) must be
-// set before kernels run on other threads. Invariant: the active set is a subset of the detected.
+// by CHUNKPIPE_ISA (avx2 | avx512 | native, default native; avx512 leaves AMX and AVX-VNNI out)
+// so that one machine can run every path below its best. Reads are thread-safe; ScopedCpuFeatures
+// (tests, benchmarks) must be set before kernels run on other threads. Invariant: the active set is
+// a subset of the detected.
 #pragma once
 
 #include <string>
@@ -13,6 +14,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // vdpbf16ps
   bool avx512_vnni = false;  // vpdpbusd on 512-bit registers
   bool avx_vnni = false;     // vpdpbusd on 256-bit registers (VEX)
+  bool amx_int8 = false;     // AMX tiles with tdpbssd (the OS must also grant the tile state)
 
   bool operator==(const CpuFeatures&) const = default;
 };

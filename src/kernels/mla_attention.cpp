@@ -2,12 +2,15 @@
 // (prefill) or on cache blocks (decode); softmax is exact (whole row materialized) in f32.
 #include "kernels/mla_attention.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/vec_exp.h"
 #include "tensor/aligned_buffer.h"
 
 namespace kernels {
@@ -23,8 +26,20 @@ tensor::AlignedBuffer<float>& scores_scratch(size_t size) {
 void softmax_prefix(float* row, int64_t valid, int64_t n) {
   float max_v = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < valid; ++j) max_v = std::max(max_v, row[j]);
+  // exp8: std::exp per element was a sixth of a long prefill.
+  const __m256 shift = _mm256_set1_ps(max_v);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= valid; j += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), shift));
+    _mm256_storeu_ps(row + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
   float sum = 0.0f;
-  for (int64_t j = 0; j < valid; ++j) {
+  for (float v : lanes) sum += v;
+  for (; j < valid; ++j) {
     row[j] = std::exp(row[j] - max_v);
     sum += row[j];
   }

@@ -53,7 +53,7 @@ TEST(CpuFeaturesTest, ScopedFeaturesCapAndRestore) {
   EXPECT_EQ(kernels::cpu_features(), before);
   {
     // A request for more than the machine has is cut to what it has.
-    kernels::ScopedCpuFeatures isa({true, true, true, true});
+    kernels::ScopedCpuFeatures isa({true, true, true, true, true});
     EXPECT_EQ(kernels::cpu_features(), kernels::detected_cpu_features());
   }
   EXPECT_NE(kernels::kernel_paths_line().find("linear int8"), std::string::npos);

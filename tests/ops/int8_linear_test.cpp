@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -65,7 +66,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Bool(),
                        ::testing::Values(Shape{1, 1, 1}, Shape{1, 37, 19}, Shape{3, 64, 128},
                                          Shape{5, 21, 64}, Shape{6, 19, 95}, Shape{8, 130, 257},
-                                         Shape{9, 33, 31}, Shape{2, 7, 200}, Shape{70, 40, 72})));
+                                         Shape{9, 33, 31}, Shape{2, 7, 200}, Shape{70, 40, 72},
+                                         Shape{32, 32, 64}, Shape{33, 50, 130}, Shape{96, 70, 257},
+                                         Shape{64, 16, 3}, Shape{130, 33, 65})));
 
 TEST_P(Int8LinearTest, KernelsMatchTheDequantizedReference) {
   auto [static_act, s] = GetParam();
@@ -90,6 +93,36 @@ TEST(Int8LinearTest, DynamicQuantizationIsPerTokenSymmetric) {
   EXPECT_EQ(q[3], 0);
   EXPECT_EQ(scale[1], 0.0f);  // an all-zero token stays zero
   for (int i = 4; i < 8; ++i) EXPECT_EQ(q[i], 0);
+}
+
+// The vectorized quantizer against the rule written out per element, over rows long enough for
+// the vector loop and its tail, dynamic and static (with saturation and ties).
+TEST(Int8LinearTest, QuantizationFollowsTheRuleElementByElement) {
+  const int64_t m = 3, k = 53;
+  auto x = testutil::random_vector(size_t(m * k), 17, 3.0f);
+  x[5] = 2.5f;   // a tie under the static scale below
+  x[6] = 90.0f;  // saturates
+  for (bool is_static : {false, true}) {
+    tensor::Int8Quant quant;
+    quant.static_activation = is_static;
+    quant.input_scale = 0.5f;
+    quant.input_offset = is_static ? 2.0f : 0.0f;
+    std::vector<int8_t> q(size_t(m * k));
+    std::vector<float> scale(static_cast<size_t>(m));
+    kernels::quantize_activations(x.data(), m, k, quant, q.data(), scale.data());
+    for (int64_t r = 0; r < m; ++r) {
+      float amax = 0;
+      for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::abs(x[size_t(r * k + c)]));
+      const float inv = is_static ? 1.0f / 0.5f : 127.0f / amax;
+      const float off = is_static ? 2.0f : 0.0f;
+      EXPECT_EQ(scale[size_t(r)], is_static ? 1.0f : amax / 127.0f);
+      for (int64_t c = 0; c < k; ++c) {
+        const float v = std::nearbyint(x[size_t(r * k + c)] * inv + off);
+        EXPECT_EQ(q[size_t(r * k + c)], int8_t(std::clamp(v, -128.0f, 127.0f)))
+            << (is_static ? "static" : "dynamic") << " row " << r << " col " << c;
+      }
+    }
+  }
 }
 
 TEST(Int8LinearTest, StaticQuantizationUsesScaleOffsetAndClamps) {

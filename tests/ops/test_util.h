@@ -54,7 +54,12 @@ inline std::vector<IsaPath> supported_isa_paths() {
   std::vector<IsaPath> paths = {{"avx2", {}}};
   if (d.avx_vnni) paths.push_back({"avx2+avx_vnni", {.avx_vnni = true}});
   if (d.avx512) paths.push_back({"avx512", {.avx512 = true}});
-  if (d.avx512 && (d.avx512_vnni || d.avx512_bf16)) paths.push_back({"avx512+all", d});
+  if (d.avx512 && (d.avx512_vnni || d.avx512_bf16)) {
+    kernels::CpuFeatures no_amx = d;
+    no_amx.amx_int8 = false;
+    paths.push_back({"avx512+vnni", no_amx});
+  }
+  if (d.amx_int8) paths.push_back({"all, amx", d});
   return paths;
 }
 
