@@ -76,7 +76,7 @@ std::string kernel_paths_line() {
   s += f.avx512 ? "avx512" : "avx2";
   s += ", linear f32/bf16 tiles openblas, linear int8 ";
   s += f.avx512_vnni ? "avx512_vnni" : (f.avx_vnni ? "avx_vnni" : "avx2");
-  if (f.amx_int8) s += " (amx_int8 from 64 tokens)";
+  if (f.amx_int8) s += " (amx_int8 from 16 tokens)";
   s += "; cpu features: " + describe(f);
   return s;
 }

@@ -68,7 +68,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{5, 21, 64}, Shape{6, 19, 95}, Shape{8, 130, 257},
                                          Shape{9, 33, 31}, Shape{2, 7, 200}, Shape{70, 40, 72},
                                          Shape{32, 32, 64}, Shape{33, 50, 130}, Shape{96, 70, 257},
-                                         Shape{64, 16, 3}, Shape{130, 33, 65})));
+                                         Shape{64, 16, 3}, Shape{130, 33, 65}, Shape{16, 24, 100},
+                                         Shape{17, 5, 64})));
 
 TEST_P(Int8LinearTest, KernelsMatchTheDequantizedReference) {
   auto [static_act, s] = GetParam();
