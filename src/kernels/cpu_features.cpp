@@ -1,6 +1,8 @@
-// CPU feature detection with GCC's __builtin_cpu_supports, which also checks that the OS saves
-// the AVX-512 register state (XCR0), and the CHUNKPIPE_ISA cap.
+// CPU feature detection with __builtin_cpu_supports, which also checks that the OS saves the
+// AVX-512 register state (XCR0), CPUID for the newer features, and the CHUNKPIPE_ISA cap.
 #include "kernels/cpu_features.h"
+
+#include <cpuid.h>
 
 #include <cstdlib>
 #include <string_view>
@@ -51,8 +53,13 @@ CpuFeatures detected_cpu_features() {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
   f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
-  f.avx_vnni = __builtin_cpu_supports("avxvnni");
-  f.amx_int8 = f.avx512 && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8");
+  // AVX-VNNI and AMX straight from CPUID leaf 7 (clang 14's __builtin_cpu_supports does not
+  // know them): AVX-VNNI is subleaf 1 EAX bit 4; AMX-TILE and AMX-INT8 are subleaf 0 EDX bits
+  // 24 and 25. The OS grants the AMX tile state later, per process (int8_amx.cpp).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx_vnni = (eax >> 4) & 1;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx))
+    f.amx_int8 = f.avx512 && ((edx >> 24) & 1) && ((edx >> 25) & 1);
   return f;
 }
 

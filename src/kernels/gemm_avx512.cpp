@@ -7,14 +7,23 @@
 
 // GCC 12 warns on the deliberately undefined registers inside its own AVX-512 intrinsics
 // (GCC bug 105593, fixed in 13); the warning is about the header, not this file.
+#if defined(__clang__)
+#include <immintrin.h>
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), \
+                             apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+#endif
 
 namespace kernels::detail {
 namespace {
@@ -112,4 +121,8 @@ void streaming_range_avx512(const float* x, int64_t m, const tensor::WeightView&
 
 }  // namespace kernels::detail
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

@@ -15,11 +15,15 @@
 #include "tensor/aligned_buffer.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics (GCC bug 105593).
+#if defined(__clang__)
+#include <immintrin.h>
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 
 namespace kernels::detail {
 namespace {
@@ -48,8 +52,14 @@ bool amx_int8_usable() {
   return usable;
 }
 
+#if defined(__clang__)
+#pragma clang attribute push(                                                        \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8"))), \
+    apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")
+#endif
 
 void int8_range_amx(const int8_t* xq, int64_t kp, const float* act_scale, int64_t m,
                     const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
@@ -128,6 +138,10 @@ void int8_range_amx(const int8_t* xq, int64_t kp, const float* act_scale, int64_
   _tile_release();
 }
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 }  // namespace kernels::detail

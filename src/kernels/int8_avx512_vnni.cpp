@@ -5,14 +5,23 @@
 #include "kernels/int8_paths.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics (GCC bug 105593).
+#if defined(__clang__)
+#include <immintrin.h>
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 
+#if defined(__clang__)
+#pragma clang attribute push( \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#endif
 
 namespace kernels::detail {
 namespace {
@@ -96,4 +105,8 @@ void int8_range_avx512_vnni(const int8_t* xq, const float* act_scale, int64_t m,
 
 }  // namespace kernels::detail
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

@@ -5,8 +5,12 @@
 
 #include "kernels/int8_paths.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avxvnni"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avxvnni")
+#endif
 
 namespace kernels::detail {
 namespace {
@@ -71,4 +75,8 @@ void int8_range_avx_vnni(const int8_t* xq, const float* act_scale, int64_t m,
 
 }  // namespace kernels::detail
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
