@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -80,6 +81,31 @@ TEST(TokenizeCommandTest, EncodesAndDecodesLines) {
   r = run("tokenize /nonexistent");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("/nonexistent/tokenizer.json: cannot open"), std::string::npos) << r.out;
+}
+
+// `chunkpipe quantize` writes msmodelslim's layout that `logits` (and `serve`) load back; its
+// usage errors name the problem.
+TEST(QuantizeCommandTest, WritesALoadableW8A8Checkpoint) {
+  char tmpl[] = "/tmp/chunkpipe_quantize_XXXXXX";
+  const std::string dir = std::string(mkdtemp(tmpl)) + "/w8a8";
+  CommandResult r = run("quantize " + kModel + " " + dir + " --w8a8 --static-attention");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("attention static"), std::string::npos) << r.out;
+  auto description = nlohmann::json::parse(std::ifstream(dir + "/quant_model_description.json"));
+  EXPECT_EQ(description["model.layers.1.self_attn.o_proj.weight"], "W8A8");
+  EXPECT_EQ(description["model.layers.1.mlp.experts.0.down_proj.weight"], "W8A8_DYNAMIC");
+  EXPECT_EQ(description["model.layers.1.self_attn.kv_b_proj.weight"], "FLOAT");
+  EXPECT_EQ(description["lm_head.weight"], "FLOAT");
+  CommandResult logits = run("logits " + dir + " --ids 0,5,17,42 2>/dev/null");
+  ASSERT_EQ(logits.exit_code, 0) << logits.out;
+  EXPECT_EQ(nlohmann::json::parse(logits.out)["last_logits"].size(), 512u);
+  CommandResult again = run("quantize " + dir + " " + dir + "-2 --w8a8");
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.out.find("already holds a W8A8 checkpoint"), std::string::npos) << again.out;
+  CommandResult no_scheme = run("quantize " + kModel + " " + dir + "-3");
+  EXPECT_EQ(no_scheme.exit_code, 2);
+  EXPECT_NE(no_scheme.out.find("argument --w8a8 is required"), std::string::npos);
+  std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
 }
 
 }  // namespace
