@@ -918,6 +918,7 @@ int run_serve_command(int argc, char** argv) {
       plan.pipeline_parallel_size == 1 && plan.tensor_parallel_size == 1 && !dp_front;
   if (one_process) {
     model::LoadOptions load{.load_mtp = false};
+    load.w8a8_mix_static = plan.kv_transfer.kv_role == "kv_consumer";
     if (plan.dp.lockstep && plan.dp.expert_parallel) load.dp_experts = {plan.dp.rank, plan.dp.size};
     if (plan.dp.lockstep && plan.lmhead_tensor_parallel_size > 1)
       load.lmhead_tp = {plan.dp.rank % plan.lmhead_tensor_parallel_size,

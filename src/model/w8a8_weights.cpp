@@ -117,7 +117,7 @@ Result<tensor::WeightMatrix> read_int8_linear(const Checkpoint& ck, const std::s
   tensor::WeightMatrix out(DType::kI8, out_rows, part.col_end - part.col_begin);
   CP_RETURN_IF_ERROR(copy_weight(*t, type, rows, cols, part, out));
   float* row_scale = out.mutable_row_scale();
-  if (type == QuantType::kW8A8) {
+  if (type == QuantType::kW8A8 || (type == QuantType::kW8A8Mix && part.mix_static)) {
     CP_ASSIGN_OR_RETURN(auto input_scale, side_values(ck, prefix + "input_scale", 1));
     CP_ASSIGN_OR_RETURN(auto input_offset, side_values(ck, prefix + "input_offset", 1));
     CP_ASSIGN_OR_RETURN(auto deq_scale, side_values(ck, prefix + "deq_scale", rows, true));
@@ -143,7 +143,7 @@ Result<tensor::WeightMatrix> read_int8_linear(const Checkpoint& ck, const std::s
     return out;
   }
   // W8A8_DYNAMIC, W4A8_DYNAMIC and W8A8_MIX (which carries both sets; dynamic is the form
-  // upstream runs everywhere but on a decode-only KV consumer).
+  // upstream runs everywhere but on a decode-only KV consumer, where mix_static is set).
   CP_ASSIGN_OR_RETURN(auto weight_scale, side_values(ck, prefix + "weight_scale", rows));
   if (ck.contains(prefix + "weight_offset")) {
     CP_ASSIGN_OR_RETURN(auto offset, side_values(ck, prefix + "weight_offset", rows));

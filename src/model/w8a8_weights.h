@@ -17,7 +17,8 @@ namespace model {
 // (a TP shard); rows past `rows` up to row_end are zero (padded vocabulary shards).
 struct Int8Part {
   int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
-  bool with_bias = true;  // static quant_bias: only on TP rank 0 of a row-parallel layer
+  bool with_bias = true;    // static quant_bias: only on TP rank 0 of a row-parallel layer
+  bool mix_static = false;  // W8A8_MIX read as static W8A8 (a decode-only KV consumer)
 };
 
 // `weight_name` ends in "weight"; `type` is its description entry (not kFloat). The stored

@@ -67,7 +67,7 @@ class WeightLoader {
         const bool whole_rows = slice.col_begin == 0 && c1 == cols;
         return read_int8_linear(
             ck_, name, type, rows, cols,
-            {slice.row_begin, r1, slice.col_begin, c1, whole_rows || tp_.rank == 0});
+            {slice.row_begin, r1, slice.col_begin, c1, whole_rows || tp_.rank == 0, mix_static_});
       }
     }
     if (t->dtype == DType::kI8) {
@@ -191,6 +191,7 @@ class WeightLoader {
     }
     return m;
   }
+  void set_mix_static(bool mix_static) { mix_static_ = mix_static; }
   void set_head_split(const LmHeadParallel& l) {
     if (l.active()) head_split_ = TensorParallel{l.rank, l.size, false};
   }
@@ -349,6 +350,7 @@ class WeightLoader {
   TensorParallel tp_;
   DataParallelExperts dp_experts_;
   const QuantDescription* quant_;  // W8A8 checkpoints; null otherwise
+  bool mix_static_ = false;
   std::optional<TensorParallel> head_split_;
 };
 
@@ -486,6 +488,7 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
     }
   }
   WeightLoader loader(ck, c, options.tp, options.dp_experts, quant ? &*quant : nullptr);
+  loader.set_mix_static(options.w8a8_mix_static);
   loader.set_head_split(options.lmhead_tp);
   ModelWeights w;
   const int64_t h = c.hidden_size;

@@ -89,6 +89,9 @@ struct LoadOptions {
   // "" (detect: W8A8 when quant_model_description.json is present), "ascend" (require it), or
   // "fp8" (config.json's quantization_config only).
   std::string quantization;
+  // W8A8_MIX layers run statically (input_scale / deq_scale / quant_bias) instead of dynamically,
+  // as vllm-ascend runs them on a decode-only KV consumer.
+  bool w8a8_mix_static = false;
   TensorParallel tp;               // this rank's shard (whole model when tp.size == 1)
   LmHeadParallel lmhead_tp;        // splits the heads over their own group instead of tp's
   DataParallelExperts dp_experts;  // routed experts split over DP ranks (tp.size must be 1)

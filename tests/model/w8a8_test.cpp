@@ -359,6 +359,16 @@ TEST(W8A8FormatTest, EveryTensorTypeLoads) {
   const tensor::WeightView o = layer1.attn.o_proj.view();
   EXPECT_EQ(o.dtype, DType::kI8);
   EXPECT_FALSE(o.quant.static_activation) << "W8A8_MIX runs dynamically";
+  {
+    // ... except on a decode-only KV consumer, where upstream runs its static set.
+    model::LoadOptions consumer;
+    consumer.w8a8_mix_static = true;
+    auto d = model::DeepseekV3Model::load(v.dir, consumer);
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    const tensor::WeightView od = (*d)->weights().layers[1].attn.o_proj.view();
+    EXPECT_TRUE(od.quant.static_activation);
+    EXPECT_NE(od.quant.row_bias, nullptr);
+  }
   const tensor::WeightView gu = layer1.moe->experts[3].gate_up.view();
   ASSERT_EQ(gu.dtype, DType::kI8);
   for (int64_t i = 0; i < int64_t(int4_values.size()); ++i)
