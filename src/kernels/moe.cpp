@@ -89,6 +89,9 @@ void swiglu_mlp(const float* x, int64_t num_tokens, const ExpertWeights& w, floa
   linear(act.data(), num_tokens, w.down, out, pool);
 }
 
+// Most tokens an expert may have for the one-expert-per-thread form of moe_dispatch.
+constexpr int64_t kExpertsPerThreadMaxTokens = 8;
+
 void moe_dispatch(const float* x, int64_t num_tokens, int64_t hidden, const int32_t* topk_ids,
                   const float* topk_weights, int top_k, std::span<const ExpertWeights> experts,
                   float* out, common::ThreadPool& pool) {
@@ -102,6 +105,49 @@ void moe_dispatch(const float* x, int64_t num_tokens, int64_t hidden, const int3
   for (int64_t e = 0; e < num_experts; ++e) offsets[e + 1] += offsets[e];
   std::vector<int64_t> assignment(num_tokens * top_k), fill(offsets.begin(), offsets.end() - 1);
   for (int64_t i = 0; i < num_tokens * top_k; ++i) assignment[fill[topk_ids[i]]++] = i;
+
+  // Decode-sized batches: each expert has a few tokens, so a parallel region per projection would
+  // cost more in hand-offs than its GEMV. Whole experts then run one per thread (each on a
+  // one-thread pool: the same kernels, the same bits), and their outputs are added in expert
+  // order as below.
+  int64_t active = 0, most = 0;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t n = offsets[e + 1] - offsets[e];
+    active += n > 0;
+    most = std::max(most, n);
+  }
+  if (pool.num_threads() > 1 && active >= pool.num_threads() &&
+      most <= kExpertsPerThreadMaxTokens) {
+    std::vector<int64_t> used;
+    for (int64_t e = 0; e < num_experts; ++e)
+      if (offsets[e + 1] > offsets[e]) used.push_back(e);
+    std::vector<std::vector<float>> ys(used.size());
+    pool.parallel_for(static_cast<int64_t>(used.size()), 1, [&](int64_t b, int64_t end, int) {
+      thread_local common::ThreadPool serial(1);
+      std::vector<float> xe;
+      for (int64_t u = b; u < end; ++u) {
+        const int64_t e = used[size_t(u)], n = offsets[e + 1] - offsets[e];
+        xe.resize(static_cast<size_t>(n * hidden));
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t t = assignment[offsets[e] + i] / top_k;
+          std::copy_n(x + t * hidden, hidden, xe.data() + i * hidden);
+        }
+        ys[size_t(u)].resize(static_cast<size_t>(n * hidden));
+        swiglu_mlp(xe.data(), n, experts[e], ys[size_t(u)].data(), serial);
+      }
+    });
+    for (size_t u = 0; u < used.size(); ++u) {
+      const int64_t e = used[u], n = offsets[e + 1] - offsets[e];
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t a = assignment[offsets[e] + i];
+        const float w = topk_weights[a];
+        float* o = out + (a / top_k) * hidden;
+        const float* y = ys[u].data() + i * hidden;
+        for (int64_t d = 0; d < hidden; ++d) o[d] += w * y[d];
+      }
+    }
+    return;
+  }
 
   std::vector<float> xe, ye;
   for (int64_t e = 0; e < num_experts; ++e) {

@@ -1,5 +1,6 @@
 // MoE router on hand-checked cases and expert dispatch against the per-token reference.
 #include "kernels/moe.h"
+#include "kernels/int8_linear.h"
 
 #include <gtest/gtest.h>
 
@@ -87,6 +88,50 @@ TEST(MoeDispatchTest, GroupedMatchesPerTokenReference) {
   kernels::moe_dispatch(x.data(), T, H, ids.data(), w.data(), k, experts, fast.data(), pool);
   kernels::moe_dispatch_reference(x.data(), T, H, ids.data(), w.data(), k, experts, ref.data());
   EXPECT_LT(testutil::max_rel_error(fast, ref), 1e-5);
+}
+
+// Decode-sized batches run one expert per thread; prefill-sized ones one parallel region per
+// projection. Both give the bits of a one-thread pool (F32, BF16 and W8A8 experts), and match the
+// reference.
+TEST(MoeDispatchTest, ExpertPerThreadFormGivesTheSameBits) {
+  const int64_t H = 40, inter = 12;
+  const int E = 8, k = 4;
+  std::vector<tensor::WeightMatrix> storage;
+  for (int e = 0; e < E; ++e) {
+    for (int part = 0; part < 2; ++part) {
+      const int64_t rows = part == 0 ? 2 * inter : H, cols = part == 0 ? H : inter;
+      if (e % 3 == 2) {
+        auto f = testutil::random_vector(size_t(rows * cols), 300 + 2 * e + part);
+        tensor::WeightMatrix q;
+        kernels::quantize_weight_rows(f.data(), rows, cols, q);
+        storage.push_back(std::move(q));
+      } else {
+        storage.push_back(testutil::random_matrix(
+            e % 3 ? tensor::DType::kBF16 : tensor::DType::kF32, rows, cols, 400 + 2 * e + part));
+      }
+    }
+  }
+  std::vector<kernels::ExpertWeights> experts;
+  for (int e = 0; e < E; ++e) experts.push_back({storage[2 * e].view(), storage[2 * e + 1].view()});
+  for (int64_t T : {1, 2, 5, 40}) {
+    auto x = testutil::random_vector(size_t(T * H), 7 + T);
+    std::vector<int32_t> ids(size_t(T * k));
+    std::vector<float> w(size_t(T * k));
+    for (int64_t t = 0; t < T; ++t) {
+      for (int j = 0; j < k; ++j) {
+        ids[size_t(t * k + j)] = static_cast<int32_t>((t * 3 + j * 2) % E);
+        w[size_t(t * k + j)] = 0.1f * float(j + 1);
+      }
+    }
+    auto base = testutil::random_vector(size_t(T * H), 9);
+    std::vector<float> two = base, one = base, ref = base;
+    common::ThreadPool pool2(2), pool1(1);
+    kernels::moe_dispatch(x.data(), T, H, ids.data(), w.data(), k, experts, two.data(), pool2);
+    kernels::moe_dispatch(x.data(), T, H, ids.data(), w.data(), k, experts, one.data(), pool1);
+    kernels::moe_dispatch_reference(x.data(), T, H, ids.data(), w.data(), k, experts, ref.data());
+    EXPECT_EQ(two, one) << "T=" << T;
+    EXPECT_LT(testutil::max_rel_error(two, ref), 1e-5) << "T=" << T;
+  }
 }
 
 }  // namespace
