@@ -1,15 +1,13 @@
-// AMX-INT8 body of linear_int8 for many tokens (prefill): tdpbssd multiplies signed by signed
-// bytes in 16×64 tiles with exact int32 sums, so it gives the other paths' bits. Per 32 weight
-// rows the weights are packed into AMX's B layout (a 16×16 transpose of 4-byte groups per 16
-// rows × 64 K) in per-thread scratch, then 32 tokens × 32 rows accumulate in four C tiles over
-// K. The caller pads tokens to 32 rows and K to 64 with zeros. The tile permission is asked once
-// per process (arch_prctl); the tile configuration is per thread, loaded per call. The target
-// pragma covers only this file's functions (see gemm_avx512.cpp).
+// AMX-INT8 body of linear_int8 for many tokens: tdpbssd on 16×64 int8 tiles, exact int32 sums
+// (the other paths' bits). Per 32 weight rows the weights are gathered into AMX's B layout in
+// per-thread scratch; 32 tokens × 32 rows then accumulate in four C tiles over K. The caller pads
+// tokens to 32 rows and K to 64 with zeros. The tile permission is asked once per process
+// (arch_prctl), the tile configuration per call; the target pragma covers only this file.
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
-#include <mutex>
 
 #include "kernels/int8_paths.h"
 #include "tensor/aligned_buffer.h"
