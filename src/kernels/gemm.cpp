@@ -5,8 +5,6 @@
 #include "kernels/gemm.h"
 
 #include <cblas.h>
-#include <immintrin.h>
-
 #include <algorithm>
 #include <mutex>
 
@@ -14,6 +12,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gemm_paths.h"
 #include "kernels/int8_linear.h"
+#include "kernels/simd.h"
 #include "tensor/aligned_buffer.h"
 
 namespace kernels {
@@ -26,15 +25,6 @@ using tensor::WeightView;
 void ensure_blas_single_threaded() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
-}
-
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v);
-  __m128 hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_hadd_ps(lo, lo);
-  lo = _mm_hadd_ps(lo, lo);
-  return _mm_cvtss_f32(lo);
 }
 
 template <bool kBf16>
@@ -78,7 +68,7 @@ inline void dot_tile(const float* x, int64_t k, const void* w, int64_t n0, float
   }
   for (int nb = 0; nb < NB; ++nb) {
     for (int mb = 0; mb < MB; ++mb) {
-      float s = hsum(acc[nb][mb]);
+      float s = simd::hsum(acc[nb][mb]);
       for (int64_t j = i; j < k; ++j) s += load1<kBf16>(rows[nb], j) * x[mb * k + j];
       y[mb * ldy + n0 + nb] = s;
     }

@@ -5,17 +5,7 @@
 // shared inline code is built for AVX-512; it runs only when cpu_features().avx512 is set.
 #include "kernels/gemm_paths.h"
 
-// GCC 12 warns on the deliberately undefined registers inside its own AVX-512 intrinsics
-// (GCC bug 105593, fixed in 13); the warning is about the header, not this file.
-#if defined(__clang__)
-#include <immintrin.h>
-#else
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "kernels/simd.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), \

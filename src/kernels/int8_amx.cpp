@@ -12,16 +12,7 @@
 #include "kernels/int8_paths.h"
 #include "tensor/aligned_buffer.h"
 
-// GCC 12 warns inside its own AVX-512 intrinsics (GCC bug 105593).
-#if defined(__clang__)
-#include <immintrin.h>
-#else
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "kernels/simd.h"
 
 namespace kernels::detail {
 namespace {

@@ -4,16 +4,7 @@
 // 128·0). The target pragma covers only this file's functions (see gemm_avx512.cpp).
 #include "kernels/int8_paths.h"
 
-// GCC 12 warns inside its own AVX-512 intrinsics (GCC bug 105593).
-#if defined(__clang__)
-#include <immintrin.h>
-#else
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "kernels/simd.h"
 
 #if defined(__clang__)
 #pragma clang attribute push( \
@@ -27,11 +18,7 @@ namespace kernels::detail {
 namespace {
 
 inline int32_t hsum(__m512i v) {
-  __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-  return _mm_cvtsi128_si32(t);
+  return simd::hsum(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
 template <int NB, int MB>

@@ -1,9 +1,8 @@
 // AVX-VNNI int8 body (VEX vpdpbusd on 256-bit registers, for CPUs with AVX-VNNI and no
 // AVX-512): the unsigned-offset form of int8_avx512_vnni.cpp, 32 values of K per instruction,
 // the tail in scalar code with the same offset. The target pragma covers only this file.
-#include <immintrin.h>
-
 #include "kernels/int8_paths.h"
+#include "kernels/simd.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avxvnni"))), apply_to = function)
@@ -14,13 +13,6 @@
 
 namespace kernels::detail {
 namespace {
-
-inline int32_t hsum(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
 
 template <int NB, int MB>
 inline void dot_tile(const int8_t* xq, const float* act_scale, int64_t k,
@@ -47,7 +39,7 @@ inline void dot_tile(const int8_t* xq, const float* act_scale, int64_t k,
   for (int nb = 0; nb < NB; ++nb) {
     const int64_t correction = 128 * int64_t{w.quant.row_sum[n0 + nb]};
     for (int mb = 0; mb < MB; ++mb) {
-      int64_t dot = hsum(acc[nb][mb]);
+      int64_t dot = simd::hsum(acc[nb][mb]);
       for (int64_t j = i; j < k; ++j) dot += (int32_t(xq[mb * k + j]) + 128) * rows[nb][j];
       y[mb * ldy + n0 + nb] = int8_output(dot - correction, n0 + nb, act_scale[mb], w.quant);
     }

@@ -5,8 +5,6 @@
 // fused into one call, and its small-M path is the decode case that matters most here.
 #include "kernels/int8_linear.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include "common/check.h"
 #include "kernels/cpu_features.h"
 #include "kernels/int8_paths.h"
+#include "kernels/simd.h"
 #include "tensor/aligned_buffer.h"
 
 namespace kernels {
@@ -29,13 +28,6 @@ constexpr int64_t kAmxMinTokens = 16;
 inline int8_t quantize_value(float x, float inv_scale, float offset) {
   const float v = std::nearbyint(x * inv_scale + offset);
   return static_cast<int8_t>(std::clamp(v, -128.0f, 127.0f));
-}
-
-inline int32_t hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
 }
 
 // NB weight rows against MB quantized tokens.
@@ -62,7 +54,7 @@ inline void dot_tile(const int8_t* xq, const float* act_scale, int64_t k, const 
   }
   for (int nb = 0; nb < NB; ++nb) {
     for (int mb = 0; mb < MB; ++mb) {
-      int64_t dot = hsum_epi32(acc[nb][mb]);
+      int64_t dot = simd::hsum(acc[nb][mb]);
       for (int64_t j = i; j < k; ++j) dot += int32_t(rows[nb][j]) * xq[mb * k + j];
       y[mb * ldy + n0 + nb] = detail::int8_output(dot, n0 + nb, act_scale[mb], w.quant);
     }
