@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/data_parallel.h"
 #include "cli/engine_sizing.h"
+#include "cli/speculative_config.h"
 #include "common/logging.h"
 #include "common/timer.h"
 #include "dist/process.h"
@@ -203,9 +204,10 @@ struct ServePlan {
   bool expert_parallel = false;         // --enable-expert-parallel with tensor_parallel_size > 1
   int lmhead_tensor_parallel_size = 0;  // additional_config.finegrained_tp_config
   std::vector<int> layer_partition;     // empty: even split
-  worker::PipelineTopology topology;    // hosts of a multi-node pipeline
-  bool headless = false;                // this node runs stages only (node_rank > 0)
-  std::string kv_transfer_config;       // --kv-transfer-config as given (empty: none)
+  std::optional<SpeculativeConfig> speculative;  // --speculative-config (MTP)
+  worker::PipelineTopology topology;             // hosts of a multi-node pipeline
+  bool headless = false;                         // this node runs stages only (node_rank > 0)
+  std::string kv_transfer_config;                // --kv-transfer-config as given (empty: none)
   transfer::KvTransferConfig kv_transfer;
   int data_parallel_rank = 0;  // --data-parallel-rank (the pull connector's port offset)
   DataParallelPlan dp;
@@ -396,8 +398,10 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
                    "\"recomputed\" for the proxy to re-prefill";
     }
   }
-  if (p.given("speculative-config"))
-    return unbuilt("speculative decoding (--speculative-config)", "planned: MTP");
+  if (p.given("speculative-config")) {
+    CP_ASSIGN_OR_RETURN(plan->speculative,
+                        parse_speculative_config(*p.option("speculative-config")));
+  }
   if (p.flag("enable-expert-parallel") && plan->tensor_parallel_size == 1)
     LOG(INFO) << "--enable-expert-parallel with one rank: experts stay in this process";
   // A TP prefiller serves its KV from each stage's TP rank 0 (MLA's latent cache is the same
@@ -569,6 +573,7 @@ worker::PipelineOptions pipeline_options(const ServePlan& plan) {
   o.block_size = plan.engine.block_size;
   o.pin_stages = true;
   o.expanded_kv_cache = plan.engine.expanded_kv_cache;
+  o.num_speculative_tokens = plan.engine.scheduler.num_lookahead_tokens;
   o.topology = plan.topology;
   o.kv_transfer_config = plan.kv_transfer_config;
   o.kv_dp_rank = plan.data_parallel_rank;
@@ -917,7 +922,7 @@ int run_serve_command(int argc, char** argv) {
   const bool one_process =
       plan.pipeline_parallel_size == 1 && plan.tensor_parallel_size == 1 && !dp_front;
   if (one_process) {
-    model::LoadOptions load{.load_mtp = false};
+    model::LoadOptions load{.load_mtp = plan.speculative.has_value()};
     load.w8a8_mix_static = plan.kv_transfer.kv_role == "kv_consumer";
     if (plan.dp.lockstep && plan.dp.expert_parallel) load.dp_experts = {plan.dp.rank, plan.dp.size};
     if (plan.dp.lockstep && plan.lmhead_tensor_parallel_size > 1)
@@ -947,6 +952,16 @@ int run_serve_command(int argc, char** argv) {
     auto config = model::load_model_config(plan.model_dir);
     if (!config.ok()) return fail_start(config.status().message());
     mc = *config;
+  }
+  if (plan.speculative) {
+    auto warning = check_speculative_model(&*plan.speculative, mc);
+    if (!warning.ok()) return fail_start(warning.status().message());
+    if (!warning->empty()) LOG(WARNING) << *warning;
+    plan.engine.scheduler.num_lookahead_tokens = plan.speculative->num_speculative_tokens;
+    LOG(INFO) << "Speculative decoding: method=mtp num_speculative_tokens="
+              << plan.speculative->num_speculative_tokens << " (drafts from the last "
+              << (plan.pipeline_parallel_size > 1 ? "pipeline stage's" : "model's")
+              << " MTP layers, verified in the same batch)";
   }
   if (plan.lmhead_tensor_parallel_size > 0)
     LOG(INFO) << "finegrained_tp_config enabled: lmhead_tensor_parallel_size="
@@ -1004,7 +1019,8 @@ int run_serve_command(int argc, char** argv) {
   sizing_in.max_num_seqs = plan.engine.scheduler.max_num_seqs;
   sizing_in.block_size = plan.engine.block_size;
   sizing_in.kv_bytes_per_block = worker::ModelRunner::kv_bytes_per_block(
-      mc, plan.engine.block_size, plan.engine.expanded_kv_cache);
+      mc, plan.engine.block_size, plan.engine.expanded_kv_cache,
+      plan.engine.scheduler.num_lookahead_tokens > 0);
   if (plan.kv_cache_bytes >= 0) sizing_in.kv_cache_bytes = plan.kv_cache_bytes;
   sizing_in.memory_utilization = plan.memory_utilization;
   sizing_in.host_memory_bytes = host_memory_bytes();

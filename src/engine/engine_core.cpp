@@ -37,6 +37,10 @@ EngineCore::EngineCore(std::unique_ptr<Executor> executor, const tokenizer::Toke
           config.enable_prefix_caching),
       scheduler_(config.scheduler, &kv_) {
   scheduler_.set_kv_connector(config_.kv_connector.get());
+  if (const int k = config_.scheduler.num_lookahead_tokens; k > 0) {
+    kv_.set_recompute_last_matched_block(true);
+    metrics_.spec_decoding.accepted_per_pos.assign(static_cast<size_t>(k), 0);
+  }
   start();
 }
 
@@ -368,11 +372,10 @@ void EngineCore::finish(const std::string& id, sched::FinishReason reason, Reque
 }
 
 bool EngineCore::process_token(const sched::Request& r, Tracked& t, const SampledToken& s,
-                               RequestOutput* out) {
+                               int64_t n_out, RequestOutput* out) {
   const sched::SamplingParams& p = r.sampling;
   out->new_token_ids.push_back(s.token);
   if (p.logprobs) out->new_logprobs.push_back({s.token, s.logprob, s.top_logprobs});
-  const int64_t n_out = static_cast<int64_t>(r.output_token_ids.size());
   const bool past_min = n_out >= p.min_tokens;
   const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), s.token) != eos_ids_.end();
   if (past_min && is_eos && !p.ignore_eos) {
@@ -402,7 +405,7 @@ bool EngineCore::process_token(const sched::Request& r, Tracked& t, const Sample
       }
     }
   }
-  if (n_out >= p.max_tokens || r.num_tokens() >= config_.scheduler.max_model_len) {
+  if (n_out >= p.max_tokens || r.num_prompt_tokens() + n_out >= config_.scheduler.max_model_len) {
     out->finish_reason = sched::FinishReason::kLength;
     return true;
   }
@@ -581,6 +584,22 @@ void EngineCore::finish_recomputed() {
   }
 }
 
+void EngineCore::log_spec_decoding(double now) {
+  if (config_.scheduler.num_lookahead_tokens == 0) return;
+  if (spec_logged_at_ == 0) spec_logged_at_ = now;
+  if (now - spec_logged_at_ < kSpecDecodingLogSeconds) return;
+  std::string line;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const engine::SpecDecodingCounters& c = metrics_.spec_decoding;
+    if (c.num_drafts != spec_logged_.num_drafts)
+      line = c.log_line(spec_logged_, now - spec_logged_at_);
+    spec_logged_ = c;
+  }
+  spec_logged_at_ = now;
+  if (!line.empty()) LOG(INFO) << line;
+}
+
 void EngineCore::complete_step(const sched::SchedulerOutput& so,
                                const sched::ModelRunnerOutput& result) {
   const bool timing = predictor_ && predictor_->ready() && predictor_->need_timing();
@@ -614,23 +633,31 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     if (!predictor_->need_timing())
       LOG(INFO) << "[ProfilingChunk] Online calibration finished; step timing is off";
   }
-  std::vector<int32_t> sampled(so.scheduled.size(), -1);
+  std::vector<std::vector<int32_t>> sampled(so.scheduled.size());
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
-    if (so.scheduled[i].samples && result.sampled[i]) sampled[i] = result.sampled[i]->token;
+    if (!so.scheduled[i].samples) continue;
+    for (const SampledToken& t : result.sampled[i]) sampled[i].push_back(t.token);
   }
-  std::vector<bool> appended;
+  std::vector<int32_t> appended;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    appended = scheduler_.update(so, sampled);
+    appended = scheduler_.update(so, sampled, result.draft_token_ids);
     scheduler_.update_kv_transfers(result.kv_transfers);
     sched::KvTransferStats& m = metrics_.kv_transfer;
     m.pulls_in_flight = 0;  // a gauge: this report's value replaces the last
     m += result.kv_transfers.stats;
+    // Drafts count as vLLM counts them: before stop conditions cut the accepted tokens.
+    for (size_t i = 0; i < so.scheduled.size(); ++i) {
+      const size_t num_spec = so.scheduled[i].spec_token_ids.size();
+      if (appended[i] > 0 && num_spec > 0)
+        metrics_.spec_decoding.observe(static_cast<int64_t>(num_spec), appended[i] - 1);
+    }
   }
   if (!result.kv_transfers.failed_recving.empty()) finish_load_failures();
   const double now = common::now_seconds();
+  log_spec_decoding(now);
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
-    if (!appended[i]) continue;
+    if (appended[i] == 0) continue;
     const std::string& id = so.scheduled[i].req_id;
     const sched::Request* r = scheduler_.find_request(id);
     auto tracked = tracked_.find(id);
@@ -638,7 +665,6 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     Tracked& t = tracked->second;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ++metrics_.generation_tokens;
       if (t.first_token == 0) {
         metrics_.ttft.observe(now - t.arrival);
         t.first_token = now;
@@ -651,7 +677,22 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     out.request_id = id;
     out.num_prompt_tokens = t.num_prompt_tokens;
     out.num_cached_tokens = t.num_cached_tokens;
-    if (process_token(*r, t, *result.sampled[i], &out)) {
+    // The step's tokens in order, each through the stop checks: one that stops the request
+    // drops the tokens after it (accepted drafts past a stop string, EOS or max_tokens).
+    const size_t before = r->output_token_ids.size() - static_cast<size_t>(appended[i]);
+    bool finished = false;
+    size_t j = 0;
+    while (j < static_cast<size_t>(appended[i]) && !finished) {
+      finished =
+          process_token(*r, t, result.sampled[i][j], static_cast<int64_t>(before + j + 1), &out);
+      ++j;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      metrics_.generation_tokens += static_cast<int64_t>(j);
+      if (finished) scheduler_.truncate_output(id, before + j);
+    }
+    if (finished) {
       finish(id, out.finish_reason, &out);
     } else {
       out.num_output_tokens = static_cast<int64_t>(r->output_token_ids.size());

@@ -106,11 +106,15 @@ class EngineCore : public EngineClient {
   // Updates the scheduler and delivers outputs for an executed step.
   void complete_step(const sched::SchedulerOutput& so, const sched::ModelRunnerOutput& out);
   double timing_ms(const sched::ModelRunnerOutput& out) const;
+  // vLLM's "SpecDecoding metrics: ..." line, every kSpecDecodingLogSeconds with drafts.
+  void log_spec_decoding(double now);
+  static constexpr double kSpecDecodingLogSeconds = 10.0;
   // The executor failed: finish every request with `why`, stop accepting work, report.
   void fail_engine(const std::string& why);
   void finish(const std::string& id, sched::FinishReason reason, RequestOutput* out);
-  // Applies one sampled token: text, stop checks. Returns true when the request finished.
-  bool process_token(const sched::Request& r, Tracked& t, const SampledToken& s,
+  // Applies one sampled token, the request's n_out-th output: text, stop checks. Returns true
+  // when the request finished.
+  bool process_token(const sched::Request& r, Tracked& t, const SampledToken& s, int64_t n_out,
                      RequestOutput* out);
 
   const tokenizer::Tokenizer& tokenizer_;
@@ -130,8 +134,10 @@ class EngineCore : public EngineClient {
   std::vector<std::string> aborts_;
   bool stopping_ = false;
   bool dead_ = false;
-  std::string fatal_error_;  // why the engine died (guarded by mu_)
-  Metrics metrics_;          // guarded by mu_
+  std::string fatal_error_;           // why the engine died (guarded by mu_)
+  Metrics metrics_;                   // guarded by mu_
+  SpecDecodingCounters spec_logged_;  // the counters at the last log line (engine thread)
+  double spec_logged_at_ = 0;
   std::thread thread_;
 };
 

@@ -128,6 +128,10 @@ std::vector<uint8_t> encode_metrics(const MetricsSnapshot& s) {
                     m.recomputed_requests, m.dummy_batches, m.cpp_steps})
     w.put(v);
   w.put(m.kv_transfer);
+  for (int64_t v : {m.spec_decoding.num_drafts, m.spec_decoding.num_draft_tokens,
+                    m.spec_decoding.num_accepted_tokens})
+    w.put(v);
+  w.put_vector(m.spec_decoding.accepted_per_pos);
   std::vector<std::string> reasons;
   std::vector<int64_t> counts;
   for (const auto& [reason, n] : m.request_success) reasons.push_back(reason), counts.push_back(n);
@@ -156,6 +160,10 @@ common::Result<MetricsSnapshot> decode_metrics(const std::vector<uint8_t>& bytes
                      &m.recomputed_requests, &m.dummy_batches, &m.cpp_steps})
     r.get(v);
   r.get(&m.kv_transfer);
+  for (int64_t* v : {&m.spec_decoding.num_drafts, &m.spec_decoding.num_draft_tokens,
+                     &m.spec_decoding.num_accepted_tokens})
+    r.get(v);
+  r.get_vector(&m.spec_decoding.accepted_per_pos);
   std::vector<std::string> reasons;
   std::vector<int64_t> counts;
   r.get_strings(&reasons);

@@ -2,6 +2,7 @@
 #include "engine/metrics.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace engine {
 
@@ -10,6 +11,52 @@ void Histogram::observe(double v) {
   ++counts[i];
   sum += v;
   ++count;
+}
+
+void SpecDecodingCounters::observe(int64_t num_draft_tokens_of_step, int64_t num_accepted) {
+  ++num_drafts;
+  num_draft_tokens += num_draft_tokens_of_step;
+  num_accepted_tokens += num_accepted;
+  for (int64_t p = 0; p < num_accepted && p < static_cast<int64_t>(accepted_per_pos.size()); ++p)
+    ++accepted_per_pos[p];
+}
+
+SpecDecodingCounters& SpecDecodingCounters::operator+=(const SpecDecodingCounters& o) {
+  num_drafts += o.num_drafts;
+  num_draft_tokens += o.num_draft_tokens;
+  num_accepted_tokens += o.num_accepted_tokens;
+  if (accepted_per_pos.size() < o.accepted_per_pos.size())
+    accepted_per_pos.resize(o.accepted_per_pos.size(), 0);
+  for (size_t p = 0; p < o.accepted_per_pos.size(); ++p)
+    accepted_per_pos[p] += o.accepted_per_pos[p];
+  return *this;
+}
+
+std::string SpecDecodingCounters::log_line(const SpecDecodingCounters& since,
+                                           double seconds) const {
+  const int64_t drafts = num_drafts - since.num_drafts;
+  const int64_t drafted = num_draft_tokens - since.num_draft_tokens;
+  const int64_t accepted = num_accepted_tokens - since.num_accepted_tokens;
+  const double per_s = seconds > 0 ? 1.0 / seconds : 0.0;
+  char head[320];
+  std::snprintf(head, sizeof(head),
+                "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f "
+                "tokens/s, Drafted throughput: %.2f tokens/s, Accepted: %lld tokens, Drafted: "
+                "%lld tokens, Per-position acceptance rate: ",
+                drafts > 0 ? 1.0 + double(accepted) / double(drafts) : 0.0, accepted * per_s,
+                drafted * per_s, static_cast<long long>(accepted), static_cast<long long>(drafted));
+  std::string line = head;
+  for (size_t p = 0; p < accepted_per_pos.size(); ++p) {
+    const int64_t before = p < since.accepted_per_pos.size() ? since.accepted_per_pos[p] : 0;
+    char rate[32];
+    std::snprintf(rate, sizeof(rate), "%s%.3f", p ? ", " : "",
+                  drafts > 0 ? double(accepted_per_pos[p] - before) / double(drafts) : 0.0);
+    line += rate;
+  }
+  char tail[64];
+  std::snprintf(tail, sizeof(tail), ", Avg Draft acceptance rate: %.1f%%",
+                drafted > 0 ? 100.0 * double(accepted) / double(drafted) : 0.0);
+  return line + tail;
 }
 
 }  // namespace engine

@@ -22,6 +22,22 @@ struct Histogram {
   void observe(double v);
 };
 
+// Speculative decoding counters (vLLM's SpecDecodingStats): per request and step with drafts,
+// one draft, its draft tokens, the accepted ones, and per draft position whether it was
+// accepted (so the per-position counts never increase with the position).
+struct SpecDecodingCounters {
+  int64_t num_drafts = 0;
+  int64_t num_draft_tokens = 0;
+  int64_t num_accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_pos;  // num_speculative_tokens entries when enabled
+
+  void observe(int64_t num_draft_tokens_of_step, int64_t num_accepted);
+  SpecDecodingCounters& operator+=(const SpecDecodingCounters& o);
+  // vLLM's periodic line ("SpecDecoding metrics: Mean acceptance length ...") for the counts
+  // since `since`, over `seconds`.
+  std::string log_line(const SpecDecodingCounters& since, double seconds) const;
+};
+
 struct Metrics {
   int64_t prompt_tokens = 0;
   int64_t generation_tokens = 0;
@@ -32,6 +48,7 @@ struct Metrics {
   int64_t recomputed_requests = 0;  // finished by the recompute scheduler (PD decoder)
   int64_t dummy_batches = 0;  // DP lock step: forwards run only to join other ranks' collectives
   sched::KvTransferStats kv_transfer;  // the KV connector's (pulls_in_flight: the latest)
+  SpecDecodingCounters spec_decoding;  // empty accepted_per_pos: speculative decoding is off
   std::map<std::string, int64_t> request_success;  // finished_reason -> count
   Histogram ttft{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
                   1,     2.5,   5,    7.5,  10,   20,   40,   80,  160,  640, 2560}};

@@ -146,6 +146,7 @@ common::Status PipelineExecutor::submit(const sched::SchedulerOutput& output,
   f.meta = meta;
   for (const auto& s : output.scheduled) {
     f.samples.push_back(s.samples);
+    f.num_spec.push_back(s.spec_token_ids.size());
     f.tokens += s.num_scheduled_tokens;
     f.history += s.num_computed_tokens;
   }
@@ -172,11 +173,16 @@ common::Result<sched::ModelRunnerOutput> PipelineExecutor::take_oldest() {
                              " where step " + std::to_string(f.meta.step_id) + " was due");
   sched::ModelRunnerOutput out;
   out.sampled = std::move(step.sampled);
+  out.draft_token_ids = std::move(step.draft_token_ids);
   out.sampled.resize(f.samples.size());
+  out.draft_token_ids.resize(f.samples.size());
   out.kv_transfers = kv_aggregator_.aggregate(step.transfers);
   for (size_t i = 0; i < out.sampled.size(); ++i) {
-    if (f.samples[i] && !out.sampled[i])
-      return common::data_loss("the last stage sent no token for a sampling sequence");
+    const size_t n = out.sampled[i].size();
+    if (f.samples[i] ? n == 0 || n > f.num_spec[i] + 1 : n != 0)
+      return common::data_loss("the last stage sent " + std::to_string(n) +
+                               " tokens for a sequence that " +
+                               (f.samples[i] ? "samples" : "does not sample"));
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (const StageTiming& t : step.timings) {

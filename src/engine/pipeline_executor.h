@@ -67,6 +67,7 @@ class PipelineExecutor : public Executor {
   struct InFlight {
     StepMeta meta;
     std::vector<bool> samples;
+    std::vector<size_t> num_spec;  // drafts each entry verifies
     int64_t tokens = 0, history = 0;
   };
   PipelineExecutor() = default;

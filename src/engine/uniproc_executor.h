@@ -19,6 +19,7 @@ inline worker::RunnerOptions runner_options(const EngineConfig& config) {
   o.num_threads = config.num_threads;
   o.expanded_kv_cache = config.expanded_kv_cache;
   o.dummy_block = config.dp_group != nullptr;
+  o.num_speculative_tokens = config.scheduler.num_lookahead_tokens;
   return o;
 }
 

@@ -28,9 +28,10 @@ int64_t KvCacheManager::acquire_cached_prefix(const std::string& request_id,
   for (size_t i = 0; i < std::min(max_blocks, e.hashes.size()); ++i) {
     auto block = pool_.lookup(e.hashes[i]);
     if (!block) break;
-    pool_.acquire(*block);
     e.blocks.push_back(*block);
   }
+  if (recompute_last_matched_block_ && !e.blocks.empty()) e.blocks.pop_back();
+  for (BlockId b : e.blocks) pool_.acquire(b);
   e.num_cached_blocks = e.blocks.size();
   const int64_t cached_tokens = static_cast<int64_t>(e.blocks.size()) * block_size_;
   stats_.hits += cached_tokens;

@@ -23,6 +23,9 @@ class KvCacheManager {
   KvCacheManager(int32_t num_blocks, int block_size, bool enable_prefix_caching);
 
   int block_size() const { return block_size_; }
+  // Speculative decoding (vLLM's rule for EAGLE / MTP drafters): a prefix hit gives back its
+  // last matched block, so that block's positions are computed again, the drafter's with them.
+  void set_recompute_last_matched_block(bool on) { recompute_last_matched_block_ = on; }
   int32_t num_blocks() const { return pool_.num_blocks(); }
   double usage() const { return pool_.usage(); }
   const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
@@ -55,6 +58,7 @@ class KvCacheManager {
 
   int block_size_;
   bool enable_prefix_caching_;
+  bool recompute_last_matched_block_ = false;
   BlockPool pool_;
   std::unordered_map<std::string, Entry> requests_;
   PrefixCacheStats stats_;

@@ -523,36 +523,55 @@ common::Status DeepseekV3Model::compute_logits(const float* normed, int64_t rows
   return head_logits(weights_.lm_head, normed, rows, logits, pool);
 }
 
-common::Status DeepseekV3Model::mtp_logits(const ForwardBatch& batch, const float* main_normed,
-                                           std::span<const int32_t> next_token_ids,
-                                           LatentKvCache& cache, common::ThreadPool& pool,
-                                           float* draft_logits, int k) const {
-  CHECK(k >= 0 && k < static_cast<int>(weights_.mtp.size())) << "MTP layer " << k << " not loaded";
+common::Status DeepseekV3Model::mtp_forward(const ForwardBatch& batch, const float* prev_hidden,
+                                            bool from_main, std::span<const int32_t> next_token_ids,
+                                            LatentKvCache& cache, common::ThreadPool& pool,
+                                            float* mtp_hidden, int k) const {
+  CHECK(k >= 0 && k < num_mtp_layers()) << "MTP layer " << k << " not loaded";
   const MtpWeights& m = weights_.mtp[k];
   const Layout layout(batch, cache.block_size());
   const int64_t T = layout.num_tokens, H = config_.hidden_size;
   CHECK(static_cast<int64_t>(next_token_ids.size()) == T) << "one next token per row";
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  std::vector<float> e(T * H), cat(T * 2 * H), x(T * H);
+  std::vector<float> e(T * H), cat(T * 2 * H);
   CP_RETURN_IF_ERROR(embed_rows(m.embed_tokens.empty() ? weights_.embed_tokens : m.embed_tokens,
                                 next_token_ids, e.data()));
   // Embedding first, hidden state second (vLLM / SGLang order).
   kernels::rms_norm(e.data(), T, H, H, m.enorm.data(), eps, cat.data(), 2 * H);
-  if (weights_.mtp_rotation.empty()) {
-    kernels::rms_norm(main_normed, T, H, H, m.hnorm.data(), eps, cat.data() + H, 2 * H);
+  if (!from_main || weights_.mtp_rotation.empty()) {
+    kernels::rms_norm(prev_hidden, T, H, H, m.hnorm.data(), eps, cat.data() + H, 2 * H);
   } else {
     // QuaRot: the main model's hidden state is rotated; the MTP layer is not.
     std::vector<float> unrotated(T * H);
-    kernels::linear(main_normed, T, weights_.mtp_rotation.view(), unrotated.data(), pool);
+    kernels::linear(prev_hidden, T, weights_.mtp_rotation.view(), unrotated.data(), pool);
     kernels::rms_norm(unrotated.data(), T, H, H, m.hnorm.data(), eps, cat.data() + H, 2 * H);
   }
-  kernels::linear(cat.data(), T, m.eh_proj.view(), x.data(), pool);
+  kernels::linear(cat.data(), T, m.eh_proj.view(), mtp_hidden, pool);
   CP_RETURN_IF_ERROR(
-      decoder_layer(m.layer, config_.num_hidden_layers + k, layout, x.data(), cache, pool));
-  kernels::rms_norm(x.data(), T, H, H, m.shared_head_norm.data(), eps, x.data(), H);
+      decoder_layer(m.layer, config_.num_hidden_layers + k, layout, mtp_hidden, cache, pool));
+  kernels::rms_norm(mtp_hidden, T, H, H, m.shared_head_norm.data(), eps, mtp_hidden, H);
+  return {};
+}
+
+common::Status DeepseekV3Model::mtp_head_logits(const float* mtp_hidden, int64_t rows,
+                                                float* logits, common::ThreadPool& pool,
+                                                int k) const {
+  CHECK(k >= 0 && k < num_mtp_layers()) << "MTP layer " << k << " not loaded";
+  const MtpWeights& m = weights_.mtp[k];
   const tensor::WeightMatrix& head =
       m.shared_head_head.empty() ? weights_.lm_head : m.shared_head_head;
-  return head_logits(head, x.data(), T, draft_logits, pool);
+  return head_logits(head, mtp_hidden, rows, logits, pool);
+}
+
+common::Status DeepseekV3Model::mtp_logits(const ForwardBatch& batch, const float* main_normed,
+                                           std::span<const int32_t> next_token_ids,
+                                           LatentKvCache& cache, common::ThreadPool& pool,
+                                           float* draft_logits, int k) const {
+  const int64_t T = batch.num_tokens();
+  std::vector<float> h(T * config_.hidden_size);
+  CP_RETURN_IF_ERROR(mtp_forward(batch, main_normed, /*from_main=*/true, next_token_ids, cache,
+                                 pool, h.data(), k));
+  return mtp_head_logits(h.data(), T, draft_logits, pool, k);
 }
 
 }  // namespace model

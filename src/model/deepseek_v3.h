@@ -87,12 +87,24 @@ class DeepseekV3Model {
   common::Status compute_logits(const float* normed, int64_t rows, float* logits,
                                 common::ThreadPool& pool) const;
 
-  // MTP module `k`: row i combines main_normed[i] (final hidden after model.norm) with the
-  // embedding of next_token_ids[i] (the token after row i's token) and yields draft logits
-  // [T, V] for the token after that. Runs MTP layer num_hidden_layers + k over `cache`.
+  // MTP module `k` (layer num_hidden_layers + k) over `batch`: row i combines prev_hidden[i]
+  // with the embedding of next_token_ids[i] (the token after row i's token) and writes the
+  // module's hidden state after shared_head.norm to mtp_hidden[T, H]. prev_hidden is the main
+  // model's final hidden after model.norm (`from_main`: rotated first when the checkpoint is
+  // QuaRot) or, for later draft steps, an earlier mtp_hidden (recycled as is). Writes the MTP
+  // layer's latent KV into `cache` at the batch's positions.
+  common::Status mtp_forward(const ForwardBatch& batch, const float* prev_hidden, bool from_main,
+                             std::span<const int32_t> next_token_ids, LatentKvCache& cache,
+                             common::ThreadPool& pool, float* mtp_hidden, int k = 0) const;
+  // Draft logits[rows, V] of MTP module k from rows of mtp_hidden (shared_head.head).
+  common::Status mtp_head_logits(const float* mtp_hidden, int64_t rows, float* logits,
+                                 common::ThreadPool& pool, int k = 0) const;
+  // mtp_forward then mtp_head_logits on every row: draft logits [T, V] for the token after
+  // next_token_ids[i], from main_normed (the final hidden after model.norm).
   common::Status mtp_logits(const ForwardBatch& batch, const float* main_normed,
                             std::span<const int32_t> next_token_ids, LatentKvCache& cache,
                             common::ThreadPool& pool, float* draft_logits, int k = 0) const;
+  int num_mtp_layers() const { return static_cast<int>(weights_.mtp.size()); }
 
  private:
   struct Layout;  // per-token positions and cache slots of a batch

@@ -31,6 +31,9 @@ struct Request {
   // CPP planned mode: the chunk time of this prompt's plan (0: fixed chunks; < 0: not planned
   // yet). Planned at its first chunk, again after a preemption.
   double cpp_chunk_ms = -1;
+  // Speculative decoding: the drafts proposed for this request's next step (vLLM's
+  // spec_token_ids). They are scheduled after its last token and consumed by that step.
+  std::vector<int32_t> spec_token_ids;
 
   // What the workers hold of this request: the scheduler's bookkeeping for SchedulerOutput's
   // deltas (sched/scheduler_output.h).

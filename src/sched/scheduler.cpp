@@ -105,7 +105,12 @@ ScheduledRequest Scheduler::make_entry(Request* r, int64_t n) {
   s.req_id = r->request_id;
   s.num_computed_tokens = r->num_computed_tokens;
   s.num_scheduled_tokens = n;
-  s.samples = r->num_computed_tokens + n == r->num_tokens();
+  s.samples = r->num_computed_tokens + n >= r->num_tokens();
+  // Drafts ride in the chunk's tail: those that fit in n (the budget or max_model_len may cut
+  // them). Unscheduled ones are dropped: a step consumes its request's drafts.
+  const int64_t num_spec = std::max<int64_t>(0, r->num_computed_tokens + n - r->num_tokens());
+  s.spec_token_ids.assign(r->spec_token_ids.begin(), r->spec_token_ids.begin() + num_spec);
+  r->spec_token_ids.clear();
   const std::vector<kv::BlockId>& table = kv_->block_table(r->request_id);
   if (!r->known_to_workers) {
     s.new_request = NewRequestData{r->prompt_token_ids, r->sampling};
@@ -131,6 +136,7 @@ void Scheduler::preempt(Request* r) {
   kv_->free(r->request_id);
   r->num_computed_tokens = 0;
   r->cpp_chunk_ms = -1;  // planned again from wherever it resumes
+  r->spec_token_ids.clear();
   r->status = RequestStatus::kPreempted;
   ++r->num_preemptions;
   r->resumed = r->known_to_workers;
@@ -184,6 +190,13 @@ std::optional<int64_t> Scheduler::dynamic_chunk(Request& r, int64_t history, int
   return std::nullopt;                      // no time left for another prefill chunk
 }
 
+int64_t Scheduler::slots_for(const Request& r, int64_t end) const {
+  // A chunk that reaches the last token samples, and the drafter then writes up to k - 1
+  // positions past its accepted tokens: reserve k lookahead slots, within max_model_len.
+  if (config_.num_lookahead_tokens == 0 || end < r.num_tokens()) return end;
+  return std::max(end, std::min(end + config_.num_lookahead_tokens, config_.max_model_len));
+}
+
 SchedulerOutput Scheduler::schedule(bool allow_poll) {
   // There is no "prefill phase" or "decode phase": each request has num_computed_tokens and
   // num_tokens, and each step grants min(needed, remaining budget). With a chunk predictor
@@ -209,7 +222,9 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
   };
   for (size_t i = 0; i < running_.size() && budget > 0 && time_budget > 0;) {
     Request* r = running_[i];
-    int64_t n = std::min({r->num_tokens() - r->num_computed_tokens, budget,
+    const int64_t num_tokens_with_spec =
+        r->num_tokens() + static_cast<int64_t>(r->spec_token_ids.size());
+    int64_t n = std::min({num_tokens_with_spec - r->num_computed_tokens, budget,
                           config_.max_model_len - r->num_computed_tokens});
     if (n <= 0) {
       ++i;
@@ -220,7 +235,7 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
       if (!sized) break;
       n = *sized;
     }
-    bool fits = kv_->allocate_slots(r->request_id, r->num_computed_tokens + n);
+    bool fits = kv_->allocate_slots(r->request_id, slots_for(*r, r->num_computed_tokens + n));
     while (!fits) {
       Request* victim = running_.back();  // newest running request
       const bool self = victim == r;
@@ -234,7 +249,7 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
         ++out.num_preempted;
       }
       if (self) break;
-      fits = kv_->allocate_slots(r->request_id, r->num_computed_tokens + n);
+      fits = kv_->allocate_slots(r->request_id, slots_for(*r, r->num_computed_tokens + n));
     }
     if (!fits) {
       if (std::find(running_.begin(), running_.end(), r) == running_.end()) continue;  // preempted
@@ -281,7 +296,7 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
     auto sized = dynamic_chunk(*r, hits, n, &time_budget, target);
     if (!sized) break;
     n = *sized;
-    if (!kv_->allocate_slots(r->request_id, hits + n)) break;  // wait for blocks
+    if (!kv_->allocate_slots(r->request_id, slots_for(*r, hits + n))) break;  // wait for blocks
     waiting_.pop_front();
     if (fresh && connector_ != nullptr) {
       connector_->update_state_after_alloc(*r, kv_->block_table(r->request_id), external);
@@ -309,30 +324,60 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
 std::vector<bool> Scheduler::update(const SchedulerOutput& output,
                                     const std::vector<int32_t>& sampled) {
   CHECK(sampled.size() == output.scheduled.size()) << "one sampled entry per scheduled request";
+  std::vector<std::vector<int32_t>> tokens(sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i)
+    if (sampled[i] >= 0) tokens[i].push_back(sampled[i]);
+  const std::vector<int32_t> appended =
+      update(output, tokens, std::vector<std::vector<int32_t>>(sampled.size()));
+  return std::vector<bool>(appended.begin(), appended.end());
+}
+
+std::vector<int32_t> Scheduler::update(const SchedulerOutput& output,
+                                       const std::vector<std::vector<int32_t>>& sampled,
+                                       const std::vector<std::vector<int32_t>>& draft_token_ids) {
+  CHECK(sampled.size() == output.scheduled.size() &&
+        draft_token_ids.size() == output.scheduled.size())
+      << "one sampled entry per scheduled request";
   CHECK(!in_flight_epochs_.empty()) << "update without a scheduled step";
   const std::vector<int32_t> epochs = std::move(in_flight_epochs_.front());
   in_flight_epochs_.pop_front();
   CHECK(epochs.size() == output.scheduled.size()) << "steps updated out of order";
-  std::vector<bool> appended(output.scheduled.size(), false);
+  std::vector<int32_t> appended(output.scheduled.size(), 0);
   for (size_t i = 0; i < output.scheduled.size(); ++i) {
     const ScheduledRequest& s = output.scheduled[i];
     Request* r = find_request(s.req_id);
     // Finished, aborted or preempted (and maybe resumed) while the step was in flight.
     if (r == nullptr || r->status != RequestStatus::kRunning || r->num_preemptions != epochs[i])
       continue;
-    if (s.samples && sampled[i] >= 0) {
-      r->output_token_ids.push_back(sampled[i]);
-      appended[i] = true;
+    const std::vector<int32_t>& tokens = sampled[i];
+    const int64_t num_spec = static_cast<int64_t>(s.spec_token_ids.size());
+    if (s.samples && !tokens.empty()) {
+      CHECK(static_cast<int64_t>(tokens.size()) <= num_spec + 1)
+          << "more tokens than drafts + 1 for " << s.req_id;
+      // The drafts after the first rejection were computed for nothing: their slots are
+      // overwritten later (vLLM keeps the blocks too).
+      r->num_computed_tokens -= num_spec - (static_cast<int64_t>(tokens.size()) - 1);
+      r->output_token_ids.insert(r->output_token_ids.end(), tokens.begin(), tokens.end());
+      appended[i] = static_cast<int32_t>(tokens.size());
+      r->spec_token_ids = draft_token_ids[i];
     }
-    // Only a step that filled a block has anything to cache: skip copying the token ids (the
-    // whole prompt) on the other decode steps.
+    // Only a step that filled a block with verified tokens has anything to cache: skip copying
+    // the token ids (the whole prompt) on the other decode steps.
     const int bs = kv_->block_size();
-    if ((s.num_computed_tokens + s.num_scheduled_tokens) / bs > s.num_computed_tokens / bs) {
+    if (r->num_computed_tokens / bs > s.num_computed_tokens / bs) {
       const auto ids = r->all_token_ids();
       kv_->cache_full_blocks(r->request_id, ids, r->num_computed_tokens);
     }
   }
   return appended;
+}
+
+void Scheduler::truncate_output(const std::string& request_id, size_t num_output_tokens) {
+  Request* r = find_request(request_id);
+  if (r == nullptr || r->output_token_ids.size() <= num_output_tokens) return;
+  r->output_token_ids.resize(num_output_tokens);
+  r->num_computed_tokens = std::min(r->num_computed_tokens, r->num_tokens() - 1);
+  r->spec_token_ids.clear();
 }
 
 Request* Scheduler::find_request(const std::string& request_id) const {

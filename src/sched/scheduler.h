@@ -35,6 +35,9 @@ struct SchedulerConfig {
   // kv_load_failure_policy "recompute": a request whose remote KV failed to load computes its
   // prompt here; false ("fail", vLLM's default) finishes it with an error.
   bool recompute_kv_load_failures = false;
+  // Speculative decoding: k, the drafts a request may carry into a step. A sampling chunk
+  // reserves k lookahead slots beyond its tokens (the drafter writes there); 0: off.
+  int32_t num_lookahead_tokens = 0;
 };
 
 struct SchedulerStats {
@@ -61,13 +64,23 @@ class Scheduler {
   // ids of requests finished since the last step ride along for the workers to drop.
   // allow_poll: with nothing to run but KV transfers pending, return a kv_connector_poll step.
   SchedulerOutput schedule(bool allow_poll = true);
-  // Applies a step's results, in the order the steps were scheduled: appends `sampled` tokens
-  // (one per scheduled request whose `samples` is true, in order; -1 for none) and caches full
-  // blocks. num_computed_tokens was advanced at schedule time, so the next chunk of a prompt can
-  // be scheduled while this one is still in flight (pipeline parallelism). Entry i of the result
-  // is true when scheduled[i]'s token was appended: not for a request that finished, was aborted
-  // or was preempted while the step was in flight.
+  // Applies a step's results, in the order the steps were scheduled: appends each scheduled
+  // request's `sampled` tokens (entry i: none, or 1 .. spec_token_ids.size() + 1 with
+  // speculative decoding), rolls num_computed_tokens back over its rejected drafts, keeps
+  // `draft_token_ids[i]` (may be empty) as its next step's drafts, and caches the full blocks
+  // of verified tokens. num_computed_tokens was advanced at schedule time, so the next chunk of
+  // a prompt can be scheduled while this one is still in flight (pipeline parallelism). Entry
+  // i of the result counts the tokens appended for scheduled[i]: none for a request that
+  // finished, was aborted or was preempted while the step was in flight.
+  std::vector<int32_t> update(const SchedulerOutput& output,
+                              const std::vector<std::vector<int32_t>>& sampled,
+                              const std::vector<std::vector<int32_t>>& draft_token_ids);
+  // The same without speculative decoding: one token (or -1 for none) per scheduled request;
+  // entry i of the result is true when it was appended.
   std::vector<bool> update(const SchedulerOutput& output, const std::vector<int32_t>& sampled);
+  // Drops a request's output tokens after the first `num_output_tokens` (tokens of a step
+  // that came after its stop condition). The request must be finished next.
+  void truncate_output(const std::string& request_id, size_t num_output_tokens);
   // The KV connector's completed transfers: blocks held for sending are freed; requests whose
   // KV arrived go back to waiting with it counted as computed.
   // A failed load recomputes or fails the request (SchedulerConfig::recompute_kv_load_failures).
@@ -100,6 +113,8 @@ class Scheduler {
   void preempt(Request* r);
   // The recompute scheduler's alternative to preempt(): r leaves with finish_reason stop.
   void recompute(Request* r);
+  // Slots to allocate for `r` when its tokens up to `end` are scheduled (lookahead included).
+  int64_t slots_for(const Request& r, int64_t end) const;
   // The entry for `r` after its slots for n more tokens are allocated; books what was sent.
   ScheduledRequest make_entry(Request* r, int64_t n);
   // A request leaves: the connector gets it (and may keep its blocks), the workers drop their

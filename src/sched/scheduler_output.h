@@ -34,6 +34,9 @@ struct ScheduledRequest {
   int64_t num_computed_tokens = 0;     // before this step
   int64_t num_scheduled_tokens = 0;    // tokens [num_computed, num_computed + this) run now
   bool samples = false;                // the chunk reaches the request's last token: sample it
+  // Speculative decoding: draft tokens run after the request's last token, as the chunk's
+  // last spec_token_ids.size() tokens (counted in num_scheduled_tokens), to be verified.
+  std::vector<int32_t> spec_token_ids;
   // The attention form CPP's cost model chose for this chunk; kAuto: the model's FLOP rule.
   AttentionForm attention_form = AttentionForm::kAuto;
 };
@@ -89,7 +92,11 @@ struct KvTransferReport {
 };
 
 struct ModelRunnerOutput {
-  std::vector<std::optional<SampledToken>> sampled;  // entry i: scheduled[i]'s token, if it samples
+  // Entry i: scheduled[i]'s tokens: none when it does not sample, one, or with drafts the
+  // accepted drafts and then the one sampled after them (1 .. spec_token_ids.size() + 1).
+  std::vector<std::vector<SampledToken>> sampled;
+  // Entry i: speculative decoding's drafts for scheduled[i]'s next step (empty without).
+  std::vector<std::vector<int32_t>> draft_token_ids;
   double last_stage_ms = 0;       // the last pipeline stage's own time for the step
   double max_stage_ms = 0;        // the slowest stage's time for the step
   KvTransferReport kv_transfers;  // the KV connector's, if any

@@ -128,6 +128,20 @@ void render_engine(Writer& w, const engine::MetricsSnapshot& s, const std::strin
             "Forwards a data-parallel rank in lock step ran without work of its own, to join the "
             "collectives of ranks that had some.",
             double(m.dummy_batches));
+  const engine::SpecDecodingCounters& sd = m.spec_decoding;
+  if (!sd.accepted_per_pos.empty()) {  // speculative decoding is on
+    w.counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+              double(sd.num_drafts));
+    w.counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+              double(sd.num_draft_tokens));
+    w.counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+              double(sd.num_accepted_tokens));
+    w.family("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+             "counter");
+    for (size_t p = 0; p < sd.accepted_per_pos.size(); ++p)
+      w.sample("vllm:spec_decode_num_accepted_tokens_per_pos_total{" + w.labels() + ",position=\"" +
+               std::to_string(p) + "\"} " + num(double(sd.accepted_per_pos[p])));
+  }
   w.counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
             double(m.preemptions));
   w.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", double(m.prompt_tokens));

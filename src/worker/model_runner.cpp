@@ -10,26 +10,44 @@
 
 namespace worker {
 
+namespace {
+
+// The cache's layers end after the MTP layers on a last slice that drafts.
+int cache_layer_end(const model::ModelConfig& c, int layer_end, int num_speculative_tokens) {
+  return layer_end == c.num_hidden_layers && num_speculative_tokens > 0 ? c.num_total_layers()
+                                                                        : layer_end;
+}
+
+}  // namespace
+
 ModelRunner::ModelRunner(const model::DeepseekV3Model& model, const RunnerOptions& o)
     : model_(model),
       layer_begin_(o.layer_begin),
       layer_end_(o.layer_end < 0 ? model.config().num_hidden_layers : o.layer_end),
-      cache_(model.config().num_total_layers(), layer_begin_, layer_end_,
+      cache_(model.config().num_total_layers(), layer_begin_,
+             cache_layer_end(model.config(), layer_end_, o.num_speculative_tokens),
              o.num_blocks + (o.dummy_block ? 1 : 0), o.block_size,
              model.config().kv_cache_row_dim(),
              o.expanded_kv_cache ? model.expanded_kv_row_dim() : 0),
       pool_(o.num_threads),
       states_(model.config().vocab_size, o.num_blocks, o.block_size),
       connector_(o.kv_connector) {
-  if (connector_) connector_->register_kv_cache(&cache_, layer_begin_, layer_end_);
+  if (last() && o.num_speculative_tokens > 0) {
+    CHECK(model.num_mtp_layers() > 0) << "speculative decoding without MTP weights";
+    num_spec_ = o.num_speculative_tokens;
+  }
+  // The MTP layers' KV moves with the rest (vllm-ascend's Mooncake connector does the same).
+  if (connector_)
+    connector_->register_kv_cache(&cache_, layer_begin_,
+                                  cache_layer_end(model.config(), layer_end_, num_spec_));
   if (o.dummy_block) dummy_block_ = static_cast<int32_t>(o.num_blocks);
 }
 
 int64_t ModelRunner::kv_bytes_per_block(const model::ModelConfig& c, int block_size,
-                                        bool expanded_kv_cache) {
-  return model::LatentKvCache::bytes_per_block(c.num_hidden_layers, block_size,
-                                               c.kv_cache_row_dim(),
-                                               expanded_kv_cache ? c.expanded_kv_row_dim() : 0);
+                                        bool expanded_kv_cache, bool with_mtp) {
+  return model::LatentKvCache::bytes_per_block(
+      with_mtp ? c.num_total_layers() : c.num_hidden_layers, block_size, c.kv_cache_row_dim(),
+      expanded_kv_cache ? c.expanded_kv_row_dim() : 0);
 }
 
 common::Result<std::vector<float>> ModelRunner::run(const model::ForwardBatch& batch,
@@ -60,7 +78,8 @@ common::Result<std::vector<float>> ModelRunner::run(const model::ForwardBatch& b
 }
 
 common::Result<std::vector<float>> ModelRunner::logits_of_rows(const std::vector<float>& hidden,
-                                                               const std::vector<int64_t>& rows) {
+                                                               const std::vector<int64_t>& rows,
+                                                               bool normed) {
   const model::ModelConfig& c = model_.config();
   const int64_t H = c.hidden_size;
   const int64_t n = static_cast<int64_t>(rows.size());
@@ -68,7 +87,7 @@ common::Result<std::vector<float>> ModelRunner::logits_of_rows(const std::vector
   picked.reserve(n * H);
   for (int64_t row : rows)
     picked.insert(picked.end(), hidden.begin() + row * H, hidden.begin() + (row + 1) * H);
-  model_.final_norm(picked.data(), n, picked.data());
+  if (!normed) model_.final_norm(picked.data(), n, picked.data());
   std::vector<float> logits(n * c.vocab_size);
   // A collective head (the lm_head group) runs even with no rows: the group's other ranks may
   // have some.
@@ -94,24 +113,33 @@ common::Result<StepResult> ModelRunner::execute_model(const sched::SchedulerOutp
     result.hidden = std::move(hidden);
     return result;
   }
-  std::vector<int64_t> rows;  // the last row of each sampling chunk
+  // Rows with logits: the last of each sampling chunk, and its drafts' rows before it.
+  std::vector<int64_t> rows;
   int64_t row = 0;
   for (const auto& s : output.scheduled) {
     row += s.num_scheduled_tokens;
-    if (s.samples) rows.push_back(row - 1);
+    if (!s.samples) continue;
+    for (int64_t j = static_cast<int64_t>(s.spec_token_ids.size()); j >= 0; --j)
+      rows.push_back(row - 1 - j);
   }
-  CP_ASSIGN_OR_RETURN(const std::vector<float> logits, logits_of_rows(hidden, rows));
+  std::vector<float> normed;  // every row's final hidden, for the drafter
+  if (num_spec_ > 0) {
+    normed.resize(hidden.size());
+    model_.final_norm(hidden.data(), batch.num_tokens(), normed.data());
+  }
+  CP_ASSIGN_OR_RETURN(
+      const std::vector<float> logits,
+      num_spec_ > 0 ? logits_of_rows(normed, rows, /*normed=*/true) : logits_of_rows(hidden, rows));
   const int64_t V = model_.config().vocab_size;
   result.sampled.resize(output.scheduled.size());
+  result.draft_token_ids.resize(output.scheduled.size());
   for (size_t i = 0, k = 0; i < output.scheduled.size(); ++i) {
-    if (!output.scheduled[i].samples) continue;
-    CachedRequestState& st = *states[i];
-    std::vector<float> row_logits(logits.begin() + static_cast<int64_t>(k) * V,
-                                  logits.begin() + static_cast<int64_t>(k + 1) * V);
-    ++k;
-    std::mt19937_64 rng(st.generator());  // one draw per sampled token, wherever it runs
-    result.sampled[i] = sample_token(row_logits, st.sampling, {st.prompt(), st.outputs()}, rng);
+    const sched::ScheduledRequest& s = output.scheduled[i];
+    if (!s.samples) continue;
+    result.sampled[i] = sample_request(*states[i], s.spec_token_ids, logits.data() + k * V);
+    k += s.spec_token_ids.size() + 1;
   }
+  if (num_spec_ > 0) CP_RETURN_IF_ERROR(propose_drafts(output, states, batch, normed, &result));
   return result;
 }
 
@@ -122,11 +150,23 @@ common::Status ModelRunner::execute_dummy_batch() {
   batch.sequences.push_back({{&token, 1}, 0, {&block, 1}});
   std::vector<float> hidden(first() ? 0 : model_.config().hidden_size, 0.0f);
   CP_ASSIGN_OR_RETURN(hidden, run(batch, std::move(hidden), /*connected=*/false));
-  if (last() && model_.needs_lockstep()) {
-    auto logits = logits_of_rows(hidden, {0});
-    if (!logits.ok()) return logits.status();
-  }
-  return {};
+  if (!last() || !model_.needs_lockstep()) return {};
+  auto logits = logits_of_rows(hidden, {0});
+  if (!logits.ok()) return logits.status();
+  if (num_spec_ == 0) return {};
+  // The drafter's collectives too, on a row that samples nothing.
+  sched::SchedulerOutput output;
+  output.scheduled.push_back({});
+  output.scheduled[0].num_scheduled_tokens = 1;
+  CachedRequestState state;
+  state.token_ids = {token, token};
+  state.block_ids = {block};
+  std::vector<float> normed(hidden.size());
+  model_.final_norm(hidden.data(), 1, normed.data());
+  StepResult result;
+  result.sampled.resize(1);
+  result.draft_token_ids.resize(1);
+  return propose_drafts(output, {&state}, batch, normed, &result);
 }
 
 double ModelRunner::profile_ms(int64_t num_tokens, int64_t history, sched::AttentionForm form) {

@@ -2,7 +2,8 @@
 // embedding on the first slice and the final norm and head on the last, its paged latent cache,
 // its thread pool and the request states the SchedulerOutput deltas build (request_states.h).
 // The same runner serves one process (the whole model) and each pipeline stage. The last slice
-// samples. A KV connector, if any, loads and saves KV around each forward (kv_connector.h).
+// samples and, with speculative decoding, verifies drafts and proposes the next ones with the
+// MTP layers. A KV connector, if any, loads and saves KV around each forward (kv_connector.h).
 // Not thread-safe: one step at a time.
 #pragma once
 
@@ -30,12 +31,18 @@ struct RunnerOptions {
   // Data-parallel lock step: one cache block beyond num_blocks, which no request gets, for the
   // dummy batches a rank without work runs while other ranks have some.
   bool dummy_block = false;
+  // Speculative decoding with the checkpoint's MTP layers (the last slice drafts): k drafts
+  // per sampling request and step; 0: off. The cache then also holds the MTP layers.
+  int num_speculative_tokens = 0;
 };
 
 struct StepResult {
   std::vector<float> hidden;  // not the last slice: for the next stage
-  std::vector<std::optional<sched::SampledToken>> sampled;  // the last slice: per request
-  FinishedTransfers transfers;                              // the KV connector's, if any
+  // The last slice, per scheduled request: its tokens (sched::ModelRunnerOutput::sampled) and
+  // its drafts for the next step (speculative decoding).
+  std::vector<std::vector<sched::SampledToken>> sampled;
+  std::vector<std::vector<int32_t>> draft_token_ids;
+  FinishedTransfers transfers;  // the KV connector's, if any
 };
 
 class ModelRunner {
@@ -69,15 +76,30 @@ class ModelRunner {
   double profile_ms(int64_t num_tokens, int64_t history = 0,
                     sched::AttentionForm form = sched::AttentionForm::kAuto);
 
+  // Bytes of one cache block over the main layers, and the MTP layers when `with_mtp`.
   static int64_t kv_bytes_per_block(const model::ModelConfig& config, int block_size,
-                                    bool expanded_kv_cache = false);
+                                    bool expanded_kv_cache = false, bool with_mtp = false);
 
  private:
   // Runs the slice on `batch` (with the KV connector's per-layer hooks when `connected`).
   common::Result<std::vector<float>> run(const model::ForwardBatch& batch,
                                          std::vector<float> hidden, bool connected);
+  // logits of `rows` of `hidden`, normed first unless `normed` says they already are.
   common::Result<std::vector<float>> logits_of_rows(const std::vector<float>& hidden,
-                                                    const std::vector<int64_t>& rows);
+                                                    const std::vector<int64_t>& rows,
+                                                    bool normed = false);
+  // Verification of a request's rows (speculative_decoding.cpp): its accepted drafts and the
+  // token after them, from `logits` [spec.size() + 1, V] (one row without drafts).
+  std::vector<sched::SampledToken> sample_request(CachedRequestState& st,
+                                                  const std::vector<int32_t>& spec,
+                                                  const float* logits);
+  // The drafter (speculative_decoding.cpp): MTP step 0 over every row of the step (its latent
+  // KV for every scheduled position), then k - 1 steps that recycle the MTP hidden state, for
+  // the requests that sampled. `normed` is the main model's final hidden after model.norm.
+  common::Status propose_drafts(const sched::SchedulerOutput& output,
+                                const std::vector<CachedRequestState*>& states,
+                                const model::ForwardBatch& batch, const std::vector<float>& normed,
+                                StepResult* result);
 
   const model::DeepseekV3Model& model_;
   int layer_begin_, layer_end_;
@@ -86,6 +108,7 @@ class ModelRunner {
   RequestStates states_;
   std::shared_ptr<KvConnectorWorker> connector_;
   int32_t dummy_block_ = -1;  // the scratch block of dummy batches (-1: none)
+  int num_spec_ = 0;          // drafts per step (RunnerOptions::num_speculative_tokens)
 };
 
 }  // namespace worker

@@ -69,17 +69,28 @@ common::Status RequestStates::apply(const sched::SchedulerOutput& output,
     }
     st->token_ids.insert(st->token_ids.end(), s.new_token_ids.begin(), s.new_token_ids.end());
     st->block_ids.insert(st->block_ids.end(), s.new_block_ids.begin(), s.new_block_ids.end());
+    CP_RETURN_IF_ERROR(check_tokens(s.spec_token_ids));
     const int64_t end = s.num_computed_tokens + s.num_scheduled_tokens;
-    if (s.num_computed_tokens < 0 || s.num_scheduled_tokens <= 0 ||
-        end > static_cast<int64_t>(st->token_ids.size()) ||
+    const int64_t num_spec = static_cast<int64_t>(s.spec_token_ids.size());
+    const int64_t known = static_cast<int64_t>(st->token_ids.size());
+    if (num_spec > 0 &&
+        (!s.samples || end != known + num_spec || num_spec >= s.num_scheduled_tokens))
+      return refused("request " + s.req_id + " runs " + std::to_string(num_spec) +
+                     " drafts in a chunk that does not end with them");
+    if (s.num_computed_tokens < 0 || s.num_scheduled_tokens <= 0 || end > known + num_spec ||
         end > static_cast<int64_t>(st->block_ids.size()) * block_size_) {
       return refused("request " + s.req_id + " schedules tokens [" +
                      std::to_string(s.num_computed_tokens) + ", " + std::to_string(end) +
                      ") with " + std::to_string(st->token_ids.size()) + " tokens and " +
                      std::to_string(st->block_ids.size()) + " blocks");
     }
-    if (s.samples && end != static_cast<int64_t>(st->token_ids.size()))
+    if (s.samples && end != known + num_spec)
       return refused("request " + s.req_id + " samples before its last token");
+    st->step_input.clear();
+    if (num_spec > 0) {
+      st->step_input.assign(st->token_ids.begin() + s.num_computed_tokens, st->token_ids.end());
+      st->step_input.insert(st->step_input.end(), s.spec_token_ids.begin(), s.spec_token_ids.end());
+    }
     states->push_back(st);
   }
   return {};
@@ -91,10 +102,13 @@ model::ForwardBatch RequestStates::forward_batch(const sched::SchedulerOutput& o
   for (size_t i = 0; i < output.scheduled.size(); ++i) {
     const sched::ScheduledRequest& s = output.scheduled[i];
     const CachedRequestState& st = *states[i];
+    const std::span<const int32_t> tokens =
+        st.step_input.empty()
+            ? std::span<const int32_t>(st.token_ids)
+                  .subspan(size_t(s.num_computed_tokens), size_t(s.num_scheduled_tokens))
+            : std::span<const int32_t>(st.step_input);
     batch.sequences.push_back(
-        {std::span<const int32_t>(st.token_ids)
-             .subspan(size_t(s.num_computed_tokens), size_t(s.num_scheduled_tokens)),
-         s.num_computed_tokens, st.block_ids, attention_mode(s.attention_form)});
+        {tokens, s.num_computed_tokens, st.block_ids, attention_mode(s.attention_form)});
   }
   return batch;
 }

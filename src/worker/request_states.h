@@ -26,6 +26,10 @@ struct CachedRequestState {
   std::vector<int32_t> block_ids;
   sched::SamplingParams sampling;
   std::mt19937_64 generator;  // one draw per sampled token seeds that token's sampling
+  // This step's input when it runs drafts: its known tokens from num_computed_tokens, then the
+  // drafts (speculative decoding); empty otherwise. Drafts never enter token_ids: the verified
+  // ones come back as output tokens.
+  std::vector<int32_t> step_input;
 
   std::span<const int32_t> prompt() const { return {token_ids.data(), size_t(num_prompt_tokens)}; }
   std::span<const int32_t> outputs() const {

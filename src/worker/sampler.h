@@ -1,6 +1,7 @@
 // Sampler: turns one request's logits into the next token: penalties (repetition on prompt and
 // output; presence and frequency on output), logit_bias, min_tokens masking of stop tokens, greedy
-// or temperature / top-k / top-p / min-p sampling, and top-N logprobs. Pure function of its inputs
+// or temperature / top-k / top-p / min-p sampling, and top-N logprobs; and the verification of
+// a speculative draft token. Pure function of its inputs
 // and the RNG; thread-compatible.
 #pragma once
 
@@ -28,5 +29,17 @@ struct TokenHistory {
 // min_tokens, params.all_stop_token_ids are masked. Ids in `history` must be in the vocabulary.
 SampledToken sample_token(std::span<float> logits, const sched::SamplingParams& params,
                           const TokenHistory& history, std::mt19937_64& rng);
+
+// Speculative decoding: one draft position checked against the target's logits, by rejection
+// sampling with a one-hot draft distribution (vLLM's rejection sampler without draft probs).
+// The draft is accepted with probability p(draft) under the distribution sample_token draws
+// from (greedy: when it is the argmax); otherwise the token is drawn from p with the draft
+// removed (greedy: the argmax). Either way the token's law is exactly p.
+struct VerifiedToken {
+  SampledToken sampled;
+  bool accepted = false;
+};
+VerifiedToken verify_draft(std::span<float> logits, const sched::SamplingParams& params,
+                           const TokenHistory& history, int32_t draft, std::mt19937_64& rng);
 
 }  // namespace worker

@@ -201,6 +201,10 @@ std::vector<std::string> stage_worker_args(const StageSpec& spec, const std::str
     a.push_back(join_ints(spec.cpus));
   }
   if (spec.expanded_kv_cache) a.push_back("--expanded-kv-cache");
+  if (spec.num_speculative_tokens > 0) {
+    a.push_back("--num-speculative-tokens");
+    a.push_back(std::to_string(spec.num_speculative_tokens));
+  }
   if (spec.tp_size > 1) {
     for (const std::string& x :
          {std::string("--tp-rank"), std::to_string(spec.tp_rank), std::string("--tp-size"),
@@ -281,6 +285,8 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
         out.spec.num_blocks = x;
       } else if (f == "--block-size") {
         out.spec.block_size = static_cast<int>(x);
+      } else if (f == "--num-speculative-tokens") {
+        out.spec.num_speculative_tokens = static_cast<int>(x);
       } else if (f == "--tp-rank") {
         out.spec.tp_rank = static_cast<int>(x);
       } else if (f == "--tp-size") {
@@ -292,6 +298,8 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
   }
   if (out.spec.tp_size < 1 || out.spec.tp_rank < 0 || out.spec.tp_rank >= out.spec.tp_size)
     return common::invalid_argument("pp-stage: --tp-rank out of range");
+  if (out.spec.num_speculative_tokens < 0 || out.spec.num_speculative_tokens > 16)
+    return common::invalid_argument("pp-stage: --num-speculative-tokens out of range");
   if (out.spec.tp_size > 1 && out.spec.store.empty())
     return common::invalid_argument("pp-stage: tensor parallelism needs --store");
   if (out.spec.tp_rank > 0 && out.recv_link.empty() && out.send_link.empty()) {

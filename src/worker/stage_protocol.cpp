@@ -25,6 +25,7 @@ void put_output(dist::WireWriter& w, const sched::SchedulerOutput& so) {
     w.put_vector(s.new_block_ids);
     w.put(s.num_computed_tokens);
     w.put(s.num_scheduled_tokens);
+    w.put_vector(s.spec_token_ids);
   }
   w.put_strings(so.finished_req_ids);
   w.put_vector(so.kv_connector_metadata);
@@ -55,6 +56,7 @@ bool get_output(dist::WireReader& r, size_t limit, sched::SchedulerOutput* so) {
     r.get_vector(&s.new_block_ids);
     r.get(&s.num_computed_tokens);
     r.get(&s.num_scheduled_tokens);
+    r.get_vector(&s.spec_token_ids);
   }
   if (!r.get_strings(&so->finished_req_ids)) return false;
   r.get_vector(&so->kv_connector_metadata);
@@ -86,13 +88,16 @@ dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload) 
   put_output(w, step.output);
   w.put_vector(step.timings);
   w.put<uint64_t>(step.sampled.size());
-  for (const auto& t : step.sampled) {
-    w.put<uint8_t>(t ? 1 : 0);
-    if (!t) continue;
-    w.put(t->token);
-    w.put(t->logprob);
-    w.put_pairs(t->top_logprobs);
+  for (const auto& tokens : step.sampled) {
+    w.put<uint64_t>(tokens.size());
+    for (const auto& t : tokens) {
+      w.put(t.token);
+      w.put(t.logprob);
+      w.put_pairs(t.top_logprobs);
+    }
   }
+  w.put<uint64_t>(step.draft_token_ids.size());
+  for (const auto& drafts : step.draft_token_ids) w.put_vector(drafts);
   const sched::KvTransferReport& t = step.transfers;
   w.put_strings(t.finished_sending);
   w.put_strings(t.finished_recving);
@@ -117,16 +122,21 @@ common::Status decode_step(const dist::Message& m, StepEnvelope* step) {
   uint64_t num_sampled = 0;
   if (!r.get(&num_sampled) || num_sampled > m.meta.size()) return truncated("step");
   step->sampled.resize(num_sampled);
-  for (auto& t : step->sampled) {
-    uint8_t has = 0;
-    if (!r.get(&has)) return truncated("step");
-    if (!has) continue;
-    sched::SampledToken tok;
-    r.get(&tok.token);
-    r.get(&tok.logprob);
-    if (!r.get_pairs(&tok.top_logprobs)) return truncated("step");
-    t = std::move(tok);
+  for (auto& tokens : step->sampled) {
+    uint64_t n = 0;
+    if (!r.get(&n) || n > m.meta.size()) return truncated("step");
+    tokens.resize(n);
+    for (auto& tok : tokens) {
+      r.get(&tok.token);
+      r.get(&tok.logprob);
+      if (!r.get_pairs(&tok.top_logprobs)) return truncated("step");
+    }
   }
+  uint64_t num_drafts = 0;
+  if (!r.get(&num_drafts) || num_drafts > m.meta.size()) return truncated("step");
+  step->draft_token_ids.resize(num_drafts);
+  for (auto& drafts : step->draft_token_ids)
+    if (!r.get_vector(&drafts)) return truncated("step");
   sched::KvTransferReport& t = step->transfers;
   std::vector<std::string> failed_ids, failed_why;
   if (!r.get_strings(&t.finished_sending) || !r.get_strings(&t.finished_recving) ||

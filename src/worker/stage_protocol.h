@@ -27,8 +27,10 @@ struct StepEnvelope {
   double predicted_ms = 0;  // CPP's predicted time of the step's prefill chunks (0: none)
   sched::SchedulerOutput output;
   std::vector<StageTiming> timings;  // one per stage passed so far
-  // Set by the last stage: entry i is the token sampled for sequence i (if it samples).
-  std::vector<std::optional<sched::SampledToken>> sampled;
+  // Set by the last stage: entry i is sequence i's tokens (sched::ModelRunnerOutput::sampled)
+  // and its drafts for the next step (speculative decoding).
+  std::vector<std::vector<sched::SampledToken>> sampled;
+  std::vector<std::vector<int32_t>> draft_token_ids;
   // Set by the last stage: its KV connector's completed transfers.
   sched::KvTransferReport transfers;  // every stage appends its connector's report
 };

@@ -159,7 +159,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
   opts.layer_end = spec.layer_end;
   opts.load_embedding = spec.stage == 0;
   opts.load_head = spec.stage + 1 == spec.num_stages;
-  opts.load_mtp = false;
+  opts.load_mtp = spec.num_speculative_tokens > 0;
   auto model = model::DeepseekV3Model::load(spec.model_dir, opts);
   if (!model.ok()) {
     LOG(ERROR) << name << ": " << model.status().message();
@@ -184,6 +184,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
   ro.block_size = spec.block_size;
   ro.num_threads = spec.threads;
   ro.expanded_kv_cache = spec.expanded_kv_cache;
+  ro.num_speculative_tokens = spec.num_speculative_tokens;
   ro.kv_connector = std::move(kv_connector);
   ModelRunner runner(*slice, ro);
   if (auto st = runner.init_status(); !st.ok()) {
@@ -249,6 +250,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
         step.timings.push_back({spec.stage, t0, common::now_seconds() - t0});
         if (result.ok()) {
           step.sampled = std::move(result->sampled);
+          step.draft_token_ids = std::move(result->draft_token_ids);
           append_report(std::move(result->transfers), &step.transfers);
           // Only the tokens go back to the engine, which remembers its own steps.
           if (spec.stage + 1 == spec.num_stages) step.output = {};

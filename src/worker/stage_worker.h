@@ -29,6 +29,7 @@ struct StageSpec {
   int64_t num_blocks = 0;
   int block_size = 16;
   bool expanded_kv_cache = false;
+  int num_speculative_tokens = 0;  // the last stage drafts with the MTP layers (0: off)
   std::string kv_transfer_config;  // --kv-transfer-config JSON (empty: no KV connector)
   int kv_dp_rank = 0;              // --kv-dp-rank: the instance's data-parallel rank
   // Tensor parallelism inside the stage: tp_size processes, rank 0 on the ring, the others

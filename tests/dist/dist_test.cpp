@@ -172,7 +172,11 @@ TEST(StageProtocolTest, StepRoundTripsAndTruncationIsRejected) {
   step.output.total_num_scheduled_tokens = 4;
   step.output.num_recomputed = 2;
   step.timings.push_back({0, 1.5, 0.25});
-  step.sampled = {sched::SampledToken{5, -0.5f, {{5, -0.5f}, {7, -1.5f}}}, std::nullopt};
+  step.output.scheduled[0].spec_token_ids = {11, 12};
+  step.sampled = {
+      {sched::SampledToken{5, -0.5f, {{5, -0.5f}, {7, -1.5f}}}, sched::SampledToken{6, -0.25f, {}}},
+      {}};
+  step.draft_token_ids = {{13, 14}, {}};
   dist::Message m = worker::encode_step(step, {1.0f, 2.0f});
   ASSERT_EQ(worker::message_kind(m).value(), worker::StageMessageKind::kStep);
   worker::StepEnvelope back;
@@ -204,10 +208,15 @@ TEST(StageProtocolTest, StepRoundTripsAndTruncationIsRejected) {
   EXPECT_EQ(back.output.total_num_scheduled_tokens, 4);
   EXPECT_EQ(back.output.num_recomputed, 2);
   ASSERT_EQ(back.sampled.size(), 2u);
-  ASSERT_TRUE(back.sampled[0].has_value());
-  EXPECT_EQ(back.sampled[0]->token, 5);
-  EXPECT_EQ(back.sampled[0]->top_logprobs.size(), 2u);
-  EXPECT_FALSE(back.sampled[1].has_value());
+  ASSERT_EQ(back.sampled[0].size(), 2u);
+  EXPECT_EQ(back.sampled[0][0].token, 5);
+  EXPECT_EQ(back.sampled[0][0].top_logprobs.size(), 2u);
+  EXPECT_EQ(back.sampled[0][1].token, 6);
+  EXPECT_EQ(back.sampled[0][1].logprob, -0.25f);
+  EXPECT_TRUE(back.sampled[1].empty());
+  EXPECT_EQ(a.spec_token_ids, (std::vector<int32_t>{11, 12}));
+  EXPECT_TRUE(b.spec_token_ids.empty());
+  EXPECT_EQ(back.draft_token_ids, (std::vector<std::vector<int32_t>>{{13, 14}, {}}));
   ASSERT_EQ(back.timings.size(), 1u);
   EXPECT_EQ(back.timings[0].duration_s, 0.25);
   for (size_t cut : {size_t{1}, m.meta.size() / 2, m.meta.size() - 1}) {

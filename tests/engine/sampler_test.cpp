@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 namespace {
@@ -114,3 +115,107 @@ TEST(SamplerTest, TopLogprobsAreNormalizedAndSorted) {
 }
 
 }  // namespace
+
+namespace spec {
+
+// The critical values of chi-square at p = 0.01 by degrees of freedom (1..40).
+constexpr double kChi2Critical01[] = {
+    6.635,  9.210,  11.345, 13.277, 15.086, 16.812, 18.475, 20.090, 21.666, 23.209,
+    24.725, 26.217, 27.688, 29.141, 30.578, 32.000, 33.409, 34.805, 36.191, 37.566,
+    38.932, 40.289, 41.638, 42.980, 44.314, 45.642, 46.963, 48.278, 49.588, 50.892,
+    52.191, 53.486, 54.776, 56.061, 57.342, 58.619, 59.893, 61.162, 62.428, 63.691};
+
+// Two-sample chi-square on histograms of equal totals; true when they agree at p > 0.01.
+bool histograms_agree(const std::map<int, int>& a, const std::map<int, int>& b, double* stat) {
+  std::set<int> bins;
+  for (const auto& [k, v] : a) bins.insert(k);
+  for (const auto& [k, v] : b) bins.insert(k);
+  *stat = 0;
+  for (int k : bins) {
+    const double x = a.count(k) ? a.at(k) : 0, y = b.count(k) ? b.at(k) : 0;
+    *stat += (x - y) * (x - y) / (x + y);
+  }
+  const size_t df = bins.size() - 1;
+  return df == 0 || (df <= 40 && *stat < kChi2Critical01[df - 1]);
+}
+
+// A two-position "model" over a vocabulary of 6: fixed first logits, and second logits that
+// depend on the first token.
+std::vector<float> first_logits() {
+  return {1.2f, 0.3f, -0.5f, 0.9f, 0.0f, -1.5f};
+}
+std::vector<float> second_logits(int32_t first) {
+  std::vector<float> l(6);
+  for (int v = 0; v < 6; ++v) l[v] = 0.4f * float((v * 3 + first) % 6) - 0.2f * float(first == v);
+  return l;
+}
+
+}  // namespace spec
+
+// Speculative decoding's rejection sampling gives the plain sampler's distribution: the joint
+// histogram of two tokens, drawn plainly or as (verify a draft, then the next token), agrees by a
+// chi-square test at p > 0.01, for several drafts and sampling settings (fixed seeds, not timing).
+TEST(SamplerTest, SpeculativeVerificationKeepsTheDistribution) {
+  std::vector<sched::SamplingParams> settings(4);
+  settings[0].temperature = 1.0;
+  settings[1].temperature = 0.7;
+  settings[1].top_k = 4;
+  settings[2].temperature = 1.3;
+  settings[2].top_p = 0.8;
+  settings[3].temperature = 1.0;
+  settings[3].repetition_penalty = 1.5;
+  settings[3].min_p = 0.1;
+  const int kDraws = 20000;
+  int checked = 0;
+  for (size_t s = 0; s < settings.size(); ++s) {
+    for (int32_t draft : {0, 2, 5}) {  // likely, unlikely, and (with cuts) outside the support
+      sched::Request r = request_with(settings[s]);
+      std::map<int, int> plain, speculative;
+      std::mt19937_64 rng(1234 + s * 10 + draft), rng_spec(99 + s * 10 + draft);
+      int accepted = 0;
+      for (int i = 0; i < kDraws; ++i) {
+        auto l1 = spec::first_logits();
+        const int32_t a = sample(l1, r, {}, rng).token;
+        auto l2 = spec::second_logits(a);
+        sched::Request r2 = r;
+        r2.output_token_ids = {a};
+        const int32_t b = sample(l2, r2, {}, rng).token;
+        ++plain[a * 6 + b];
+
+        auto v1 = spec::first_logits();
+        const worker::VerifiedToken v = worker::verify_draft(
+            v1, r.sampling, {r.prompt_token_ids, r.output_token_ids}, draft, rng_spec);
+        accepted += v.accepted;
+        EXPECT_EQ(v.accepted, v.sampled.token == draft);
+        auto w2 = spec::second_logits(v.sampled.token);
+        sched::Request r3 = r;
+        r3.output_token_ids = {v.sampled.token};
+        const int32_t c = sample(w2, r3, {}, rng_spec).token;
+        ++speculative[v.sampled.token * 6 + c];
+      }
+      double stat = 0;
+      EXPECT_TRUE(spec::histograms_agree(plain, speculative, &stat))
+          << "setting " << s << " draft " << draft << ": chi-square " << stat;
+      // The acceptance rate is p(draft) itself.
+      EXPECT_EQ(accepted > 0, plain.lower_bound(draft * 6) != plain.lower_bound(draft * 6 + 6))
+          << "setting " << s << " draft " << draft;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 12);
+}
+
+// Greedy verification accepts exactly the argmax and otherwise returns it.
+TEST(SamplerTest, GreedyVerificationAcceptsOnlyTheArgmax) {
+  sched::SamplingParams p;
+  p.temperature = 0;
+  auto r = request_with(p);
+  std::mt19937_64 rng(5);
+  for (int32_t draft : {0, 1, 3}) {
+    std::vector<float> logits = {0.1f, 2.0f, 1.9f, -1.0f};
+    const auto v =
+        worker::verify_draft(logits, p, {r.prompt_token_ids, r.output_token_ids}, draft, rng);
+    EXPECT_EQ(v.sampled.token, 1);
+    EXPECT_EQ(v.accepted, draft == 1);
+  }
+}
