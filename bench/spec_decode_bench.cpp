@@ -6,7 +6,7 @@
 // (engine/draft_replay_executor.h: the drafter still runs, so its cost stays in every step).
 // Every configuration must reproduce the plain run's tokens (checked). Prints the CPU first.
 // Usage: spec_decode_bench MODEL_DIR [--threads 2] [--batches 1,8,32] [--ks 1,3]
-//        [--alphas 0,0.6,0.8,0.9] [--tokens 48] [--prompt 32] [--rounds 1]
+//        [--alphas 0,0.6,0.8,0.9] [--tokens 48] [--prompt 32] [--rounds 1] [--tokenizer DIR]
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
@@ -31,7 +31,7 @@
 namespace {
 
 struct Options {
-  std::string model_dir;
+  std::string model_dir, tokenizer_dir;
   int threads = 2, tokens = 48, prompt = 32, rounds = 1;
   std::vector<int> batches = {1, 8, 32}, ks = {1, 3};
   std::vector<double> alphas = {0, 0.6, 0.8, 0.9};
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: spec_decode_bench MODEL_DIR [--threads N] [--batches 1,8,32] "
                  "[--ks 1,3] [--alphas 0,0.6,0.8,0.9] [--tokens N] [--prompt P] "
-                 "[--rounds R]\n");
+                 "[--rounds R] [--tokenizer DIR]\n");
     return 2;
   }
   o.model_dir = argv[1];
@@ -148,6 +148,8 @@ int main(int argc, char** argv) {
       o.prompt = std::stoi(v);
     else if (f == "--rounds")
       o.rounds = std::stoi(v);
+    else if (f == "--tokenizer")
+      o.tokenizer_dir = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;
@@ -156,7 +158,7 @@ int main(int argc, char** argv) {
   bench::print_cpu_line();
   std::printf("kernels: %s\n", kernels::kernel_paths_line().c_str());
   auto model = model::DeepseekV3Model::load(o.model_dir);
-  auto tok = tokenizer::Tokenizer::load(o.model_dir);
+  auto tok = tokenizer::Tokenizer::load(o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir);
   if (!model.ok() || !tok.ok()) {
     std::fprintf(stderr, "error: %s\n",
                  (model.ok() ? tok.status() : model.status()).message().c_str());

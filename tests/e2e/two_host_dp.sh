@@ -3,13 +3,14 @@
 #  1. The seed's single-instance two-node pair, scaled down to DP=2 with one rank per node and
 #     TP 1: node 0 (A) serves the API and rank 0, node 1 (B, --headless
 #     --data-parallel-start-rank 1) runs rank 1, and the experts are split over both ranks
-#     (lock step, collectives through gloo). The seed's verification curl gets a 200 and the
+#     (lock step, collectives through gloo), each drafting 3 MTP tokens per step as the seed
+#     does. The seed's verification curl gets a 200 and the
 #     greedy texts equal a DP=1 server's. SIGTERM on node 0 stops both nodes with status 0.
 #  2. The seed's D nodes, scaled to 4 ranks: `chunkpipe launch-dp` on each host runs
 #     ./run_dp_template.sh (the seed's 7 positional arguments, `vllm serve` through
 #     tools/vllm-shim on PATH) for 2 ranks on ports 7100-7101, one expert-parallel group of 4
 #     with an lm_head group of 2. A prefiller on A and `chunkpipe proxy` with the seed's flags
-#     serve through them: the seed's curl gets a 200, and greedy texts through the proxy equal
+#     serve through them, P and D with MTP (k = 1; the MTP layer's KV moves with the rest): the seed's curl gets a 200, and greedy texts through the proxy equal
 #     DP=1 colocated serving.
 # Exits 77 (CTest: skipped) without the rights to make namespaces.
 # usage: two_host_dp.sh CHUNKPIPE_BINARY TOKENIZER_DIR
@@ -31,12 +32,13 @@ ip netns exec "$ns_a" "$bin" serve "$model" "${common[@]}" "${names[@]}" --host 
 ref=$!
 pids+=($ref)
 
-# 1. The seed's pair (its --speculative-config is MTP's issue; its TP 4 is scaled to 1).
+# 1. The seed's pair (its TP 4 is scaled to 1), MTP with 3 drafts included.
 seed=(--data-parallel-size 2 --data-parallel-size-local 1 --data-parallel-address "$addr_a"
       --data-parallel-rpc-port 13389 --tensor-parallel-size 1 --quantization ascend --seed 1024
       "${names[@]}" --enable-expert-parallel --max-num-seqs 16 --max-num-batched-tokens 4096
       --trust-remote-code --no-enable-prefix-caching --gpu-memory-utilization 0.92
-      --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}')
+      --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}'
+      --speculative-config '{"num_speculative_tokens": 3, "method": "mtp"}')
 ip netns exec "$ns_a" env VLLM_HOST_IP="$addr_a" "$bin" serve "$model" "${common[@]}" \
   "${seed[@]}" --host 0.0.0.0 --port 8004 > "$work/node0.log" 2>&1 &
 node0=$!
@@ -126,6 +128,7 @@ vllm serve $model \\
     --no-enable-prefix-caching \\
     --tokenizer $tok --block-size 16 --kv-cache-memory 20000000 \\
     --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}' \\
+    --speculative-config '{"num_speculative_tokens": 1, "method": "mtp"}' \\
     --additional-config '{"recompute_scheduler_enable": true, "multistream_overlap_shared_expert": true, "finegrained_tp_config": {"lmhead_tensor_parallel_size": 2}}' \\
     --kv-transfer-config '{"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_consumer", "kv_port": "$((kv_base + 4))", "engine_id": "0", $(echo "$layout" | tr '\n' ' ')}'
 EOF
@@ -142,7 +145,8 @@ launch_node "$ns_b" "$addr_b" 2
 launcher_b=$!
 pids+=($launcher_b)
 ip netns exec "$ns_a" env VLLM_HOST_IP="$addr_a" "$bin" serve "$model" "${common[@]}" "${names[@]}" \
-  --host "$addr_a" --port 8003 --kv-transfer-config "$producer" > "$work/p.log" 2>&1 &
+  --host "$addr_a" --port 8003 --kv-transfer-config "$producer" \
+  --speculative-config '{"num_speculative_tokens": 1, "method": "mtp"}' > "$work/p.log" 2>&1 &
 pids+=($!)
 wait_at() {  # address, port, path
   for _ in $(seq 1 600); do
