@@ -1,8 +1,8 @@
 // ModelRunner's speculative decoding with the MTP layers (w8a8-mtp.md Part 2): verification of a
 // request's drafts against the target's logits, and the drafter. Drafts are greedy. Step 0 runs
-// MTP on every scheduled row (its latent KV at every position the step computed); steps
-// 1 .. k-1 run one row per drafting request and recycle the MTP hidden state after
-// shared_head.norm. Rows after a rejection write MTP KV that the next step rewrites.
+// MTP on every row the step computed and kept (its latent KV at those positions; rows after a
+// rejection are skipped); steps 1 .. k-1 run one row per drafting request, at positions the next
+// step rewrites, and recycle the MTP hidden state after shared_head.norm.
 #include <algorithm>
 
 #include "common/check.h"
@@ -44,13 +44,16 @@ common::Status ModelRunner::propose_drafts(const sched::SchedulerOutput& output,
   const int64_t T = batch.num_tokens();
   const int num_mtp = model_.num_mtp_layers();
   // Step 0's next token of each row: the one at the row's position + 1, from the known tokens,
-  // then the tokens this step emitted, then (rows after a rejection) the rejected drafts.
+  // then the tokens this step emitted.
   struct Drafting {
     size_t entry;
     int64_t row;       // step 0's row whose output drafts the first token
     int64_t position;  // that row's position; step s runs at position + s
   };
-  std::vector<int32_t> next(static_cast<size_t>(T), 0);
+  // Rows after a rejection are left out: their MTP KV would be rewritten by the next step.
+  model::ForwardBatch step0;
+  std::vector<int32_t> next;
+  std::vector<float> prev;  // the kept rows of `normed`
   std::vector<Drafting> drafting;
   int64_t row = 0;
   for (size_t i = 0; i < output.scheduled.size(); ++i) {
@@ -58,28 +61,27 @@ common::Status ModelRunner::propose_drafts(const sched::SchedulerOutput& output,
     const CachedRequestState& st = *states[i];
     const int64_t known = static_cast<int64_t>(st.token_ids.size());
     const std::vector<sched::SampledToken>& emitted = result->sampled[i];
-    for (int64_t j = 0; j < s.num_scheduled_tokens; ++j) {
-      const int64_t pos = s.num_computed_tokens + j + 1;
-      const int64_t after = pos - known;  // index among the tokens after the known ones
-      int32_t t = 0;
-      if (after < 0) {
-        t = st.token_ids[static_cast<size_t>(pos)];
-      } else if (after < static_cast<int64_t>(emitted.size())) {
-        t = emitted[static_cast<size_t>(after)].token;
-      } else if (after < static_cast<int64_t>(s.spec_token_ids.size())) {
-        t = s.spec_token_ids[static_cast<size_t>(after)];
-      }
-      next[static_cast<size_t>(row + j)] = t;
+    int64_t keep = s.num_scheduled_tokens;
+    if (s.samples && !emitted.empty())
+      keep = known + static_cast<int64_t>(emitted.size()) - 1 - s.num_computed_tokens;
+    const int64_t first_kept = static_cast<int64_t>(next.size());
+    for (int64_t j = 0; j < keep; ++j) {
+      const int64_t after = s.num_computed_tokens + j + 1 - known;  // index past the known ones
+      next.push_back(after < 0 ? st.token_ids[static_cast<size_t>(s.num_computed_tokens + j + 1)]
+                               : emitted[static_cast<size_t>(after)].token);
     }
-    if (s.samples && !emitted.empty()) {
-      const int64_t position = known + static_cast<int64_t>(emitted.size()) - 2;
-      drafting.push_back({i, row + position - s.num_computed_tokens, position});
-    }
+    prev.insert(prev.end(), normed.begin() + row * H, normed.begin() + (row + keep) * H);
+    model::SequenceChunk chunk = batch.sequences[i];
+    chunk.token_ids = chunk.token_ids.subspan(0, static_cast<size_t>(keep));
+    step0.sequences.push_back(chunk);
+    if (s.samples && !emitted.empty())
+      drafting.push_back({i, first_kept + keep - 1, s.num_computed_tokens + keep - 1});
     row += s.num_scheduled_tokens;
   }
-  std::vector<float> mtp_hidden(static_cast<size_t>(T * H));
-  CP_RETURN_IF_ERROR(model_.mtp_forward(batch, normed.data(), /*from_main=*/true, next, cache_,
-                                        pool_, mtp_hidden.data(), 0));
+  CHECK(row == T) << "the batch and the step disagree";
+  std::vector<float> mtp_hidden(next.size() * static_cast<size_t>(H));
+  CP_RETURN_IF_ERROR(model_.mtp_forward(step0, prev.data(), /*from_main=*/true, next, cache_, pool_,
+                                        mtp_hidden.data(), 0));
   // Each draft step: the drafting rows' logits, argmax, then (but for the last) one MTP row per
   // request at the next position. A collective head or MoE (lock step) runs on every rank the
   // same number of times, so a rank without drafting rows still calls them (the head with no
