@@ -512,6 +512,11 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
   if (options.load_mtp && options.load_head) {
     for (int k = 0; k < c.num_nextn_predict_layers; ++k) {
       CP_ASSIGN_OR_RETURN(MtpWeights m, loader.mtp_layer(c.num_hidden_layers + k));
+      // An MTP layer without its own embedding copy embeds with the main table, which a last
+      // pipeline stage then needs too.
+      if (m.embed_tokens.empty() && w.embed_tokens.empty()) {
+        CP_ASSIGN_OR_RETURN(w.embed_tokens, loader.vocab_table("model.embed_tokens.weight"));
+      }
       w.mtp.push_back(std::move(m));
     }
     // QuaRot (is_rot_used): the main model is rotated, the MTP layer is not, so the hidden

@@ -406,6 +406,57 @@ TEST(ServePipelineFailureTest, DeadStageFailsRequestsAndTheServerExitsNonZero) {
   EXPECT_NE(kill(stages[0], 0), 0) << "stage 0 must not outlive the server";
 }
 
+// --speculative-config (MTP, the seed's JSON) keeps every greedy text, alone, concurrent and
+// streamed, in one process (k = 3) and with the last of two pipeline stages drafting (k = 1);
+// a stream with logprobs and sampling runs to the end; the spec_decode metrics move.
+TEST_F(ServeTest, SpeculativeDecodingKeepsGreedyOutputs) {
+  ASSERT_TRUE(server_->ready());
+  const auto alone = greedy_texts(*server_, false, false);
+  for (const bool pipeline : {false, true}) {
+    auto flags = base_flags();
+    flags.insert(flags.end(), {"--api-key", kKey, "--speculative-config",
+                               pipeline ? R"({"num_speculative_tokens": 1, "method": "mtp"})"
+                                        : R"({"num_speculative_tokens": 3, "method": "mtp"})"});
+    if (pipeline) flags.insert(flags.end(), {"--pipeline-parallel-size", "2"});
+    e2e::ServerProcess spec(
+        model_dir(), flags,
+        pipeline ? "/tmp/chunkpipe_e2e_spec_pp2.log" : "/tmp/chunkpipe_e2e_spec.log");
+    ASSERT_TRUE(spec.ready());
+    EXPECT_EQ(greedy_texts(spec, false, false), alone) << "alone, pipeline " << pipeline;
+    const auto concurrent = greedy_texts(spec, true, false, 2);
+    for (size_t i = 0; i < concurrent.size(); ++i)
+      EXPECT_EQ(concurrent[i], alone[i % alone.size()])
+          << "prompt " << i << " pipeline " << pipeline;
+    EXPECT_EQ(greedy_texts(spec, true, true), alone) << "streamed, pipeline " << pipeline;
+    json body = {{"prompt", "sampled with logprobs"},
+                 {"max_tokens", 24},
+                 {"temperature", 0.8},
+                 {"top_p", 0.9},
+                 {"seed", 5},
+                 {"logprobs", 3},
+                 {"stream", true},
+                 {"stream_options", {{"include_usage", true}}}};
+    auto r = post(spec, "/v1/completions", body.dump());
+    int done = 0;
+    int64_t tokens = 0;
+    for (const auto& e : sse_events(r.raw, &done)) {
+      if (!e["choices"].empty() && e["choices"][0].contains("logprobs") &&
+          !e["choices"][0]["logprobs"].is_null())
+        tokens += static_cast<int64_t>(e["choices"][0]["logprobs"]["tokens"].size());
+      if (e.contains("usage") && !e["usage"].is_null()) {
+        EXPECT_EQ(e["usage"]["completion_tokens"].get<int64_t>(), 24);
+      }
+    }
+    EXPECT_EQ(done, 1);
+    EXPECT_EQ(tokens, 24) << "every token has its logprobs";
+    const double drafted = metric(spec, "vllm:spec_decode_num_draft_tokens_total");
+    EXPECT_GT(drafted, 0.0);
+    EXPECT_LE(metric(spec, "vllm:spec_decode_num_accepted_tokens_total"), drafted);
+    EXPECT_GT(metric(spec, "vllm:spec_decode_num_drafts_total"), 0.0);
+    EXPECT_EQ(spec.stop(), 0);
+  }
+}
+
 TEST_F(ServeTest, RepeatedPromptHitsThePrefixCache) {
   ASSERT_TRUE(server_->ready());
   std::string prompt;

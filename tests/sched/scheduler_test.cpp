@@ -566,3 +566,89 @@ TEST(RecomputeSchedulerTest, NewestRunningRequestIsHandedBackInsteadOfPreempted)
 }
 
 }  // namespace
+
+namespace spec {
+
+std::vector<std::vector<int32_t>> none(size_t n) {
+  return std::vector<std::vector<int32_t>>(n);
+}
+
+}  // namespace spec
+
+// Speculative decoding: drafts ride after the last token, k lookahead slots are reserved, the
+// rejected drafts are rolled back, only verified tokens are cached, and a prefix hit gives back
+// its last matched block.
+TEST(SchedulerTest, SpeculativeDraftsAreScheduledVerifiedAndRolledBack) {
+  kv::KvCacheManager kv(64, 4, /*enable_prefix_caching=*/true);
+  sched::SchedulerConfig config{/*max_num_batched_tokens=*/32, /*max_num_seqs=*/4,
+                                /*max_model_len=*/64};
+  config.num_lookahead_tokens = 3;
+  sched::Scheduler s(config, &kv);
+  s.add_request(make_request("a", 6));
+  auto prefill = s.schedule();
+  ASSERT_EQ(prefill.scheduled.size(), 1u);
+  EXPECT_TRUE(prefill.scheduled[0].samples);
+  EXPECT_TRUE(prefill.scheduled[0].spec_token_ids.empty());  // prefill chunks carry no drafts
+  EXPECT_EQ(kv.block_table("a").size(), 3u);                 // 6 tokens + 3 lookahead: 9 slots
+  EXPECT_EQ(s.update(prefill, {{100}}, {{101, 102, 103}}), (std::vector<int32_t>{1}));
+  const sched::Request* a = s.find_request("a");
+  EXPECT_EQ(a->num_computed_tokens, 6);
+  EXPECT_EQ(a->spec_token_ids, (std::vector<int32_t>{101, 102, 103}));
+
+  // [100, 101, 102, 103] at positions 6..9; 4 + 3 lookahead slots past position 6.
+  auto verify = s.schedule();
+  ASSERT_EQ(verify.scheduled.size(), 1u);
+  const sched::ScheduledRequest& v = verify.scheduled[0];
+  EXPECT_EQ(v.num_computed_tokens, 6);
+  EXPECT_EQ(v.num_scheduled_tokens, 4);
+  EXPECT_TRUE(v.samples);
+  EXPECT_EQ(v.spec_token_ids, (std::vector<int32_t>{101, 102, 103}));
+  EXPECT_EQ(v.new_token_ids, (std::vector<int32_t>{100}));
+  EXPECT_EQ(kv.block_table("a").size(), 4u);  // ceil((10 + 3) / 4)
+  EXPECT_TRUE(a->spec_token_ids.empty());     // consumed by the step
+  // 101 accepted, 102 rejected in favour of 55: two tokens, two drafts rolled back.
+  EXPECT_EQ(s.update(verify, {{101, 55}}, {{7, 8, 9}}), (std::vector<int32_t>{2}));
+  EXPECT_EQ(a->output_token_ids, (std::vector<int32_t>{100, 101, 55}));
+  EXPECT_EQ(a->num_computed_tokens, 8);  // positions 0..7 verified; 55 is next to compute
+  EXPECT_EQ(a->spec_token_ids, (std::vector<int32_t>{7, 8, 9}));
+
+  // Verified blocks only: tokens 1..6, 100, 101 fill blocks 0 and 1 (8 tokens); a request with
+  // the same 9 first tokens hits them, less the last matched block.
+  s.finish_request("a", sched::FinishReason::kStop);
+  auto b = make_request("b", 9);
+  b->prompt_token_ids = {1, 2, 3, 4, 5, 6, 100, 101, 55};
+  s.add_request(std::move(b));
+  kv.set_recompute_last_matched_block(true);
+  auto hit = s.schedule();
+  ASSERT_EQ(hit.scheduled.size(), 1u);
+  EXPECT_EQ(hit.scheduled[0].num_computed_tokens, 4);  // 8 cached, one block given back
+  s.update(hit, {{1}}, spec::none(1));
+}
+
+TEST(SchedulerTest, DraftsStopAtMaxModelLenAndTheTokenBudget) {
+  kv::KvCacheManager kv(64, 4, false);
+  sched::SchedulerConfig config{/*max_num_batched_tokens=*/3, 4, /*max_model_len=*/10};
+  config.num_lookahead_tokens = 3;
+  sched::Scheduler s(config, &kv);
+  s.add_request(make_request("a", 2));
+  auto first = s.schedule();
+  s.update(first, {{50}}, {{51, 52, 53}});
+  auto second = s.schedule();  // the budget of 3 takes the last token and two drafts
+  ASSERT_EQ(second.scheduled.size(), 1u);
+  EXPECT_EQ(second.scheduled[0].num_scheduled_tokens, 3);
+  EXPECT_EQ(second.scheduled[0].spec_token_ids, (std::vector<int32_t>{51, 52}));
+  s.update(second, {{51, 52, 60}}, {{61, 62, 63}});
+  const sched::Request* a = s.find_request("a");
+  EXPECT_EQ(a->num_computed_tokens, 5);  // nothing rejected
+  auto third = s.schedule();             // [60, 61, 62]: the budget again cuts the third draft
+  ASSERT_EQ(third.scheduled.size(), 1u);
+  EXPECT_EQ(third.scheduled[0].spec_token_ids, (std::vector<int32_t>{61, 62}));
+  s.update(third, {{61, 62, 70}}, {{1, 2, 3}});
+  EXPECT_EQ(a->num_tokens(), 9);
+  EXPECT_EQ(a->num_computed_tokens, 8);
+  // max_model_len 10: positions 8 and 9 only, so one draft of three.
+  auto fourth = s.schedule();
+  ASSERT_EQ(fourth.scheduled.size(), 1u);
+  EXPECT_EQ(fourth.scheduled[0].num_scheduled_tokens, 2);
+  EXPECT_EQ(fourth.scheduled[0].spec_token_ids, (std::vector<int32_t>{1}));
+}
