@@ -228,8 +228,8 @@ TEST(SpecDecodeTest, ReplayedDraftsKeepGreedyOutputsAtEveryAcceptanceRate) {
   }
 }
 
-// max_tokens, a stop token and a stop string that land inside a run of accepted drafts end the
-// request at the exact token, with the text and finish reason of the plain run.
+// max_tokens, a stop token, a stop string and EOS that land inside a run of accepted drafts end
+// the request at the exact token, with the text and finish reason of the plain run.
 TEST(SpecDecodeTest, StopConditionsInsideAcceptedDrafts) {
   const std::vector<Job> base = eight_jobs(16, "stop");
   const auto ref = reference(base);
@@ -257,14 +257,29 @@ TEST(SpecDecodeTest, StopConditionsInsideAcceptedDrafts) {
     j.sampling.stop = {piece};
     jobs.push_back(j);
   }
-  std::unordered_map<std::string, std::vector<int32_t>> replay;
-  for (const Job& j : jobs) replay[j.id] = first;
+  // EOS: masked for three tokens (min_tokens), then made the argmax (logit_bias), so the plain
+  // run ends with it as its fourth token; the replayed drafts carry it as the third draft.
+  const std::optional<int32_t> eos = fixture().tok->eos_token_id();
+  ASSERT_TRUE(eos.has_value());
+  {
+    Job j = base[0];
+    j.id = "eos";
+    j.sampling.ignore_eos = false;
+    j.sampling.min_tokens = 3;
+    j.sampling.logit_bias = {{*eos, 100.0f}};
+    jobs.push_back(j);
+  }
   std::vector<Result> plain;
   {
     const engine::EngineConfig c = config_with(0);
     engine::EngineCore core(in_process(c), *fixture().tok, c);
     plain = run(core, jobs);
   }
+  ASSERT_EQ(plain.back().tokens.size(), 4u);
+  EXPECT_EQ(plain.back().tokens.back(), *eos);
+  std::unordered_map<std::string, std::vector<int32_t>> replay;
+  for (const Job& j : jobs) replay[j.id] = first;
+  replay["eos"] = plain.back().tokens;
   const engine::EngineConfig c = config_with(3);
   engine::EngineCore core(
       std::make_unique<engine::DraftReplayExecutor>(in_process(c), replay, 1.0, 3), *fixture().tok,
@@ -307,6 +322,36 @@ TEST(SpecDecodeTest, PipelineLastStageDrafts) {
       EXPECT_EQ(got[i].tokens, expected.at(jobs[i].id)) << "alpha " << alpha << " prompt " << i;
     expect_sane_metrics(core.metrics().totals.spec_decoding, 2);
   }
+}
+
+// The counters as vLLM defines them, and its periodic log line over an interval.
+TEST(SpecDecodeTest, CountersAndTheLogLine) {
+  engine::SpecDecodingCounters c;
+  c.accepted_per_pos.assign(3, 0);
+  const engine::SpecDecodingCounters start = c;
+  c.observe(3, 3);
+  c.observe(3, 1);
+  c.observe(2, 0);  // a request near max_model_len drafts fewer
+  c.observe(3, 2);
+  EXPECT_EQ(c.num_drafts, 4);
+  EXPECT_EQ(c.num_draft_tokens, 11);
+  EXPECT_EQ(c.num_accepted_tokens, 6);
+  EXPECT_EQ(c.accepted_per_pos, (std::vector<int64_t>{3, 2, 1}));
+  EXPECT_EQ(c.log_line(start, 2.0),
+            "SpecDecoding metrics: Mean acceptance length: 2.50, Accepted throughput: 3.00 "
+            "tokens/s, Drafted throughput: 5.50 tokens/s, Accepted: 6 tokens, Drafted: 11 tokens, "
+            "Per-position acceptance rate: 0.750, 0.500, 0.250, Avg Draft acceptance rate: 54.5%");
+  const engine::SpecDecodingCounters mid = c;
+  c.observe(3, 0);
+  EXPECT_EQ(c.log_line(mid, 1.0),
+            "SpecDecoding metrics: Mean acceptance length: 1.00, Accepted throughput: 0.00 "
+            "tokens/s, Drafted throughput: 3.00 tokens/s, Accepted: 0 tokens, Drafted: 3 tokens, "
+            "Per-position acceptance rate: 0.000, 0.000, 0.000, Avg Draft acceptance rate: 0.0%");
+  engine::SpecDecodingCounters sum;
+  sum += c;
+  sum += c;
+  EXPECT_EQ(sum.accepted_per_pos, (std::vector<int64_t>{6, 4, 2}));
+  EXPECT_EQ(sum.num_drafts, 10);
 }
 
 }  // namespace
