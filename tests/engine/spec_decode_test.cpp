@@ -22,7 +22,7 @@ namespace {
 
 const std::string kModelDir = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16";
 
-nlohmann::json golden(const std::string& seq) {
+nlohmann::json golden(const std::string& seq) {  // tiny-bf16's
   std::ifstream in(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/golden/tiny-bf16." + seq + ".json");
   return nlohmann::json::parse(in);
 }
@@ -150,32 +150,41 @@ void expect_sane_metrics(const engine::SpecDecodingCounters& m, int k) {
 }
 
 // The drafter's first draft after a prompt is the reference's MTP argmax for that prompt
-// (dsv3_ref.py logits --mtp: next token = the target's argmax), at k = 1 and k = 3.
+// (dsv3_ref.py logits --mtp: next token = the target's argmax), at k = 1 and k = 3, on every
+// golden fixture (BF16, FP8 block-scaled, F32 without q_lora).
 TEST(SpecDecodeTest, FirstDraftIsTheGoldenMtpArgmax) {
-  for (const std::string seq : {"s64", "s200"}) {
-    const nlohmann::json g = golden(seq);
-    const std::vector<int32_t> ids = g["ids"];
-    for (int k : {1, 3}) {
-      worker::RunnerOptions o;
-      o.num_blocks = 32;
-      o.block_size = 16;
-      o.num_speculative_tokens = k;
-      worker::ModelRunner runner(*fixture().model, o);
-      sched::SchedulerOutput so;
-      sched::ScheduledRequest s;
-      s.req_id = "g";
-      s.new_request = sched::NewRequestData{ids, greedy(4)};
-      for (int32_t b = 0; b < 16; ++b) s.new_block_ids.push_back(b);
-      s.num_scheduled_tokens = static_cast<int64_t>(ids.size());
-      s.samples = true;
-      so.scheduled.push_back(s);
-      auto result = runner.execute_model(so);
-      ASSERT_TRUE(result.ok()) << result.status().message();
-      ASSERT_EQ(result->sampled[0].size(), 1u);
-      EXPECT_EQ(result->sampled[0][0].token, g["last_argmax"].get<int32_t>());
-      EXPECT_EQ(g["mtp"]["next_token"].get<int32_t>(), g["last_argmax"].get<int32_t>());
-      ASSERT_EQ(result->draft_token_ids[0].size(), static_cast<size_t>(k)) << seq;
-      EXPECT_EQ(result->draft_token_ids[0][0], g["mtp"]["draft_argmax"].get<int32_t>()) << seq;
+  for (const std::string fixture_name : {"tiny-bf16", "tiny-fp8", "tiny-noq-f32"}) {
+    auto model =
+        model::DeepseekV3Model::load(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/" + fixture_name);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    for (const std::string seq : {"s64", "s200"}) {
+      std::ifstream in(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/golden/" + fixture_name + "." +
+                       seq + ".json");
+      const nlohmann::json g = nlohmann::json::parse(in);
+      const std::vector<int32_t> ids = g["ids"];
+      for (int k : {1, 3}) {
+        SCOPED_TRACE(fixture_name + " " + seq + " k " + std::to_string(k));
+        worker::RunnerOptions o;
+        o.num_blocks = 32;
+        o.block_size = 16;
+        o.num_speculative_tokens = k;
+        worker::ModelRunner runner(**model, o);
+        sched::SchedulerOutput so;
+        sched::ScheduledRequest s;
+        s.req_id = "g";
+        s.new_request = sched::NewRequestData{ids, greedy(4)};
+        for (int32_t b = 0; b < 16; ++b) s.new_block_ids.push_back(b);
+        s.num_scheduled_tokens = static_cast<int64_t>(ids.size());
+        s.samples = true;
+        so.scheduled.push_back(s);
+        auto result = runner.execute_model(so);
+        ASSERT_TRUE(result.ok()) << result.status().message();
+        ASSERT_EQ(result->sampled[0].size(), 1u);
+        EXPECT_EQ(result->sampled[0][0].token, g["last_argmax"].get<int32_t>());
+        EXPECT_EQ(g["mtp"]["next_token"].get<int32_t>(), g["last_argmax"].get<int32_t>());
+        ASSERT_EQ(result->draft_token_ids[0].size(), static_cast<size_t>(k));
+        EXPECT_EQ(result->draft_token_ids[0][0], g["mtp"]["draft_argmax"].get<int32_t>());
+      }
     }
   }
 }
