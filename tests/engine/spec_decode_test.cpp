@@ -333,6 +333,54 @@ TEST(SpecDecodeTest, PipelineLastStageDrafts) {
   }
 }
 
+// A cache too small for eight prompts at once: requests are preempted with drafts in flight and
+// recomputed, others are aborted mid-decode; the surviving outputs are unchanged and every
+// block comes back.
+TEST(SpecDecodeTest, PreemptionAndAbortsKeepOutputsAndLeakNoBlocks) {
+  const std::vector<Job> jobs = eight_jobs(16, "tight");
+  const auto expected = reference(jobs);
+  engine::EngineConfig c = config_with(3);
+  c.num_kv_blocks = 22;  // the eight prompts and their outputs need about 70
+  c.enable_prefix_caching = false;
+  engine::EngineCore core(
+      std::make_unique<engine::DraftReplayExecutor>(in_process(c), expected, 0.8, 5),
+      *fixture().tok, c);
+  const auto got = run(core, jobs);
+  for (size_t i = 0; i < jobs.size(); ++i)
+    EXPECT_EQ(got[i].tokens, expected.at(jobs[i].id)) << "prompt " << i;
+  engine::MetricsSnapshot m = core.metrics();
+  EXPECT_GT(m.totals.preemptions, 0);
+  EXPECT_GT(m.totals.spec_decoding.num_accepted_tokens, 0);
+  EXPECT_EQ(m.kv_cache_usage, 0.0);
+  // Aborts while drafts are in flight: each request is aborted after its first output.
+  std::mutex mu;
+  std::condition_variable cv;
+  int finished = 0;
+  for (const Job& j : jobs) {
+    engine::EngineRequest r;
+    r.request_id = "abort-" + j.id;
+    r.prompt_token_ids = j.prompt;
+    r.sampling = greedy(64);
+    const std::string id = r.request_id;
+    core.add_request(std::move(r), [&, id](const engine::RequestOutput& o) {
+      if (!o.finished) {
+        core.abort_request(id);
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      ++finished;
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return finished == static_cast<int>(jobs.size()); });
+  }
+  m = core.metrics();
+  EXPECT_EQ(m.totals.request_success["abort"], static_cast<int64_t>(jobs.size()));
+  EXPECT_EQ(m.kv_cache_usage, 0.0);
+}
+
 // The counters as vLLM defines them, and its periodic log line over an interval.
 TEST(SpecDecodeTest, CountersAndTheLogLine) {
   engine::SpecDecodingCounters c;
