@@ -6,6 +6,7 @@
 //
 //   chunkpipe_bench [--model small|tiny] [--threads 1,2] [--prefill 512] [--decode 128]
 //                   [--long-prefill 4096] [--skip-gemm] [--skip-model] [--dtype bf16|f32|w8a8]
+//                   [--lm-head-int8]  (the lm_head in int8, model::LoadOptions::lm_head_int8)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -261,16 +262,18 @@ TokenWeights weights_per_token(const model::ModelConfig& c) {
 }
 
 // Prefill of `n` tokens in one forward (fresh cache), then `decode` single-token steps.
-void bench_model(const std::string& name, tensor::DType dtype,
+void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8,
                  const std::vector<int>& thread_counts, const std::vector<double>& peaks,
                  const std::vector<double>& bandwidths, int prefill, int decode, int long_prefill) {
   model::ModelConfig c = perf_model_config(name);
   const double t0 = common::now_seconds();
-  model::DeepseekV3Model m(c, model::random_weights(c, dtype, 1));
+  model::ModelWeights weights = model::random_weights(c, dtype, 1);
+  if (lm_head_int8) model::quantize_lm_head_int8(weights);
+  model::DeepseekV3Model m(c, std::move(weights));
   std::printf(
-      "\n== model '%s' (%s weights, random), built in %.1f s ==\n", name.c_str(),
+      "\n== model '%s' (%s weights%s, random), built in %.1f s ==\n", name.c_str(),
       dtype == tensor::DType::kBF16 ? "bf16" : (dtype == tensor::DType::kI8 ? "w8a8" : "f32"),
-      common::now_seconds() - t0);
+      lm_head_int8 ? ", int8 lm_head" : "", common::now_seconds() - t0);
   const int bs = 128;
   const int64_t max_tokens = std::max(prefill + decode, long_prefill);
   const int64_t nb = (max_tokens + bs - 1) / bs;
@@ -294,8 +297,9 @@ void bench_model(const std::string& name, tensor::DType dtype,
   };
   const TokenWeights tw = weights_per_token(c);
   const bool w8a8 = dtype == tensor::DType::kI8;
-  const double decode_bytes = tw.main * tensor::dtype_size_bytes(dtype) +
-                              tw.float_ * (w8a8 ? 2 : tensor::dtype_size_bytes(dtype)) + tw.f32 * 4;
+  const double head_bytes = lm_head_int8 ? 1 : (w8a8 ? 2 : tensor::dtype_size_bytes(dtype));
+  const double decode_bytes =
+      tw.main * tensor::dtype_size_bytes(dtype) + tw.float_ * head_bytes + tw.f32 * 4;
   const double prefill_flops = 2 * (tw.main + tw.float_ + tw.f32);
   std::printf(
       "per token: %.1f MB of weights (decode reads them all), %.2f GFLOP of linear "
@@ -350,7 +354,7 @@ int main(int argc, char** argv) {
   std::string model_name = "small", dtype_name = "bf16";
   std::vector<int> threads = {1, 2};
   int prefill = 512, decode = 128, long_prefill = 0;
-  bool skip_gemm = false, skip_model = false;
+  bool skip_gemm = false, skip_model = false, lm_head_int8 = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -376,6 +380,8 @@ int main(int argc, char** argv) {
       skip_gemm = true;
     else if (a == "--skip-model")
       skip_model = true;
+    else if (a == "--lm-head-int8")
+      lm_head_int8 = true;
     else {
       std::fprintf(stderr, "error: unrecognized argument: %s\n", a.c_str());
       return 2;
@@ -410,7 +416,8 @@ int main(int argc, char** argv) {
     const tensor::DType dtype = dtype_name == "bf16"   ? tensor::DType::kBF16
                                 : dtype_name == "w8a8" ? tensor::DType::kI8
                                                        : tensor::DType::kF32;
-    bench_model(model_name, dtype, threads, peaks, bandwidths, prefill, decode, long_prefill);
+    bench_model(model_name, dtype, lm_head_int8, threads, peaks, bandwidths, prefill, decode,
+                long_prefill);
   }
   return 0;
 }

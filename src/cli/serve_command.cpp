@@ -205,6 +205,7 @@ struct ServePlan {
   int lmhead_tensor_parallel_size = 0;  // additional_config.finegrained_tp_config
   std::vector<int> layer_partition;     // empty: even split
   std::optional<SpeculativeConfig> speculative;  // --speculative-config (MTP)
+  bool lm_head_int8 = false;                     // additional_config.lm_head_int8
   worker::PipelineTopology topology;             // hosts of a multi-node pipeline
   bool headless = false;                         // this node runs stages only (node_rank > 0)
   std::string kv_transfer_config;                // --kv-transfer-config as given (empty: none)
@@ -266,6 +267,13 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
       if (plan->engine.expanded_kv_cache)
         LOG(INFO) << "expanded_kv_cache: k_nope and v are cached per token beside the latent";
     }
+    if (extra.contains("lm_head_int8")) {  // chunkpipe extension key, see model::LoadOptions
+      if (!extra["lm_head_int8"].is_boolean())
+        return common::invalid_argument("additional_config.lm_head_int8 must be a boolean");
+      plan->lm_head_int8 = extra["lm_head_int8"].get<bool>();
+      if (plan->lm_head_int8)
+        LOG(INFO) << "lm_head_int8: the lm_head is quantized to int8 per row at load";
+    }
     if (extra.contains("finegrained_tp_config")) {
       const json& f = extra["finegrained_tp_config"];
       if (!f.is_object())
@@ -291,6 +299,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     } else {
       json unused = extra;
       unused.erase("expanded_kv_cache");
+      unused.erase("lm_head_int8");
       unused.erase("finegrained_tp_config");
       unused.erase("recompute_scheduler_enable");
       if (unused.contains("scheduler_config") && unused["scheduler_config"].is_object()) {
@@ -574,6 +583,7 @@ worker::PipelineOptions pipeline_options(const ServePlan& plan) {
   o.pin_stages = true;
   o.expanded_kv_cache = plan.engine.expanded_kv_cache;
   o.num_speculative_tokens = plan.engine.scheduler.num_lookahead_tokens;
+  o.lm_head_int8 = plan.lm_head_int8;
   o.topology = plan.topology;
   o.kv_transfer_config = plan.kv_transfer_config;
   o.kv_dp_rank = plan.data_parallel_rank;
@@ -923,6 +933,7 @@ int run_serve_command(int argc, char** argv) {
       plan.pipeline_parallel_size == 1 && plan.tensor_parallel_size == 1 && !dp_front;
   if (one_process) {
     model::LoadOptions load{.load_mtp = plan.speculative.has_value()};
+    load.lm_head_int8 = plan.lm_head_int8;
     load.w8a8_mix_static = plan.kv_transfer.kv_role == "kv_consumer";
     if (plan.dp.lockstep && plan.dp.expert_parallel) load.dp_experts = {plan.dp.rank, plan.dp.size};
     if (plan.dp.lockstep && plan.lmhead_tensor_parallel_size > 1)

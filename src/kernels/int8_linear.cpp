@@ -239,4 +239,20 @@ void quantize_weight_rows(const float* w, int64_t rows, int64_t cols, tensor::We
   out.finish_int8(false);
 }
 
+tensor::WeightMatrix quantize_weight_rows(const tensor::WeightView& w) {
+  tensor::WeightMatrix out(tensor::DType::kI8, w.rows, w.cols);
+  float* scale = out.mutable_row_scale();
+  int8_t* q = out.mutable_i8();
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    float amax = 0.0f;
+    for (int64_t c = 0; c < w.cols; ++c) amax = std::max(amax, std::abs(row[c] = w.at(r, c)));
+    scale[r] = amax / 127.0f;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int64_t c = 0; c < w.cols; ++c) q[r * w.cols + c] = quantize_value(row[c], inv, 0);
+  }
+  out.finish_int8(false);
+  return out;
+}
+
 }  // namespace kernels

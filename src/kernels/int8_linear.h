@@ -32,5 +32,8 @@ void linear_int8_dequant_reference(const float* x, int64_t m, const tensor::Weig
 // Symmetric per-row quantization of f32 rows [rows, cols] (W8A8_DYNAMIC's weight rule):
 // s = max|w|/127, Wq = clamp(round(w / s)). Fills `out` (dtype kI8) and calls finish_int8.
 void quantize_weight_rows(const float* w, int64_t rows, int64_t cols, tensor::WeightMatrix& out);
+// The same rule on an F32 or BF16 matrix, one row at a time (no f32 copy of the whole matrix):
+// chunkpipe's optional int8 lm_head.
+tensor::WeightMatrix quantize_weight_rows(const tensor::WeightView& w);
 
 }  // namespace kernels

@@ -530,7 +530,16 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
       CP_ASSIGN_OR_RETURN(w.mtp_rotation, loader.float_matrix("rot.weight", h, h));
     }
   }
+  if (options.lm_head_int8) quantize_lm_head_int8(w);
   return w;
+}
+
+void quantize_lm_head_int8(ModelWeights& w) {
+  auto quantize = [](tensor::WeightMatrix& m) {
+    if (!m.empty() && m.dtype() != tensor::DType::kI8) m = kernels::quantize_weight_rows(m.view());
+  };
+  quantize(w.lm_head);
+  for (MtpWeights& m : w.mtp) quantize(m.shared_head_head);
 }
 
 ModelWeights random_weights(const ModelConfig& c, DType dtype, uint64_t seed) {

@@ -92,6 +92,11 @@ struct LoadOptions {
   // W8A8_MIX layers run statically (input_scale / deq_scale / quant_bias) instead of dynamically,
   // as vllm-ascend runs them on a decode-only KV consumer.
   bool w8a8_mix_static = false;
+  // chunkpipe extension: lm_head (and the MTP layers' own heads) quantized to int8 at load,
+  // per row, with per-token dynamic activations, like W8A8_DYNAMIC. msmodelslim keeps them
+  // FLOAT; this halves the head's bytes per decode step (llama.cpp's Q8_0 quantizes its output
+  // tensor too). Off by default.
+  bool lm_head_int8 = false;
   TensorParallel tp;               // this rank's shard (whole model when tp.size == 1)
   LmHeadParallel lmhead_tp;        // splits the heads over their own group instead of tp's
   DataParallelExperts dp_experts;  // routed experts split over DP ranks (tp.size must be 1)
@@ -103,5 +108,8 @@ common::Result<ModelWeights> load_weights(const Checkpoint& checkpoint, const Mo
 // Random weights with the checkpoint's distributions (make-tiny style); `dtype` is kF32, kBF16,
 // or kI8 for msmodelslim's W8A8 layout (projections and MLPs int8 per channel, the rest BF16).
 ModelWeights random_weights(const ModelConfig& config, tensor::DType dtype, uint64_t seed);
+
+// LoadOptions::lm_head_int8 on loaded weights: lm_head and every MTP head copy become int8.
+void quantize_lm_head_int8(ModelWeights& weights);
 
 }  // namespace model

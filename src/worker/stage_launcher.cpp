@@ -201,6 +201,7 @@ std::vector<std::string> stage_worker_args(const StageSpec& spec, const std::str
     a.push_back(join_ints(spec.cpus));
   }
   if (spec.expanded_kv_cache) a.push_back("--expanded-kv-cache");
+  if (spec.lm_head_int8) a.push_back("--lm-head-int8");
   if (spec.num_speculative_tokens > 0) {
     a.push_back("--num-speculative-tokens");
     a.push_back(std::to_string(spec.num_speculative_tokens));
@@ -236,6 +237,10 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
     const std::string& f = args[i];
     if (f == "--expanded-kv-cache") {
       out.spec.expanded_kv_cache = true;
+      continue;
+    }
+    if (f == "--lm-head-int8") {
+      out.spec.lm_head_int8 = true;
       continue;
     }
     if (f == "--expert-parallel") {

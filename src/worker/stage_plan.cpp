@@ -69,6 +69,7 @@ common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
     spec.block_size = o.block_size;
     spec.expanded_kv_cache = o.expanded_kv_cache;
     spec.num_speculative_tokens = o.num_speculative_tokens;
+    spec.lm_head_int8 = o.lm_head_int8;
     spec.kv_transfer_config = o.kv_transfer_config;
     spec.kv_dp_rank = o.kv_dp_rank;
     spec.tp_size = o.tensor_parallel_size;

@@ -160,6 +160,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
   opts.load_embedding = spec.stage == 0;
   opts.load_head = spec.stage + 1 == spec.num_stages;
   opts.load_mtp = spec.num_speculative_tokens > 0;
+  opts.lm_head_int8 = spec.lm_head_int8;
   auto model = model::DeepseekV3Model::load(spec.model_dir, opts);
   if (!model.ok()) {
     LOG(ERROR) << name << ": " << model.status().message();

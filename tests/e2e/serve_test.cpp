@@ -897,6 +897,9 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("additional_config.expanded_kv_cache must be a boolean"), std::string::npos)
       << out;
+  std::tie(rc, out) = run("--host 127.0.0.1 --additional-config '{\"lm_head_int8\": 1}'");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("additional_config.lm_head_int8 must be a boolean"), std::string::npos) << out;
   std::tie(rc, out) =
       run("--host 127.0.0.1 -pp 2 -tp 2 --max-num-batched-tokens 1024 --additional-config "
           "'{\"scheduler_config\": {\"profiling_chunk_config\": {\"enabled\": true}}}'");

@@ -233,6 +233,34 @@ TEST(W8A8AccuracyTest, CloseToTheFloatModel) {
   }
 }
 
+// The optional int8 lm_head (LoadOptions::lm_head_int8): the head and the MTP head become I8,
+// and the logits stay close to the float head's on 256 positions.
+TEST(W8A8AccuracyTest, Int8LmHeadIsCloseToTheFloatHead) {
+  auto f = load(fixture("tiny-bf16"));
+  model::LoadOptions options;
+  options.lm_head_int8 = true;
+  auto q = model::DeepseekV3Model::load(fixture("tiny-bf16"), options);
+  ASSERT_TRUE(f && q.ok());
+  EXPECT_EQ((*q)->weights().lm_head.dtype(), tensor::DType::kI8);
+  for (const auto& m : (*q)->weights().mtp)
+    EXPECT_TRUE(m.shared_head_head.empty() || m.shared_head_head.dtype() == tensor::DType::kI8);
+  const auto tokens = ids(256, f->config().vocab_size, 3);
+  const model::SequenceLogits rf = run(*f, tokens), rq = run(**q, tokens);
+  const int64_t V = f->config().vocab_size;
+  int agree = 0;
+  double worst = 1;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const float* a = &rf.all_logits[t * V];
+    const float* b = &rq.all_logits[t * V];
+    agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+    worst = std::min(worst, cosine(a, b, V));
+  }
+  std::printf("int8 lm_head vs BF16: worst logits cosine %.6f, top-1 agreement %.3f\n", worst,
+              double(agree) / tokens.size());
+  EXPECT_GE(worst, 0.999);
+  EXPECT_GE(double(agree) / tokens.size(), 0.9);
+}
+
 // ---- Hand-built checkpoints in the upstream layout ----
 
 // Every tensor of a checkpoint directory, copied out.
