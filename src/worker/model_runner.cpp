@@ -185,8 +185,15 @@ double ModelRunner::profile_ms(int64_t num_tokens, int64_t history, sched::Atten
   std::vector<float> hidden(first() ? 0 : n * c.hidden_size, 0.0f);
   const double t0 = common::now_seconds();
   // The head is not timed: a step computes logits only for a prompt's last chunk, and
-  // vllm-ascend's dummy run times the layers alone.
-  (void)run(batch, std::move(hidden), /*connected=*/false);
+  // vllm-ascend's dummy run times the layers alone. A drafting last slice also runs MTP step 0
+  // on every prefill chunk (its KV), so that layer is timed with the rest.
+  auto out = run(batch, std::move(hidden), /*connected=*/false);
+  if (out.ok() && num_spec_ > 0) {
+    std::vector<float> normed(out->size()), mtp_hidden(out->size());
+    model_.final_norm(out->data(), n, normed.data());
+    (void)model_.mtp_forward(batch, normed.data(), /*from_main=*/true, tokens, cache_, pool_,
+                             mtp_hidden.data(), 0);
+  }
   return (common::now_seconds() - t0) * 1000.0;
 }
 

@@ -69,9 +69,10 @@ class ModelRunner {
   // dropped; it exists so that this rank joins the collectives of ranks that have work.
   common::Status execute_dummy_batch();
 
-  // CPP profiling: milliseconds of the slice's layers on a prefill chunk of num_tokens dummy
-  // tokens after `history` cached ones (both clamped to the cache), in the given attention form,
-  // zero input on later slices. Uses the first cache blocks as scratch, so it must run while no
+  // CPP profiling: milliseconds of the slice's layers (and, on a drafting last slice, the MTP
+  // layer that every prefill chunk also runs) on a prefill chunk of num_tokens dummy tokens
+  // after `history` cached ones (both clamped to the cache), in the given attention form, zero
+  // input on later slices. Uses the first cache blocks as scratch, so it must run while no
   // request holds blocks.
   double profile_ms(int64_t num_tokens, int64_t history = 0,
                     sched::AttentionForm form = sched::AttentionForm::kAuto);

@@ -334,6 +334,27 @@ TEST(SpecDecodeTest, PipelineLastStageDrafts) {
   }
 }
 
+// CPP's dynamic chunks (startup profiling times the MTP layer with the rest, online calibration)
+// with drafts in the same engine: the same greedy tokens, as the seed's prefill node runs.
+TEST(SpecDecodeTest, DynamicChunksWithDraftsKeepGreedyOutputs) {
+  const std::vector<Job> jobs = eight_jobs(8, "cpp");
+  const auto expected = reference(jobs);
+  engine::EngineConfig c = config_with(1);
+  sched::ProfilingChunkConfig pc;
+  pc.enabled = true;
+  pc.need_timing = true;
+  pc.min_chunk = 16;
+  pc.max_fit_chunk = 8;
+  c.profiling_chunk = pc;
+  engine::EngineCore core(in_process(c), *fixture().tok, c);
+  ASSERT_NE(core.chunk_predictor(), nullptr);
+  EXPECT_TRUE(core.chunk_predictor()->ready());
+  const auto got = run(core, jobs);
+  for (size_t i = 0; i < jobs.size(); ++i)
+    EXPECT_EQ(got[i].tokens, expected.at(jobs[i].id)) << "prompt " << i;
+  expect_sane_metrics(core.metrics().totals.spec_decoding, 1);
+}
+
 // Seeded sampling with drafts (temperature, top-k, penalties, min_tokens, logprobs): the same
 // seeds give the same tokens alone and with the other requests in the batch, and in a second
 // engine; each draft position draws from the request's own generator.
