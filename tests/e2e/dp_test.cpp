@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -74,18 +75,33 @@ struct RankPair {
   std::unique_ptr<e2e::ServerProcess> r0, r1;
   bool ready() const { return r0 && r1 && r0->ready() && r1->ready(); }
 };
-RankPair start_ranks(int rpc, std::vector<std::string> x0, std::vector<std::string> x1,
+// Two external-LB ranks on a fresh rpc port. Ports come from free_port(), which another test
+// running at the same time may take before the servers bind it: a pair that does not come up
+// is started again on new ports (twice at most), with the failed attempt's logs kept aside.
+RankPair start_ranks(std::vector<std::string> x0, std::vector<std::string> x1,
                      const std::string& name) {
   x0.insert(x0.end(), {"--data-parallel-rank", "0"});
   x1.insert(x1.end(), {"--data-parallel-rank", "1"});
   RankPair p;
-  std::thread second([&] {
-    p.r1 = std::make_unique<e2e::ServerProcess>(model_dir(), dp_flags(rpc, x1),
-                                                "/tmp/chunkpipe_dp_" + name + "1.log");
-  });
-  p.r0 = std::make_unique<e2e::ServerProcess>(model_dir(), dp_flags(rpc, x0),
-                                              "/tmp/chunkpipe_dp_" + name + "0.log");
-  second.join();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int rpc = e2e::free_port();
+    p = RankPair{};
+    std::thread second([&] {
+      p.r1 = std::make_unique<e2e::ServerProcess>(model_dir(), dp_flags(rpc, x1),
+                                                  "/tmp/chunkpipe_dp_" + name + "1.log");
+    });
+    p.r0 = std::make_unique<e2e::ServerProcess>(model_dir(), dp_flags(rpc, x0),
+                                                "/tmp/chunkpipe_dp_" + name + "0.log");
+    second.join();
+    if (p.ready()) break;
+    std::printf("    ranks %s did not come up (attempt %d); logs kept as *.failed%d\n",
+                name.c_str(), attempt + 1, attempt);
+    p = RankPair{};  // stops both
+    for (const char* r : {"0", "1"}) {
+      const std::string log = "/tmp/chunkpipe_dp_" + name + r + ".log";
+      std::rename(log.c_str(), (log + ".failed" + std::to_string(attempt)).c_str());
+    }
+  }
   return p;
 }
 
@@ -139,7 +155,7 @@ TEST_F(DataParallelTest, ExternalRanksMatchOneRank) {
     const std::string name = ep ? "external_ep" : "external";
     std::vector<std::string> extra;
     if (ep) extra.push_back("--enable-expert-parallel");
-    RankPair p = start_ranks(e2e::free_port(), extra, extra, name);
+    RankPair p = start_ranks(extra, extra, name);
     ASSERT_TRUE(p.ready()) << name;
     e2e::ServerProcess& r0 = *p.r0;
     e2e::ServerProcess& r1 = *p.r1;
@@ -211,7 +227,7 @@ TEST(DataParallelServeTest, AnEngineKilledMidStreamFailsOverToTheOthers) {
 TEST(DataParallelServeTest, ExpertParallelGroupEndsWithAnErrorWhenARankDies) {
   const std::vector<std::string> big = {"--max-model-len", "8192", "--kv-cache-memory", "64000000",
                                         "--enable-expert-parallel"};
-  RankPair p = start_ranks(e2e::free_port(), big, big, "epdeath");
+  RankPair p = start_ranks(big, big, "epdeath");
   ASSERT_TRUE(p.ready());
   e2e::ServerProcess& r0 = *p.r0;
   e2e::ServerProcess& r1 = *p.r1;
@@ -238,7 +254,7 @@ TEST(DataParallelServeTest, ARankOutOfKvPreemptsItsOwnAndTheOthersKeepServing) {
   // Rank 1 holds 16 blocks of 16 tokens; four requests of up to ~110 tokens cannot all stay
   // resident.
   RankPair p = start_ranks(
-      e2e::free_port(), {"--enable-expert-parallel", "--max-model-len", "160"},
+      {"--enable-expert-parallel", "--max-model-len", "160"},
       {"--enable-expert-parallel", "--max-model-len", "160", "--kv-cache-memory", "150000"}, "kv");
   ASSERT_TRUE(p.ready());
   e2e::ServerProcess& r0 = *p.r0;
@@ -262,7 +278,7 @@ TEST(DataParallelServeTest, ARankOutOfKvPreemptsItsOwnAndTheOthersKeepServing) {
 }
 
 TEST(DataParallelServeTest, UnseededSamplingDoesNotDependOnTheRank) {
-  RankPair p = start_ranks(e2e::free_port(), {"--seed", "7"}, {"--seed", "7"}, "seed");
+  RankPair p = start_ranks({"--seed", "7"}, {"--seed", "7"}, "seed");
   ASSERT_TRUE(p.ready());
   e2e::ServerProcess& r0 = *p.r0;
   e2e::ServerProcess& r1 = *p.r1;
