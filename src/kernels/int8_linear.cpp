@@ -30,8 +30,9 @@ inline int8_t quantize_value(float x, float inv_scale, float offset) {
   return static_cast<int8_t>(std::clamp(v, -128.0f, 127.0f));
 }
 
-// NB weight rows against MB quantized tokens.
-template <int NB, int MB>
+// NB weight rows against MB quantized tokens. kStream: the rows are read once (decode), so the
+// lines ahead are prefetched.
+template <int NB, int MB, bool kStream>
 inline void dot_tile(const int8_t* xq, const float* act_scale, int64_t k, const WeightView& w,
                      int64_t n0, float* y, int64_t ldy) {
   const int8_t* rows[NB];
@@ -40,6 +41,28 @@ inline void dot_tile(const int8_t* xq, const float* act_scale, int64_t k, const 
   for (int nb = 0; nb < NB; ++nb)
     for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm256_setzero_si256();
   int64_t i = 0;
+  // Decode: 64 bytes (a cache line) of each row per pass, with the lines kPrefetchBytes ahead
+  // asked for now: sign-extending costs more instructions per byte than VNNI's dot products,
+  // and without the prefetch decode streamed at ~70% of the read bandwidth instead of ~85%.
+  // (Prefill re-reads each row from cache for every token pair: no prefetch there; it cost
+  // a fifth of the AVX2 prefill.)
+  constexpr int64_t kPrefetchBytes = 1024;
+  for (; kStream && i + 64 <= k; i += 64) {
+    for (int nb = 0; nb < NB; ++nb)
+      _mm_prefetch(reinterpret_cast<const char*>(rows[nb] + i + kPrefetchBytes), _MM_HINT_T0);
+    for (int64_t j = i; j < i + 64; j += 16) {
+      __m256i xv[MB];
+      for (int mb = 0; mb < MB; ++mb)
+        xv[mb] = _mm256_cvtepi8_epi16(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(xq + mb * k + j)));
+      for (int nb = 0; nb < NB; ++nb) {
+        const __m256i wv =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[nb] + j)));
+        for (int mb = 0; mb < MB; ++mb)
+          acc[nb][mb] = _mm256_add_epi32(acc[nb][mb], _mm256_madd_epi16(wv, xv[mb]));
+      }
+    }
+  }
   for (; i + 16 <= k; i += 16) {
     __m256i xv[MB];
     for (int mb = 0; mb < MB; ++mb)
@@ -65,9 +88,12 @@ template <int NB>
 inline void tokens_for_weight_block(const int8_t* xq, const float* act_scale, int64_t m,
                                     const WeightView& w, int64_t n, float* y, int64_t ldy) {
   const int64_t k = w.cols;
+  if (m == 1) return dot_tile<NB, 1, true>(xq, act_scale, k, w, n, y, ldy);
+  if (m == 2) return dot_tile<NB, 2, true>(xq, act_scale, k, w, n, y, ldy);
   int64_t r = 0;
-  for (; r + 2 <= m; r += 2) dot_tile<NB, 2>(xq + r * k, act_scale + r, k, w, n, y + r * ldy, ldy);
-  if (r < m) dot_tile<NB, 1>(xq + r * k, act_scale + r, k, w, n, y + r * ldy, ldy);
+  for (; r + 2 <= m; r += 2)
+    dot_tile<NB, 2, false>(xq + r * k, act_scale + r, k, w, n, y + r * ldy, ldy);
+  if (r < m) dot_tile<NB, 1, false>(xq + r * k, act_scale + r, k, w, n, y + r * ldy, ldy);
 }
 
 struct QuantScratch {

@@ -69,7 +69,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{9, 33, 31}, Shape{2, 7, 200}, Shape{70, 40, 72},
                                          Shape{32, 32, 64}, Shape{33, 50, 130}, Shape{96, 70, 257},
                                          Shape{64, 16, 3}, Shape{130, 33, 65}, Shape{16, 24, 100},
-                                         Shape{17, 5, 64})));
+                                         Shape{17, 5, 64},
+                                         // decode shapes through the prefetching 64-byte passes
+                                         // and both tails
+                                         Shape{1, 9, 2069}, Shape{2, 6, 150}, Shape{1, 4, 64})));
 
 TEST_P(Int8LinearTest, KernelsMatchTheDequantizedReference) {
   auto [static_act, s] = GetParam();
