@@ -351,22 +351,26 @@ std::vector<int32_t> Scheduler::update(const SchedulerOutput& output,
       continue;
     const std::vector<int32_t>& tokens = sampled[i];
     const int64_t num_spec = static_cast<int64_t>(s.spec_token_ids.size());
+    int64_t verified_end = s.num_computed_tokens + s.num_scheduled_tokens;  // of this step
     if (s.samples && !tokens.empty()) {
       CHECK(static_cast<int64_t>(tokens.size()) <= num_spec + 1)
           << "more tokens than drafts + 1 for " << s.req_id;
       // The drafts after the first rejection were computed for nothing: their slots are
       // overwritten later (vLLM keeps the blocks too).
-      r->num_computed_tokens -= num_spec - (static_cast<int64_t>(tokens.size()) - 1);
+      const int64_t rejected = num_spec - (static_cast<int64_t>(tokens.size()) - 1);
+      r->num_computed_tokens -= rejected;
+      verified_end -= rejected;
       r->output_token_ids.insert(r->output_token_ids.end(), tokens.begin(), tokens.end());
       appended[i] = static_cast<int32_t>(tokens.size());
       r->spec_token_ids = draft_token_ids[i];
     }
-    // Only a step that filled a block with verified tokens has anything to cache: skip copying
-    // the token ids (the whole prompt) on the other decode steps.
+    // The blocks this step filled with verified tokens; not those of a later chunk already in
+    // flight (pipeline parallelism), nor rejected drafts. Other decode steps skip copying the
+    // token ids (the whole prompt).
     const int bs = kv_->block_size();
-    if (r->num_computed_tokens / bs > s.num_computed_tokens / bs) {
+    if (verified_end / bs > s.num_computed_tokens / bs) {
       const auto ids = r->all_token_ids();
-      kv_->cache_full_blocks(r->request_id, ids, r->num_computed_tokens);
+      kv_->cache_full_blocks(r->request_id, ids, verified_end);
     }
   }
   return appended;
