@@ -1,15 +1,17 @@
-// MLA attention. Scores and weighted sums run through sgemm on blocks of queries per head
-// (prefill) or on cache blocks (decode); softmax is exact (whole row materialized) in f32.
+// MLA attention. Prefill: the blocked online-softmax pass of mla_flash.h, instantiated here for
+// AVX2 (the AVX-512 one is in mla_attention_avx512.cpp). Decode: sgemm on cache blocks with the
+// whole score row materialized, softmax exact in f32.
 #include "kernels/mla_attention.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
+#include "kernels/mla_flash.h"
+#include "kernels/simd.h"
 #include "kernels/vec_exp.h"
 #include "tensor/aligned_buffer.h"
 
@@ -48,30 +50,65 @@ void softmax_prefix(float* row, int64_t valid, int64_t n) {
   for (int64_t j = valid; j < n; ++j) row[j] = 0.0f;
 }
 
+// 8 lanes; 3 queries × 4 key vectors keep 12 accumulators, 3 broadcasts and a key in 16 registers.
+struct Avx2 {
+  using Vec = __m256;
+  static constexpr int kWidth = 8;
+  static constexpr int kRows = 3;
+  static Vec zero() { return _mm256_setzero_ps(); }
+  static Vec set1(float x) { return _mm256_set1_ps(x); }
+  static Vec load(const float* p) { return _mm256_loadu_ps(p); }
+  static __m256i prefix_mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static Vec load_n(const float* p, int n) {
+    if (n <= 0) return zero();
+    return n >= kWidth ? load(p) : _mm256_maskload_ps(p, prefix_mask(n));
+  }
+  static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+  static Vec fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  static Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+  static Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+  static Vec max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+  static Vec fill_from(Vec v, int n, float x) {
+    if (n >= kWidth) return v;
+    return _mm256_blendv_ps(_mm256_set1_ps(x), v, _mm256_castsi256_ps(prefix_mask(n)));
+  }
+  static float hmax(Vec v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+  }
+  static float hsum(Vec v) { return simd::hsum(v); }
+  static Vec exp(Vec v) { return exp8(v); }
+};
+
 }  // namespace
 
+namespace detail {
+
+void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t begin, int64_t end, int64_t stride) {
+  FlashPrefill<Avx2>(a).run(begin, end, stride);
+}
+
+}  // namespace detail
+
 void mla_prefill_attention(const MlaPrefillArgs& a, common::ThreadPool& pool) {
-  const int64_t T = a.num_queries, ctx = a.context_len, first_pos = ctx - T;
-  const int64_t q_stride = static_cast<int64_t>(a.num_heads) * (a.nope_dim + a.rope_dim);
-  const int64_t o_stride = static_cast<int64_t>(a.num_heads) * a.v_dim;
-  // Query blocks sized so one block's score rows stay around 1M floats.
-  const int64_t qb = std::clamp<int64_t>((int64_t{1} << 20) / std::max<int64_t>(ctx, 1), 16, 256);
-  const int64_t num_qblocks = (T + qb - 1) / qb;
-  pool.parallel_for(a.num_heads * num_qblocks, 1, [&](int64_t begin, int64_t end, int) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int h = static_cast<int>(item / num_qblocks);
-      const int64_t q0 = (item % num_qblocks) * qb, q1 = std::min(T, q0 + qb), nq = q1 - q0;
-      const int64_t nk = first_pos + q1;  // keys visible to the block's last query
-      auto& s = scores_scratch(static_cast<size_t>(nq * nk));
-      const float* qh = a.q + q0 * q_stride + static_cast<int64_t>(h) * (a.nope_dim + a.rope_dim);
-      sgemm(nq, nk, a.nope_dim, a.scale, qh, q_stride, a.k_nope + h * a.kv_head_stride,
-            a.kv_row_stride, true, 0.0f, s.data(), nk);
-      sgemm(nq, nk, a.rope_dim, a.scale, qh + a.nope_dim, q_stride, a.k_pe, a.k_pe_stride, true,
-            1.0f, s.data(), nk);
-      for (int64_t i = 0; i < nq; ++i)
-        softmax_prefix(s.data() + i * nk, first_pos + q0 + i + 1, nk);
-      sgemm(nq, a.v_dim, nk, 1.0f, s.data(), nk, a.v + h * a.kv_head_stride, a.kv_row_stride, false,
-            0.0f, a.out + q0 * o_stride + static_cast<int64_t>(h) * a.v_dim, o_stride);
+  const int64_t items =
+      a.num_heads * ((a.num_queries + detail::kFlashQueryBlock - 1) / detail::kFlashQueryBlock);
+  // Thread p takes items p, p + P, ...: causal blocks grow with the query index, so striding
+  // spreads long and short ones evenly.
+  const int64_t parts = std::min<int64_t>(pool.num_threads(), items);
+  const bool avx512 = cpu_features().avx512;
+  pool.parallel_for(parts, 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t part = begin; part < end; ++part) {
+      if (avx512) {
+        detail::mla_prefill_items_avx512(a, part, items, parts);
+      } else {
+        detail::mla_prefill_items_avx2(a, part, items, parts);
+      }
     }
   });
 }
@@ -86,11 +123,12 @@ void mla_prefill_attention_reference(const MlaPrefillArgs& a) {
       const int64_t visible = first_pos + t + 1;
       double max_v = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < visible; ++j) {
-        const float* kn = a.k_nope + j * a.kv_row_stride + h * a.kv_head_stride;
-        const float* kp = a.k_pe + j * a.k_pe_stride;
+        const float* kn = a.kt_nope + h * a.kt_head_stride + j;
+        const float* kp = a.kt_pe + j;
         double dot = 0.0;
-        for (int d = 0; d < a.nope_dim; ++d) dot += static_cast<double>(q[d]) * kn[d];
-        for (int d = 0; d < a.rope_dim; ++d) dot += static_cast<double>(q[a.nope_dim + d]) * kp[d];
+        for (int d = 0; d < a.nope_dim; ++d) dot += static_cast<double>(q[d]) * kn[d * a.kt_stride];
+        for (int d = 0; d < a.rope_dim; ++d)
+          dot += static_cast<double>(q[a.nope_dim + d]) * kp[d * a.kt_pe_stride];
         scores[j] = dot * a.scale;
         max_v = std::max(max_v, scores[j]);
       }
@@ -100,7 +138,7 @@ void mla_prefill_attention_reference(const MlaPrefillArgs& a) {
       for (int d = 0; d < a.v_dim; ++d) {
         double acc = 0.0;
         for (int64_t j = 0; j < visible; ++j) {
-          acc += scores[j] * a.v[j * a.kv_row_stride + h * a.kv_head_stride + d];
+          acc += scores[j] * a.v[j * a.v_row_stride + h * a.v_head_stride + d];
         }
         o[d] = static_cast<float>(acc / sum);
       }

@@ -10,7 +10,9 @@
 
 namespace kernels {
 
-// Expanded form (prefill): per-head keys k = [k_nope_h | k_pe] and values v_h are given.
+// Expanded form (prefill): per-head keys k = [k_nope_h | k_pe] and values v_h are given. Keys
+// come transposed (one row per dimension, keys contiguous), the layout a block of keys is
+// scored from with whole vectors.
 struct MlaPrefillArgs {
   int num_heads = 0;
   int nope_dim = 0;  // dn
@@ -20,16 +22,22 @@ struct MlaPrefillArgs {
   int64_t context_len = 0;
   float scale = 1.0f;
   const float* q = nullptr;  // [T, nh, dn + dr], contiguous
-  // Head h of key row j is at k_nope + j * kv_row_stride + h * kv_head_stride; same for v.
-  const float* k_nope = nullptr;
+  // k_nope of head h, dimension d, key j: kt_nope[h * kt_head_stride + d * kt_stride + j].
+  const float* kt_nope = nullptr;
+  int64_t kt_head_stride = 0;
+  int64_t kt_stride = 0;
+  // k_pe (shared by all heads), dimension d, key j: kt_pe[d * kt_pe_stride + j].
+  const float* kt_pe = nullptr;
+  int64_t kt_pe_stride = 0;
+  // v of head h, key j: the v_dim values at v + j * v_row_stride + h * v_head_stride.
   const float* v = nullptr;
-  int64_t kv_row_stride = 0;
-  int64_t kv_head_stride = 0;
-  const float* k_pe = nullptr;  // row j at k_pe + j * k_pe_stride (shared by all heads)
-  int64_t k_pe_stride = 0;
+  int64_t v_row_stride = 0;
+  int64_t v_head_stride = 0;
   float* out = nullptr;  // [T, nh, dv], contiguous
 };
 
+// One blocked pass per (head, block of queries) with an online softmax, on the best ISA path
+// (cpu_features()); a query's output does not depend on how the prompt was chunked.
 void mla_prefill_attention(const MlaPrefillArgs& args, common::ThreadPool& pool);
 void mla_prefill_attention_reference(const MlaPrefillArgs& args);
 

@@ -22,7 +22,7 @@ namespace {
 // k/v, latent and k_pe) would otherwise be fresh, zero-filled mappings on every layer of every
 // chunk, and their page faults and zeroing were a fifth of a long-history chunk's time.
 float* context_scratch(int slot, size_t size) {
-  thread_local tensor::AlignedBuffer<float> buffers[3];
+  thread_local tensor::AlignedBuffer<float> buffers[4];
   auto& b = buffers[slot];
   if (b.size() < size) b.resize(size);
   return b.data();
@@ -266,23 +266,44 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
         }
       });
     } else {
-      // Gather k_pe and either the cached expanded k_nope ‖ v or the latent, which is then
-      // expanded for every head; attend.
-      float* k_pe = context_scratch(0, size_t(ctx * dr));
-      float* kv = context_scratch(1, size_t(ctx * nh * (dn + dv)));
-      float* c_kv = ex_dim > 0 ? nullptr : context_scratch(2, size_t(ctx * r));
+      // The kernel reads keys transposed (kᵀ rows of ctx keys) and values as rows. Gather k_pe
+      // transposed, and the latent (expanded here per head) or the cached expanded rows. A block
+      // of keys touches every kᵀ row, so rows are an odd number of cache lines apart: rows a
+      // power of two apart would all fall in the same cache sets.
+      const int64_t kt_ld = ((ctx + 15) / 16 | 1) * 16;
+      float* kt_pe = context_scratch(0, size_t(kt_ld * dr));
+      float* kt = context_scratch(1, size_t(int64_t{nh} * dn * kt_ld));
+      float* kv = context_scratch(2, size_t(ctx * (ex_dim > 0 ? ex_dim : int64_t{nh} * dv)));
+      float* c_kv = ex_dim > 0 ? nullptr : context_scratch(3, size_t(ctx * r));
       for (int64_t j = 0; j < ctx; ++j) {
         const int64_t slot = int64_t{s.block_table[j / bs]} * bs + j % bs;
         const float* src = layer_cache + slot * row;
-        std::memcpy(k_pe + j * dr, src + r, dr * sizeof(float));
+        for (int d = 0; d < dr; ++d) kt_pe[d * kt_ld + j] = src[r + d];
         if (ex_dim > 0) {
-          std::memcpy(kv + j * ex_dim, cache.expanded_row(cache_layer, slot),
-                      ex_dim * sizeof(float));
+          const float* ex = cache.expanded_row(cache_layer, slot);
+          std::memcpy(kv + j * ex_dim, ex, ex_dim * sizeof(float));
+          for (int h = 0; h < nh; ++h)
+            for (int d = 0; d < dn; ++d)
+              kt[(int64_t{h} * dn + d) * kt_ld + j] = ex[h * (dn + dv) + d];
         } else {
           std::memcpy(c_kv + j * r, src, r * sizeof(float));
         }
       }
-      if (ex_dim == 0) kernels::linear(c_kv, ctx, w.kv_b_proj.view(), kv, pool);
+      if (ex_dim == 0) {
+        // kᵀ_h = W_UK[h] · c_kvᵀ and v_h = c_kv · W_UV[h]ᵀ, per head and block of 1024 keys.
+        constexpr int64_t kKeyBlock = 1024;
+        const int64_t key_blocks = (ctx + kKeyBlock - 1) / kKeyBlock;
+        pool.parallel_for(nh * key_blocks, 1, [&](int64_t i0, int64_t i1, int) {
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t h = i / key_blocks, j0 = (i % key_blocks) * kKeyBlock;
+            const int64_t nj = std::min(kKeyBlock, ctx - j0);
+            kernels::sgemm(dn, nj, r, 1.0f, kv_b + h * kv_b_head, r, c_kv + j0 * r, r, true, 0.0f,
+                           kt + h * dn * kt_ld + j0, kt_ld);
+            kernels::sgemm(nj, dv, r, 1.0f, c_kv + j0 * r, r, kv_b + h * kv_b_head + dn * r, r,
+                           true, 0.0f, kv + (h * ctx + j0) * dv, dv);
+          }
+        });
+      }
       kernels::MlaPrefillArgs args;
       args.num_heads = nh;
       args.nope_dim = dn;
@@ -292,12 +313,20 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       args.context_len = ctx;
       args.scale = scale;
       args.q = qs;
-      args.k_nope = kv;
-      args.v = kv + dn;
-      args.kv_row_stride = int64_t{nh} * (dn + dv);
-      args.kv_head_stride = dn + dv;
-      args.k_pe = k_pe;
-      args.k_pe_stride = dr;
+      args.kt_nope = kt;
+      args.kt_head_stride = int64_t{dn} * kt_ld;
+      args.kt_stride = kt_ld;
+      args.kt_pe = kt_pe;
+      args.kt_pe_stride = kt_ld;
+      if (ex_dim > 0) {
+        args.v = kv + dn;
+        args.v_row_stride = ex_dim;
+        args.v_head_stride = dn + dv;
+      } else {
+        args.v = kv;
+        args.v_row_stride = dv;
+        args.v_head_stride = ctx * dv;
+      }
       args.out = os;
       kernels::mla_prefill_attention(args, pool);
     }

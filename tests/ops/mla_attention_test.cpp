@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
+
+#include "kernels/cpu_features.h"
 
 #include "kernels/gemm.h"
 #include "test_util.h"
@@ -16,43 +19,88 @@ struct Dims {
   int64_t T, ctx;
 };
 
+// Keys and values laid out as the model hands them over: kᵀ per head ([dn][ctx], padded rows),
+// k_pe transposed, v rows per head, with strides that are not the tight ones.
+struct PrefillInputs {
+  Dims d;
+  std::vector<float> q, kt, kt_pe, v;
+  PrefillInputs(const Dims& dims, uint32_t seed) : d(dims) {
+    q = testutil::random_vector(d.T * d.heads * (d.dn + d.dr), seed);
+    kt = testutil::random_vector(d.heads * d.dn * (d.ctx + 5) + 1, seed + 1);
+    kt_pe = testutil::random_vector(d.dr * (d.ctx + 3) + 1, seed + 2);
+    v = testutil::random_vector(d.ctx * d.heads * (d.dv + 2) + 1, seed + 3);
+  }
+  // Queries q[q_row0, q_row0 + T') attend over keys [0, ctx') as the chunk's last T' tokens.
+  kernels::MlaPrefillArgs args(int64_t q_row0, int64_t num_queries, int64_t ctx, float* out) const {
+    kernels::MlaPrefillArgs a;
+    a.num_heads = d.heads;
+    a.nope_dim = d.dn;
+    a.rope_dim = d.dr;
+    a.v_dim = d.dv;
+    a.num_queries = num_queries;
+    a.context_len = ctx;
+    a.scale = 0.3f;
+    a.q = q.data() + q_row0 * d.heads * (d.dn + d.dr);
+    a.kt_nope = kt.data();
+    a.kt_stride = d.ctx + 5;
+    a.kt_head_stride = d.dn * (d.ctx + 5);
+    a.kt_pe = kt_pe.data();
+    a.kt_pe_stride = d.ctx + 3;
+    a.v = v.data();
+    a.v_row_stride = d.heads * (d.dv + 2);
+    a.v_head_stride = d.dv + 2;
+    a.out = out;
+    return a;
+  }
+};
+
 class MlaPrefillTest : public ::testing::TestWithParam<Dims> {};
 
-TEST_P(MlaPrefillTest, MatchesReference) {
+TEST_P(MlaPrefillTest, MatchesReferenceOnEveryPath) {
   const Dims d = GetParam();
-  const int64_t kv_row = int64_t{d.heads} * (d.dn + d.dv);
-  auto q = testutil::random_vector(d.T * d.heads * (d.dn + d.dr), 1);
-  auto kv = testutil::random_vector(d.ctx * kv_row, 2);
-  auto kpe = testutil::random_vector(d.ctx * (d.dr + 3), 3);
-  std::vector<float> out(d.T * d.heads * d.dv), ref(out.size());
-  kernels::MlaPrefillArgs a;
-  a.num_heads = d.heads;
-  a.nope_dim = d.dn;
-  a.rope_dim = d.dr;
-  a.v_dim = d.dv;
-  a.num_queries = d.T;
-  a.context_len = d.ctx;
-  a.scale = 0.3f;
-  a.q = q.data();
-  a.k_nope = kv.data();
-  a.v = kv.data() + d.dn;
-  a.kv_row_stride = kv_row;
-  a.kv_head_stride = d.dn + d.dv;
-  a.k_pe = kpe.data();
-  a.k_pe_stride = d.dr + 3;
-  a.out = out.data();
+  PrefillInputs in(d, 1);
+  std::vector<float> ref(d.T * d.heads * d.dv);
+  kernels::mla_prefill_attention_reference(in.args(0, d.T, d.ctx, ref.data()));
   common::ThreadPool pool(2);
-  kernels::mla_prefill_attention(a, pool);
-  a.out = ref.data();
-  kernels::mla_prefill_attention_reference(a);
-  EXPECT_LT(testutil::max_rel_error(out, ref), 1e-5);
+  for (const auto& path : testutil::supported_isa_paths()) {
+    kernels::ScopedCpuFeatures isa(path.features);
+    std::vector<float> out(ref.size(), -1.0f);
+    kernels::mla_prefill_attention(in.args(0, d.T, d.ctx, out.data()), pool);
+    EXPECT_LT(testutil::max_rel_error(out, ref), 1e-5) << path.name;
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, MlaPrefillTest,
-                         ::testing::Values(Dims{4, 32, 16, 32, 64, 1, 1},
-                                           Dims{4, 32, 16, 32, 64, 7, 20},
-                                           Dims{2, 16, 8, 24, 32, 300, 300},
-                                           Dims{3, 8, 8, 8, 16, 40, 1000}));
+// A query's output must not depend on the chunk it came in: the prompt in one chunk and in
+// uneven chunks (each attending over its own prefix) give the same floats, on every path.
+TEST_P(MlaPrefillTest, ChunkingDoesNotChangeOutputs) {
+  const Dims d = GetParam();
+  if (d.T != d.ctx) GTEST_SKIP() << "needs a whole prompt";
+  PrefillInputs in(d, 7);
+  common::ThreadPool pool(2);
+  for (const auto& path : testutil::supported_isa_paths()) {
+    kernels::ScopedCpuFeatures isa(path.features);
+    std::vector<float> whole(d.T * d.heads * d.dv), chunked(whole.size());
+    kernels::mla_prefill_attention(in.args(0, d.T, d.T, whole.data()), pool);
+    const int64_t sizes[] = {1, 17, 64, 95, 3, 200};
+    int64_t t0 = 0;
+    for (int i = 0; t0 < d.T; i = (i + 1) % 6) {
+      const int64_t n = std::min(sizes[i], d.T - t0);
+      kernels::mla_prefill_attention(in.args(t0, n, t0 + n, chunked.data() + t0 * d.heads * d.dv),
+                                     pool);
+      t0 += n;
+    }
+    for (size_t i = 0; i < whole.size(); ++i) {
+      ASSERT_EQ(whole[i], chunked[i]) << path.name << " output " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MlaPrefillTest,
+    ::testing::Values(Dims{4, 32, 16, 32, 64, 1, 1}, Dims{4, 32, 16, 32, 64, 7, 20},
+                      Dims{2, 16, 8, 24, 32, 300, 300}, Dims{3, 8, 8, 8, 16, 40, 1000},
+                      Dims{2, 64, 32, 64, 128, 250, 250}, Dims{1, 128, 64, 128, 512, 130, 400},
+                      Dims{5, 20, 12, 70, 16, 97, 97}, Dims{1, 8, 8, 8, 16, 1, 100}));
 
 // A paged latent cache whose logical blocks live at scattered physical blocks.
 struct PagedCache {
@@ -114,13 +162,17 @@ TEST(MlaEquivalenceTest, ExpandedEqualsAbsorbed) {
   common::ThreadPool pool(2);
 
   // Expanded: k_nope / v per head from the gathered latent.
-  std::vector<float> c_kv(ctx * r), k_pe(ctx * dr), kv(ctx * nh * (dn + dv));
+  std::vector<float> c_kv(ctx * r), kv(ctx * nh * (dn + dv)), kt(nh * dn * ctx), kt_pe(dr * ctx);
   for (int64_t j = 0; j < ctx; ++j) {
     std::copy_n(cache.token(j), r, c_kv.data() + j * r);
-    std::copy_n(cache.token(j) + r, dr, k_pe.data() + j * dr);
+    for (int d = 0; d < dr; ++d) kt_pe[d * ctx + j] = cache.token(j)[r + d];
   }
   kernels::sgemm(ctx, nh * (dn + dv), r, 1.0f, c_kv.data(), r, w_kv_b.data(), r, true, 0.0f,
                  kv.data(), nh * (dn + dv));
+  for (int64_t j = 0; j < ctx; ++j)
+    for (int h = 0; h < nh; ++h)
+      for (int d = 0; d < dn; ++d)
+        kt[(h * dn + d) * ctx + j] = kv[j * nh * (dn + dv) + h * (dn + dv) + d];
   std::vector<float> expanded(T * nh * dv);
   kernels::MlaPrefillArgs p;
   p.num_heads = nh;
@@ -131,12 +183,14 @@ TEST(MlaEquivalenceTest, ExpandedEqualsAbsorbed) {
   p.context_len = ctx;
   p.scale = 0.4f;
   p.q = q.data();
-  p.k_nope = kv.data();
+  p.kt_nope = kt.data();
+  p.kt_head_stride = dn * ctx;
+  p.kt_stride = ctx;
+  p.kt_pe = kt_pe.data();
+  p.kt_pe_stride = ctx;
   p.v = kv.data() + dn;
-  p.kv_row_stride = nh * (dn + dv);
-  p.kv_head_stride = dn + dv;
-  p.k_pe = k_pe.data();
-  p.k_pe_stride = dr;
+  p.v_row_stride = nh * (dn + dv);
+  p.v_head_stride = dn + dv;
   p.out = expanded.data();
   kernels::mla_prefill_attention_reference(p);
 

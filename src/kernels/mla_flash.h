@@ -1,0 +1,204 @@
+// Internal to kernels: the expanded-form MLA prefill attention as one blocked pass with an online
+// softmax (no score row is materialized), written once over a SIMD traits type S that each ISA's
+// file defines with internal linkage, so every instantiation is private to its file and built
+// for that file's ISA. Invariant: a query's output depends only on its position and the data,
+// never on which chunk or group it arrives in (keys run in blocks aligned to position 0, each
+// query's arithmetic in a fixed order), which keeps greedy outputs equal across chunkings.
+// Thread-safe for disjoint items.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/mla_attention.h"
+
+namespace kernels::detail {
+
+// Queries per work item (one head × one block of queries): the keys a block streams are loaded
+// once per block, so larger blocks read K and V less often.
+inline constexpr int64_t kFlashQueryBlock = 96;
+
+// Work items [begin, end) in steps of `stride`, per ISA.
+void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t begin, int64_t end, int64_t stride);
+void mla_prefill_items_avx512(const MlaPrefillArgs& a, int64_t begin, int64_t end, int64_t stride);
+
+// S provides: Vec, kWidth (lanes), kRows (queries per register tile), zero(), set1(), load(),
+// load_n(p, n) (lanes >= n read as 0, no access past them), store(), fmadd(), add(), sub(),
+// mul(), max(), fill_from(v, n, x) (lanes >= n set to x), hmax(), hsum(), exp().
+// Work items are one head × one block of queries, head-major.
+template <class S>
+class FlashPrefill {
+ public:
+  using Vec = typename S::Vec;
+  static constexpr int kWidth = S::kWidth;
+  static constexpr int kVecs = 4;  // vectors of keys per block, and of value columns per slice
+  static constexpr int kKeys = kVecs * kWidth;
+  static constexpr int kRows = S::kRows;
+
+  explicit FlashPrefill(const MlaPrefillArgs& a)
+      : a_(a),
+        qk_(a.nope_dim + a.rope_dim),
+        first_pos_(a.context_len - a.num_queries),
+        num_qblocks_((a.num_queries + kFlashQueryBlock - 1) / kFlashQueryBlock),
+        o_stride_((a.v_dim + kKeys - 1) / kKeys * kKeys) {}
+
+  void run(int64_t begin, int64_t end, int64_t stride) {
+    for (int64_t item = begin; item < end; item += stride) run_item(item);
+  }
+
+ private:
+  // Per query of the item: running max, running sum and unnormalized output.
+  struct State {
+    std::vector<float> m, l, o;
+  };
+
+  void run_item(int64_t item) {
+    const int h = static_cast<int>(item / num_qblocks_);
+    const int64_t t0 = (item % num_qblocks_) * kFlashQueryBlock;
+    const int64_t t1 = std::min(a_.num_queries, t0 + kFlashQueryBlock);
+    thread_local State st;
+    st.m.assign(static_cast<size_t>(t1 - t0), -std::numeric_limits<float>::infinity());
+    st.l.assign(static_cast<size_t>(t1 - t0), 0.0f);
+    st.o.assign(static_cast<size_t>((t1 - t0) * o_stride_), 0.0f);
+    const int64_t last_key = first_pos_ + t1 - 1;
+    for (int64_t k0 = 0; k0 <= last_key; k0 += kKeys) {
+      const int nkeys = static_cast<int>(std::min<int64_t>(kKeys, a_.context_len - k0));
+      for (int64_t g = t0; g < t1; g += kRows) {
+        const int n = static_cast<int>(std::min<int64_t>(kRows, t1 - g));
+        if (k0 > first_pos_ + g + n - 1) continue;  // the block is in all n queries' future
+        switch (n) {
+          case 1:
+            step<1>(h, g, t0, k0, nkeys, st);
+            break;
+          case 2:
+            step<2>(h, g, t0, k0, nkeys, st);
+            break;
+          case 3:
+            step<3>(h, g, t0, k0, nkeys, st);
+            break;
+          case 4:
+            if constexpr (kRows >= 4) step<4>(h, g, t0, k0, nkeys, st);
+            break;
+          case 5:
+            if constexpr (kRows >= 5) step<5>(h, g, t0, k0, nkeys, st);
+            break;
+          case 6:
+            if constexpr (kRows >= 6) step<6>(h, g, t0, k0, nkeys, st);
+            break;
+          default:
+            break;
+        }
+      }
+    }
+    const int64_t o_head = int64_t{a_.num_heads} * a_.v_dim;
+    for (int64_t t = t0; t < t1; ++t) {
+      const float inv = 1.0f / st.l[t - t0];
+      const float* src = st.o.data() + (t - t0) * o_stride_;
+      float* dst = a_.out + t * o_head + int64_t{h} * a_.v_dim;
+      for (int c = 0; c < a_.v_dim; ++c) dst[c] = src[c] * inv;
+    }
+  }
+
+  // Scores of R queries against keys [k0, k0 + nkeys), dimension by dimension: acc += q[d] · kᵀ[d].
+  template <int R, bool kFull>
+  void scores(const float* const (&q)[R], const float* kt, int64_t kt_stride, int dims, int nkeys,
+              Vec (&acc)[R][kVecs]) const {
+    for (int d = 0; d < dims; ++d) {
+      const float* row = kt + d * kt_stride;
+      Vec b[R];
+      for (int i = 0; i < R; ++i) b[i] = S::set1(q[i][d]);
+      for (int c = 0; c < kVecs; ++c) {
+        const Vec k =
+            kFull ? S::load(row + c * kWidth) : S::load_n(row + c * kWidth, nkeys - c * kWidth);
+        for (int i = 0; i < R; ++i) acc[i][c] = S::fmadd(b[i], k, acc[i][c]);
+      }
+    }
+  }
+
+  // One key block for R queries starting at chunk index g: scores, online softmax, o += p · v.
+  template <int R>
+  void step(int h, int64_t g, int64_t t0, int64_t k0, int nkeys, State& st) const {
+    const float* q[R];
+    for (int i = 0; i < R; ++i) q[i] = a_.q + (g + i) * a_.num_heads * int64_t{qk_} + h * qk_;
+    const float* q_pe[R];
+    for (int i = 0; i < R; ++i) q_pe[i] = q[i] + a_.nope_dim;
+    Vec acc[R][kVecs];
+    for (int i = 0; i < R; ++i)
+      for (int c = 0; c < kVecs; ++c) acc[i][c] = S::zero();
+    const float* kt_nope = a_.kt_nope + h * a_.kt_head_stride + k0;
+    const float* kt_pe = a_.kt_pe + k0;
+    if (nkeys == kKeys) {
+      scores<R, true>(q, kt_nope, a_.kt_stride, a_.nope_dim, nkeys, acc);
+      scores<R, true>(q_pe, kt_pe, a_.kt_pe_stride, a_.rope_dim, nkeys, acc);
+    } else {
+      scores<R, false>(q, kt_nope, a_.kt_stride, a_.nope_dim, nkeys, acc);
+      scores<R, false>(q_pe, kt_pe, a_.kt_pe_stride, a_.rope_dim, nkeys, acc);
+    }
+
+    alignas(64) float p[R][kKeys];
+    float alpha[R];
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    const Vec scale = S::set1(a_.scale);
+    int used = 0;  // keys any of the R queries sees in this block
+    for (int i = 0; i < R; ++i) {
+      const int visible =
+          static_cast<int>(std::clamp<int64_t>(first_pos_ + g + i - k0 + 1, 0, nkeys));
+      used = std::max(used, visible);
+      float& m = st.m[g + i - t0];
+      if (visible == 0) {  // the whole block is in this query's future
+        alpha[i] = 1.0f;
+        for (int c = 0; c < kKeys; ++c) p[i][c] = 0.0f;
+        continue;
+      }
+      Vec s[kVecs];
+      for (int c = 0; c < kVecs; ++c)
+        s[c] = S::fill_from(S::mul(acc[i][c], scale), visible - c * kWidth, neg_inf);
+      const float m_new = std::max(m, S::hmax(S::max(S::max(s[0], s[1]), S::max(s[2], s[3]))));
+      alpha[i] = std::exp(m - m_new);  // 0 on the first block, where m is -inf
+      const Vec shift = S::set1(m_new);
+      for (int c = 0; c < kVecs; ++c) {
+        s[c] = S::fill_from(S::exp(S::sub(s[c], shift)), visible - c * kWidth, 0.0f);
+        S::store(p[i] + c * kWidth, s[c]);
+      }
+      st.l[g + i - t0] =
+          st.l[g + i - t0] * alpha[i] + S::hsum(S::add(S::add(s[0], s[1]), S::add(s[2], s[3])));
+      m = m_new;
+    }
+
+    const float* v = a_.v + k0 * a_.v_row_stride + h * a_.v_head_stride;
+    for (int c0 = 0; c0 < a_.v_dim; c0 += kKeys) {
+      const int cols = std::min(kKeys, a_.v_dim - c0);
+      Vec o[R][kVecs];
+      for (int i = 0; i < R; ++i) {
+        const Vec al = S::set1(alpha[i]);
+        float* row = st.o.data() + (g + i - t0) * o_stride_ + c0;
+        for (int c = 0; c < kVecs; ++c) o[i][c] = S::mul(S::load(row + c * kWidth), al);
+      }
+      for (int j = 0; j < used; ++j) {
+        const float* vrow = v + j * a_.v_row_stride + c0;
+        Vec b[R];
+        for (int i = 0; i < R; ++i) b[i] = S::set1(p[i][j]);
+        for (int c = 0; c < kVecs; ++c) {
+          const Vec x = cols == kKeys ? S::load(vrow + c * kWidth)
+                                      : S::load_n(vrow + c * kWidth, cols - c * kWidth);
+          for (int i = 0; i < R; ++i) o[i][c] = S::fmadd(b[i], x, o[i][c]);
+        }
+      }
+      for (int i = 0; i < R; ++i) {
+        float* row = st.o.data() + (g + i - t0) * o_stride_ + c0;
+        for (int c = 0; c < kVecs; ++c) S::store(row + c * kWidth, o[i][c]);
+      }
+    }
+  }
+
+  const MlaPrefillArgs& a_;
+  const int qk_;
+  const int64_t first_pos_;
+  const int64_t num_qblocks_;
+  const int64_t o_stride_;  // per query in State::o: v_dim rounded up to whole slices
+};
+
+}  // namespace kernels::detail
