@@ -19,6 +19,7 @@ CpuFeatures intersect(const CpuFeatures& a, const CpuFeatures& b) {
   r.avx512_vnni = r.avx512 && a.avx512_vnni && b.avx512_vnni;
   r.avx_vnni = a.avx_vnni && b.avx_vnni;
   r.amx_int8 = r.avx512 && a.amx_int8 && b.amx_int8;
+  r.amx_bf16 = r.avx512 && a.amx_bf16 && b.amx_bf16;
   return r;
 }
 
@@ -31,6 +32,7 @@ CpuFeatures from_environment() {
     CpuFeatures r = detected;
     r.avx_vnni = false;
     r.amx_int8 = false;
+    r.amx_bf16 = false;
     return r;
   }
   if (cap == "avx2") return CpuFeatures{};
@@ -54,12 +56,14 @@ CpuFeatures detected_cpu_features() {
   f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
   f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
   // AVX-VNNI and AMX straight from CPUID leaf 7 (clang 14's __builtin_cpu_supports does not
-  // know them): AVX-VNNI is subleaf 1 EAX bit 4; AMX-TILE and AMX-INT8 are subleaf 0 EDX bits
-  // 24 and 25. The OS grants the AMX tile state later, per process (int8_amx.cpp).
+  // know them): AVX-VNNI is subleaf 1 EAX bit 4; AMX-BF16, AMX-TILE and AMX-INT8 are subleaf 0
+  // EDX bits 22, 24 and 25. The OS grants the AMX tile state later, per process (int8_amx.cpp).
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx_vnni = (eax >> 4) & 1;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx))
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
     f.amx_int8 = f.avx512 && ((edx >> 24) & 1) && ((edx >> 25) & 1);
+    f.amx_bf16 = f.avx512 && ((edx >> 24) & 1) && ((edx >> 22) & 1);
+  }
   return f;
 }
 
@@ -74,6 +78,7 @@ std::string describe(const CpuFeatures& f) {
   if (f.avx512_vnni) s += " avx512_vnni";
   if (f.avx_vnni) s += " avx_vnni";
   if (f.amx_int8) s += " amx_int8";
+  if (f.amx_bf16) s += " amx_bf16";
   return s;
 }
 
@@ -81,7 +86,11 @@ std::string kernel_paths_line() {
   const CpuFeatures& f = cpu_features();
   std::string s = "kernel paths (CHUNKPIPE_ISA caps them): linear f32/bf16 streaming ";
   s += f.avx512 ? "avx512" : "avx2";
-  s += ", linear f32/bf16 tiles openblas, linear int8 ";
+  s += ", linear f32/bf16 tiles ";
+  s += f.amx_bf16 ? "amx_bf16 (bf16 weights, f32 activations as three exact bf16 terms; f32 "
+                    "weights openblas)"
+                  : "openblas";
+  s += ", linear int8 ";
   s += f.avx512_vnni ? "avx512_vnni" : (f.avx_vnni ? "avx_vnni" : "avx2");
   if (f.amx_int8) s += " (amx_int8 from 16 tokens)";
   s += "; cpu features: " + describe(f);

@@ -15,6 +15,7 @@ struct CpuFeatures {
   bool avx512_vnni = false;  // vpdpbusd on 512-bit registers
   bool avx_vnni = false;     // vpdpbusd on 256-bit registers (VEX)
   bool amx_int8 = false;     // AMX tiles with tdpbssd (the OS must also grant the tile state)
+  bool amx_bf16 = false;     // AMX tiles with tdpbf16ps (same tile state)
 
   bool operator==(const CpuFeatures&) const = default;
 };

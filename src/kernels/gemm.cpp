@@ -12,6 +12,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gemm_paths.h"
 #include "kernels/int8_linear.h"
+#include "kernels/int8_paths.h"
 #include "kernels/simd.h"
 #include "tensor/aligned_buffer.h"
 
@@ -159,6 +160,33 @@ void linear_blas(const float* x, int64_t m, const WeightView& w, float* y, int64
   });
 }
 
+bool amx_bf16_active() {
+  return cpu_features().amx_bf16 && detail::amx_tiles_usable();
+}
+
+void split_bf16x3(const float* x, int64_t ldx, int64_t m, int64_t k, Bf16x3Activations& out,
+                  common::ThreadPool& pool) {
+  out.m = m;
+  out.k = k;
+  out.mp = (m + 31) / 32 * 32;
+  out.kp = (k + 31) / 32 * 32;
+  const size_t size = size_t(3 * out.mp * out.kp);
+  if (out.planes.size() < size) out.planes.resize(size);
+  uint16_t* planes = out.planes.data();
+  pool.parallel_for(out.mp, 32, [&](int64_t b, int64_t e, int) {
+    detail::split_bf16x3_rows(x, ldx, k, b, e, m, planes, out.mp, out.kp);
+  });
+}
+
+void bf16_linear_amx(const Bf16x3Activations& x, const uint16_t* w, int64_t n, float* y,
+                     int64_t ldy, bool y_transposed, common::ThreadPool& pool) {
+  // Output rows in whole panels of 32 per thread.
+  pool.parallel_for((n + 31) / 32, 1, [&](int64_t b, int64_t e, int) {
+    detail::bf16x3_range_amx(x.planes.data(), x.mp, x.kp, x.m, w, x.k, y, ldy, y_transposed, b * 32,
+                             std::min(n, e * 32));
+  });
+}
+
 void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
             common::ThreadPool& pool) {
   if (w.dtype == DType::kI8) {
@@ -169,6 +197,10 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
   if (m <= 0 || w.rows == 0) return;
   if (m <= (w.dtype == DType::kBF16 ? kStreamingMaxRowsBf16 : kStreamingMaxRowsF32)) {
     linear_streaming(x, m, w, y, ldy, pool);
+  } else if (w.dtype == DType::kBF16 && amx_bf16_active()) {
+    thread_local Bf16x3Activations split;
+    split_bf16x3(x, w.cols, m, w.cols, split, pool);
+    bf16_linear_amx(split, w.bf16(), w.rows, y, ldy, false, pool);
   } else {
     linear_blas(x, m, w, y, ldy, pool);
   }

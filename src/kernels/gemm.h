@@ -1,13 +1,14 @@
 // Linear layers: y[M, N] = x[M, K] · W[N, K]ᵀ with f32 activations and F32 or BF16 weights.
 // Small M (decode) streams the weights once through an AVX2 or AVX-512 kernel (cpu_features());
-// larger M converts weight tiles to f32 and runs OpenBLAS sgemm (single-threaded, tiles split
-// across our ThreadPool).
+// larger M runs AMX-BF16 on BF16 weights where the CPU has it, else converts weight tiles to f32
+// and runs OpenBLAS sgemm (single-threaded, tiles split across our ThreadPool).
 // Thread-safe for distinct outputs; uses per-thread scratch.
 #pragma once
 
 #include <cstdint>
 
 #include "common/thread_pool.h"
+#include "tensor/aligned_buffer.h"
 #include "tensor/weight_matrix.h"
 
 namespace kernels {
@@ -45,6 +46,20 @@ void linear_streaming(const float* x, int64_t m, const tensor::WeightView& w, fl
                       common::ThreadPool& pool);
 void linear_blas(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
                  common::ThreadPool& pool);
+
+// The AMX-BF16 path, when cpu_features().amx_bf16 and the OS grants the tile state
+// (amx_bf16_active()). Activations x [m, k] are split once into three bf16 terms whose sum is x
+// exactly, then reused by every bf16 weight W [n, k] that reads them: y = x·Wᵀ, or with
+// y_transposed y[j * ldy + t]. Not thread-safe per Bf16x3Activations.
+bool amx_bf16_active();
+struct Bf16x3Activations {
+  int64_t m = 0, k = 0, mp = 0, kp = 0;    // mp, kp: m and k rounded up to 32
+  tensor::AlignedBuffer<uint16_t> planes;  // [3][mp][kp], zero outside x
+};
+void split_bf16x3(const float* x, int64_t ldx, int64_t m, int64_t k, Bf16x3Activations& out,
+                  common::ThreadPool& pool);
+void bf16_linear_amx(const Bf16x3Activations& x, const uint16_t* w, int64_t n, float* y,
+                     int64_t ldy, bool y_transposed, common::ThreadPool& pool);
 
 // Naive reference: one double-accumulated dot product per output (I8: linear_int8_reference).
 void linear_reference(const float* x, int64_t m, const tensor::WeightView& w, float* y,

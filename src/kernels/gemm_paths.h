@@ -16,4 +16,15 @@ void streaming_range_avx2(const float* x, int64_t m, const tensor::WeightView& w
 void streaming_range_avx512(const float* x, int64_t m, const tensor::WeightView& w, float* y,
                             int64_t ldy, int64_t n_begin, int64_t n_end);
 
+// AMX-BF16 for BF16 weights (gemm_amx_bf16.cpp). x rows [row_begin, row_end) of [m, k] (row
+// stride ldx) become three bf16 planes of [mp][kp] (mp, kp multiples of 32, zeros outside x)
+// whose sum is x exactly; rows at or past m are zeroed.
+void split_bf16x3_rows(const float* x, int64_t ldx, int64_t k, int64_t row_begin, int64_t row_end,
+                       int64_t m, uint16_t* out, int64_t mp, int64_t kp);
+// y = x · Wᵀ for weight rows [n_begin, n_end) of w [n, k] (bf16), from the split planes; with
+// y_transposed, y[n * ldy + t] instead of y[t * ldy + n]. Call only when amx_tiles_usable()
+// (int8_paths.h).
+void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, const uint16_t* w,
+                      int64_t k, float* y, int64_t ldy, bool y_transposed, int64_t n_begin,
+                      int64_t n_end);
 }  // namespace kernels::detail

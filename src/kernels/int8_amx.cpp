@@ -33,7 +33,7 @@ tensor::AlignedBuffer<int8_t>& packed_scratch(size_t size) {
 
 }  // namespace
 
-bool amx_int8_usable() {
+bool amx_tiles_usable() {
   static const bool usable = [] {
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;

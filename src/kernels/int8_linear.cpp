@@ -176,7 +176,7 @@ void linear_int8(const float* x, int64_t m, const WeightView& w, float* y, int64
   pool.parallel_for(m, 4, [&](int64_t b, int64_t e, int) {
     quantize_activations(x + b * k, e - b, k, w.quant, xq + b * k, scale + b);
   });
-  if (m >= kAmxMinTokens && cpu_features().amx_int8 && detail::amx_int8_usable()) {
+  if (m >= kAmxMinTokens && cpu_features().amx_int8 && detail::amx_tiles_usable()) {
     // AMX reads whole 32-token × 64-byte tiles: a zero-padded copy of the quantized rows.
     const int64_t kp = (k + 63) / 64 * 64, mp = (m + 31) / 32 * 32;
     thread_local tensor::AlignedBuffer<int8_t> padded;

@@ -30,9 +30,9 @@ void int8_range_avx512_vnni(const int8_t* xq, const float* act_scale, int64_t m,
                             int64_t n_end);
 
 // AMX-INT8 (many tokens): xq padded to a multiple of 32 rows, each of kp bytes (K rounded up
-// to 64, zeros after K). Call only when amx_int8_usable(), which asks the OS for the tile
+// to 64, zeros after K). Call only when amx_tiles_usable(), which asks the OS for the tile
 // state once per process.
-bool amx_int8_usable();
+bool amx_tiles_usable();
 void int8_range_amx(const int8_t* xq, int64_t kp, const float* act_scale, int64_t m,
                     const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
                     int64_t n_end);

@@ -67,6 +67,7 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights, Tenso
       dp_experts_(dp_experts) {
   rope_ = kernels::compute_rope_params(config_.qk_rope_head_dim, config_.rope_theta,
                                        config_.qk_head_dim(), config_.yarn);
+  add_bf16_copies(weights_);
 }
 
 common::Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(const std::string& model_dir,
@@ -289,7 +290,16 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
           std::memcpy(c_kv + j * r, src, r * sizeof(float));
         }
       }
-      if (ex_dim == 0) {
+      if (ex_dim == 0 && !w.kv_b_proj_bf16.empty() && kernels::amx_bf16_active()) {
+        // kᵀ_h = (c_kv · W_UK[h]ᵀ)ᵀ and v_h = c_kv · W_UV[h]ᵀ on AMX, the latent split once.
+        thread_local kernels::Bf16x3Activations split;
+        kernels::split_bf16x3(c_kv, r, ctx, r, split, pool);
+        for (int64_t h = 0; h < nh; ++h) {
+          const uint16_t* wh = w.kv_b_proj_bf16.data() + h * kv_b_head;
+          kernels::bf16_linear_amx(split, wh, dn, kt + h * dn * kt_ld, kt_ld, true, pool);
+          kernels::bf16_linear_amx(split, wh + dn * r, dv, kv + h * ctx * dv, dv, false, pool);
+        }
+      } else if (ex_dim == 0) {
         // kᵀ_h = W_UK[h] · c_kvᵀ and v_h = c_kv · W_UV[h]ᵀ, per head and block of 1024 keys.
         constexpr int64_t kKeyBlock = 1024;
         const int64_t key_blocks = (ctx + kKeyBlock - 1) / kKeyBlock;

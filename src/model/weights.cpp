@@ -565,4 +565,22 @@ ModelWeights random_weights(const ModelConfig& c, DType dtype, uint64_t seed) {
   return w;
 }
 
+void add_bf16_copies(ModelWeights& weights) {
+  auto add = [](AttentionWeights& a) {
+    if (a.kv_b_proj.dtype() != tensor::DType::kF32 || a.kv_b_proj.rows() == 0) return;
+    const float* v = a.kv_b_proj.view().f32();
+    const size_t n = static_cast<size_t>(a.kv_b_proj.rows() * a.kv_b_proj.cols());
+    std::vector<uint16_t> copy(n);
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, v + i, 4);
+      if (bits & 0xffffu) return;  // not a bf16 value: keep the f32 path
+      copy[i] = static_cast<uint16_t>(bits >> 16);
+    }
+    a.kv_b_proj_bf16 = std::move(copy);
+  };
+  for (DecoderLayerWeights& layer : weights.layers) add(layer.attn);
+  for (MtpWeights& mtp : weights.mtp) add(mtp.layer.attn);
+}
+
 }  // namespace model

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "test_util.h"
 
 namespace {
@@ -41,7 +43,33 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
                        ::testing::Values(Shape{1, 1, 1}, Shape{1, 37, 19}, Shape{3, 64, 128},
                                          Shape{8, 130, 257}, Shape{9, 33, 64}, Shape{40, 300, 96},
-                                         Shape{2, 7, 8}, Shape{7, 21, 33}, Shape{5, 6, 31})));
+                                         Shape{2, 7, 8}, Shape{7, 21, 33}, Shape{5, 6, 31},
+                                         Shape{49, 40, 70}, Shape{97, 65, 300},
+                                         Shape{130, 96, 64})));
+
+// The AMX-BF16 path on its own, both output layouts: activations split into three bf16 terms
+// must give f32-accurate products (not bf16-rounded ones), so the bar is the f32 paths' 1e-5.
+TEST(GemmAmxBf16Test, MatchesReferenceInBothLayouts) {
+  if (!kernels::amx_bf16_active()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  common::ThreadPool pool(2);
+  for (const Shape s :
+       {Shape{1, 1, 1}, Shape{33, 47, 95}, Shape{64, 64, 64}, Shape{200, 130, 520}}) {
+    auto w = testutil::random_matrix(DType::kBF16, s.n, s.k, 3);
+    auto x = testutil::random_vector(static_cast<size_t>(s.m * s.k), 4);
+    // Values over many binades, where a bf16 rounding of x would show.
+    for (size_t i = 0; i < x.size(); ++i) x[i] *= std::ldexp(1.0f, static_cast<int>(i % 13) - 6);
+    std::vector<float> ref(s.m * s.n), y(s.m * s.n, -1.0f), yt(s.m * s.n, -1.0f), back(s.m * s.n);
+    kernels::linear_reference(x.data(), s.m, w.view(), ref.data(), s.n);
+    kernels::Bf16x3Activations split;
+    kernels::split_bf16x3(x.data(), s.k, s.m, s.k, split, pool);
+    kernels::bf16_linear_amx(split, w.view().bf16(), s.n, y.data(), s.n, false, pool);
+    kernels::bf16_linear_amx(split, w.view().bf16(), s.n, yt.data(), s.m, true, pool);
+    for (int64_t t = 0; t < s.m; ++t)
+      for (int64_t j = 0; j < s.n; ++j) back[t * s.n + j] = yt[j * s.m + t];
+    EXPECT_LT(testutil::max_rel_error(y, ref), 1e-5) << s.m << "x" << s.n << "x" << s.k;
+    EXPECT_LT(testutil::max_rel_error(back, ref), 1e-5) << s.m << "x" << s.n << "x" << s.k;
+  }
+}
 
 TEST(CpuFeaturesTest, ScopedFeaturesCapAndRestore) {
   const kernels::CpuFeatures before = kernels::cpu_features();
@@ -53,7 +81,7 @@ TEST(CpuFeaturesTest, ScopedFeaturesCapAndRestore) {
   EXPECT_EQ(kernels::cpu_features(), before);
   {
     // A request for more than the machine has is cut to what it has.
-    kernels::ScopedCpuFeatures isa({true, true, true, true, true});
+    kernels::ScopedCpuFeatures isa({true, true, true, true, true, true});
     EXPECT_EQ(kernels::cpu_features(), kernels::detected_cpu_features());
   }
   EXPECT_NE(kernels::kernel_paths_line().find("linear int8"), std::string::npos);

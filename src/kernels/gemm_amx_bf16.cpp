@@ -1,0 +1,192 @@
+// AMX-BF16 body of linear for BF16 weights and many tokens, without rounding activations: each
+// f32 activation is split into three bf16 terms (hi, mid, lo: successive truncations whose sum
+// is the f32 value exactly), and tdpbf16ps sums all three against the weights. bf16 products are
+// exact in f32, so the result is an f32-accumulated dot product like sgemm's, at three tile ops
+// per K step. Weights are packed per call into AMX's B layout (pairs of K per row), each thread
+// packing its own output rows once. The split runs in baseline AVX2 code; the target pragma
+// covers only the tile function. Thread-safe for disjoint output rows.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/gemm_paths.h"
+#include "kernels/simd.h"
+#include "tensor/aligned_buffer.h"
+
+namespace kernels::detail {
+namespace {
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+tensor::AlignedBuffer<uint16_t>& panel_scratch(size_t size) {
+  thread_local tensor::AlignedBuffer<uint16_t> buffer;
+  if (buffer.size() < size) buffer.resize(size);
+  return buffer;
+}
+
+// The top 16 bits of 16 f32 bit patterns in a and b, in order.
+inline __m256i high_halves(__m256i a, __m256i b) {
+  const __m256i packed = _mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16));
+  return _mm256_permute4x64_epi64(packed, 0xd8);
+}
+
+}  // namespace
+
+void split_bf16x3_rows(const float* x, int64_t ldx, int64_t k, int64_t row_begin, int64_t row_end,
+                       int64_t m, uint16_t* out, int64_t mp, int64_t kp) {
+  const __m256i top = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t t = row_begin; t < row_end; ++t) {
+    uint16_t* hi = out + t * kp;
+    uint16_t* mid = hi + mp * kp;
+    uint16_t* lo = mid + mp * kp;
+    if (t >= m) {
+      std::memset(hi, 0, size_t(kp) * 2);
+      std::memset(mid, 0, size_t(kp) * 2);
+      std::memset(lo, 0, size_t(kp) * 2);
+      continue;
+    }
+    const float* row = x + t * ldx;
+    int64_t c = 0;
+    for (; c + 16 <= k; c += 16) {
+      __m256i h[2], md[2], l[2];
+      for (int i = 0; i < 2; ++i) {
+        const __m256 v = _mm256_loadu_ps(row + c + 8 * i);
+        h[i] = _mm256_and_si256(_mm256_castps_si256(v), top);
+        const __m256 r1 = _mm256_sub_ps(v, _mm256_castsi256_ps(h[i]));
+        md[i] = _mm256_and_si256(_mm256_castps_si256(r1), top);
+        l[i] = _mm256_castps_si256(_mm256_sub_ps(r1, _mm256_castsi256_ps(md[i])));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + c), high_halves(h[0], h[1]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(mid + c), high_halves(md[0], md[1]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + c), high_halves(l[0], l[1]));
+    }
+    for (; c < k; ++c) {
+      uint32_t bits, rbits, lbits;
+      std::memcpy(&bits, row + c, 4);
+      bits &= 0xffff0000u;
+      float h1;
+      std::memcpy(&h1, &bits, 4);
+      const float r1 = row[c] - h1;
+      std::memcpy(&rbits, &r1, 4);
+      rbits &= 0xffff0000u;
+      float m1;
+      std::memcpy(&m1, &rbits, 4);
+      const float r2 = r1 - m1;
+      std::memcpy(&lbits, &r2, 4);
+      hi[c] = static_cast<uint16_t>(bits >> 16);
+      mid[c] = static_cast<uint16_t>(rbits >> 16);
+      lo[c] = static_cast<uint16_t>(lbits >> 16);
+    }
+    for (; c < kp; ++c) hi[c] = mid[c] = lo[c] = 0;
+  }
+}
+
+#if defined(__clang__)
+#pragma clang attribute push(                                                        \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16"))), \
+    apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")
+#endif
+
+void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, const uint16_t* w,
+                      int64_t k, float* y, int64_t ldy, bool y_transposed, int64_t n_begin,
+                      int64_t n_end) {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  // This thread's weight rows, 32 at a time: [panel][kp / 32][2 tiles][16 pairs][16 rows][2].
+  const int64_t panels = (n_end - n_begin + 31) / 32;
+  const int64_t panel_size = kp * 32;
+  uint16_t* packed = panel_scratch(size_t(panels * panel_size)).data();
+  const __m512i row_offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int32_t>(k * 2)));
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t n0 = n_begin + p * 32, rows = std::min<int64_t>(32, n_end - n0);
+    for (int64_t kb = 0; kb < kp; kb += 32) {
+      for (int half = 0; half < 2; ++half) {
+        int32_t* tile = reinterpret_cast<int32_t*>(packed + p * panel_size + kb * 32 + half * 512);
+        if (kb + 32 <= k && half * 16 + 16 <= rows) {
+          // Pair q of the 16 rows is one gather of 4-byte groups, K apart.
+          const uint16_t* base = w + (n0 + half * 16) * k + kb;
+          for (int q = 0; q < 16; ++q)
+            _mm512_store_si512(tile + q * 16, _mm512_i32gather_epi32(row_offsets, base + 2 * q, 1));
+          continue;
+        }
+        for (int r = 0; r < 16; ++r) {
+          const int64_t n = half * 16 + r;
+          for (int q = 0; q < 16; ++q) {
+            uint16_t pair[2] = {0, 0};
+            for (int e = 0; e < 2; ++e) {
+              const int64_t kk = kb + 2 * q + e;
+              if (n < rows && kk < k) pair[e] = w[(n0 + n) * k + kk];
+            }
+            std::memcpy(tile + q * 16 + r, pair, 4);
+          }
+        }
+      }
+    }
+  }
+  // Tokens in blocks whose three terms stay in L2 while every panel passes over them.
+  const int64_t token_block =
+      std::clamp<int64_t>((int64_t{768} << 10) / (6 * kp) / 32 * 32, 32, 1024);
+  const int64_t plane = mp * kp;
+  alignas(64) float c[32 * 32];
+  for (int64_t tb = 0; tb < m; tb += token_block) {
+    const int64_t tb_end = std::min(m, tb + token_block);
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t n0 = n_begin + p * 32, rows = std::min<int64_t>(32, n_end - n0);
+      const uint16_t* panel = packed + p * panel_size;
+      for (int64_t t0 = tb; t0 < tb_end; t0 += 32) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t kb = 0; kb < kp; kb += 32) {
+          _tile_loadd(6, panel + kb * 32, 64);
+          _tile_loadd(7, panel + kb * 32 + 512, 64);
+          for (int part = 0; part < 3; ++part) {
+            const uint16_t* a = xs + part * plane + t0 * kp + kb;
+            _tile_loadd(4, a, kp * 2);
+            _tile_loadd(5, a + 16 * kp, kp * 2);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+        _tile_stored(0, c, 128);
+        _tile_stored(1, c + 16, 128);
+        _tile_stored(2, c + 16 * 32, 128);
+        _tile_stored(3, c + 16 * 32 + 16, 128);
+        const int64_t tokens = std::min<int64_t>(32, m - t0);
+        if (y_transposed) {
+          for (int64_t n = 0; n < rows; ++n)
+            for (int64_t t = 0; t < tokens; ++t) y[(n0 + n) * ldy + t0 + t] = c[t * 32 + n];
+        } else {
+          for (int64_t t = 0; t < tokens; ++t)
+            std::memcpy(y + (t0 + t) * ldy + n0, c + t * 32, size_t(rows) * sizeof(float));
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+}  // namespace kernels::detail
