@@ -2,7 +2,8 @@
 // when active, AVX-512) and memory read bandwidth, GEMM GFLOP/s for the main shapes, and
 // prefill / decode tokens per second of a random-weight DeepSeek-V3-shaped model
 // (docs perf-targets: `tiny` and `small` dims) at the requested thread counts, each as a
-// percentage of its roof: FMA peak for prefill (attention excluded), bandwidth for decode.
+// percentage of its roof: FMA peak for prefill (attention excluded; a third of the AMX-BF16
+// tile peak for BF16 weights on AMX), bandwidth for decode.
 //
 //   chunkpipe_bench [--model small|tiny] [--threads 1,2] [--prefill 512] [--decode 128]
 //                   [--long-prefill 4096] [--skip-gemm] [--skip-model] [--dtype bf16|f32|w8a8]
@@ -78,6 +79,45 @@ __attribute__((target("avx512f"))) double fma_peak_gflops_avx512(int threads) {
   for (auto& w : workers) w.join();
   const double secs = common::now_seconds() - t0;
   return threads * iters * 10.0 * 32.0 / secs / 1e9 + 0.0 * sink[0];
+}
+
+// AMX-BF16 tile peak: four independent tdpbf16ps chains per thread (16×16 f32 tiles, 32 bf16
+// deep: 16384 FLOP each). Call only when kernels::amx_bf16_active().
+__attribute__((target("amx-tile,amx-bf16"))) double amx_bf16_peak_gflops(int threads) {
+  const int64_t iters = 20'000'000;
+  std::vector<std::thread> workers;
+  const double t0 = common::now_seconds();
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([]() __attribute__((target("amx-tile,amx-bf16"))) {
+      alignas(64) uint8_t cfg[64] = {};
+      cfg[0] = 1;  // palette 1: bytes 16.. hold each tile's bytes per row, 48.. its rows
+      for (int tile = 0; tile < 8; ++tile) {
+        cfg[16 + 2 * tile] = 64;
+        cfg[48 + tile] = 16;
+      }
+      alignas(64) static thread_local uint16_t data[16 * 32];
+      asm volatile("" : : "r"(cfg) : "memory");  // GCC 12 dropped the stores above
+      _tile_loadconfig(cfg);
+      _tile_loadd(4, data, 64);
+      _tile_loadd(5, data, 64);
+      _tile_loadd(6, data, 64);
+      _tile_loadd(7, data, 64);
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t it = 0; it < iters; ++it) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_release();
+    });
+  }
+  for (auto& w : workers) w.join();
+  const double secs = common::now_seconds() - t0;
+  return threads * iters * 4.0 * 16384.0 / secs / 1e9;
 }
 
 // Read bandwidth from memory: each thread sums its slice of a 1 GiB buffer (far beyond the
@@ -395,7 +435,8 @@ int main(int argc, char** argv) {
   bench::print_cpu_line();
   std::printf("%s\n", kernels::kernel_paths_line().c_str());
   const bool avx512 = kernels::cpu_features().avx512;
-  std::vector<double> peaks, bandwidths;
+  const bool amx_bf16 = kernels::amx_bf16_active();
+  std::vector<double> peaks, bf16_peaks, bandwidths;
   std::printf(
       "== roofs: FP32 FMA peak (10 independent chains per thread), memory read "
       "bandwidth ==\n");
@@ -403,20 +444,28 @@ int main(int argc, char** argv) {
     const double avx2_peak = fma_peak_gflops(t);
     const double avx512_peak = avx512 ? fma_peak_gflops_avx512(t) : 0;
     peaks.push_back(std::max(avx2_peak, avx512_peak));
+    // BF16 weights on AMX: three bf16 terms per f32 activation, so a third of the tile peak.
+    const double amx_peak = amx_bf16 ? amx_bf16_peak_gflops(t) : 0;
+    bf16_peaks.push_back(std::max(peaks.back(), amx_peak / 3));
     bandwidths.push_back(read_bandwidth_gbs(t));
     std::printf("threads %d: FMA peak AVX2 %.1f GFLOP/s", t, avx2_peak);
     if (avx512) std::printf(", AVX-512 %.1f GFLOP/s", avx512_peak);
+    if (amx_bf16) {
+      std::printf(", AMX-BF16 %.1f GFLOP/s (%.1f with f32 activations as three terms)", amx_peak,
+                  amx_peak / 3);
+    }
     std::printf("; read bandwidth %.1f GB/s\n", bandwidths.back());
   }
   std::printf(
-      "(percentages are of the higher f32 FMA peak of the active paths; int8 dot products "
-      "and AMX tiles can pass it)\n");
+      "(prefill percentages are of the f32 FMA peak, or for BF16 weights on AMX of a third of "
+      "the AMX-BF16 peak; int8 dot products can pass them)\n");
   if (!skip_gemm) bench_gemm(threads, peaks);
   if (!skip_model) {
     const tensor::DType dtype = dtype_name == "bf16"   ? tensor::DType::kBF16
                                 : dtype_name == "w8a8" ? tensor::DType::kI8
                                                        : tensor::DType::kF32;
-    bench_model(model_name, dtype, lm_head_int8, threads, peaks, bandwidths, prefill, decode,
+    bench_model(model_name, dtype, lm_head_int8, threads,
+                dtype == tensor::DType::kBF16 ? bf16_peaks : peaks, bandwidths, prefill, decode,
                 long_prefill);
   }
   return 0;
