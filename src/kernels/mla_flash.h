@@ -138,34 +138,44 @@ class FlashPrefill {
       scores<R, false>(q_pe, kt_pe, a_.kt_pe_stride, a_.rope_dim, nkeys, acc);
     }
 
-    alignas(64) float p[R][kKeys];
-    float alpha[R];
+    // Softmax in phases across the R rows, so that their reductions and exponentials overlap:
+    // scaled and masked scores and row maxima, then every rescale factor in one vector exp,
+    // then the probabilities. A block wholly in the future of a row leaves it unchanged
+    // (max -inf, so m stays, alpha is 1 and p is 0).
     const float neg_inf = -std::numeric_limits<float>::infinity();
     const Vec scale = S::set1(a_.scale);
+    // Every lane is a visible key for every row unless the block is the context's tail or
+    // reaches past the group's first query.
+    const bool unmasked = nkeys == kKeys && first_pos_ + g - k0 + 1 >= kKeys;
+    int visible[R];
     int used = 0;  // keys any of the R queries sees in this block
+    alignas(64) float m_old[kWidth] = {}, m_new[kWidth] = {};
     for (int i = 0; i < R; ++i) {
-      const int visible =
-          static_cast<int>(std::clamp<int64_t>(first_pos_ + g + i - k0 + 1, 0, nkeys));
-      used = std::max(used, visible);
-      float& m = st.m[g + i - t0];
-      if (visible == 0) {  // the whole block is in this query's future
-        alpha[i] = 1.0f;
-        for (int c = 0; c < kKeys; ++c) p[i][c] = 0.0f;
-        continue;
-      }
-      Vec s[kVecs];
-      for (int c = 0; c < kVecs; ++c)
-        s[c] = S::fill_from(S::mul(acc[i][c], scale), visible - c * kWidth, neg_inf);
-      const float m_new = std::max(m, S::hmax(S::max(S::max(s[0], s[1]), S::max(s[2], s[3]))));
-      alpha[i] = std::exp(m - m_new);  // 0 on the first block, where m is -inf
-      const Vec shift = S::set1(m_new);
+      visible[i] = static_cast<int>(std::clamp<int64_t>(first_pos_ + g + i - k0 + 1, 0, nkeys));
+      used = std::max(used, visible[i]);
       for (int c = 0; c < kVecs; ++c) {
-        s[c] = S::fill_from(S::exp(S::sub(s[c], shift)), visible - c * kWidth, 0.0f);
-        S::store(p[i] + c * kWidth, s[c]);
+        acc[i][c] = S::mul(acc[i][c], scale);
+        if (!unmasked) acc[i][c] = S::fill_from(acc[i][c], visible[i] - c * kWidth, neg_inf);
+      }
+      m_old[i] = st.m[g + i - t0];
+      m_new[i] = std::max(
+          m_old[i], S::hmax(S::max(S::max(acc[i][0], acc[i][1]), S::max(acc[i][2], acc[i][3]))));
+      st.m[g + i - t0] = m_new[i];
+    }
+    // alpha = exp(m_old - m_new): 0 on a row's first block, where m_old is -inf.
+    alignas(64) float alpha[kWidth];
+    S::store(alpha, S::exp(S::sub(S::load(m_old), S::load(m_new))));
+    alignas(64) float p[R][kKeys];
+    for (int i = 0; i < R; ++i) {
+      const Vec shift = S::set1(m_new[i]);
+      Vec e[kVecs];
+      for (int c = 0; c < kVecs; ++c) {
+        e[c] = S::exp(S::sub(acc[i][c], shift));
+        if (!unmasked) e[c] = S::fill_from(e[c], visible[i] - c * kWidth, 0.0f);
+        S::store(p[i] + c * kWidth, e[c]);
       }
       st.l[g + i - t0] =
-          st.l[g + i - t0] * alpha[i] + S::hsum(S::add(S::add(s[0], s[1]), S::add(s[2], s[3])));
-      m = m_new;
+          st.l[g + i - t0] * alpha[i] + S::hsum(S::add(S::add(e[0], e[1]), S::add(e[2], e[3])));
     }
 
     const float* v = a_.v + k0 * a_.v_row_stride + h * a_.v_head_stride;
