@@ -95,6 +95,44 @@ void split_bf16x3_rows(const float* x, int64_t ldx, int64_t k, int64_t row_begin
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")
 #endif
 
+namespace {
+
+// Writes the 16×16 block c[t][n] (row stride 32 floats) as y[n][t] for n < rows, t < tokens:
+// a register transpose (unpack within 128-bit lanes, then 128-bit lane shuffles).
+void store_transposed_16x16(const float* c, float* y, int64_t ldy, int64_t rows, int64_t tokens) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(c + i * 32);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+    const __m512d e = _mm512_castps_pd(t[4 * i + 1]), f = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(e, f));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(e, f));
+  }
+  // r[4i + j] now holds, in 128-bit lane l, column j of rows 4i..4i+3 at columns 4l..4l+3.
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
+  }
+  const __mmask16 mask = tokens >= 16 ? __mmask16(0xffff) : __mmask16((1u << tokens) - 1);
+  for (int64_t n = 0; n < rows; ++n) _mm512_mask_storeu_ps(y + n * ldy, mask, r[n]);
+}
+
+}  // namespace
+
 void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, const uint16_t* w,
                       int64_t k, float* y, int64_t ldy, bool y_transposed, int64_t n_begin,
                       int64_t n_end) {
@@ -137,9 +175,13 @@ void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, con
       }
     }
   }
-  // Tokens in blocks whose three terms stay in L2 while every panel passes over them.
+  // Tokens in blocks whose three terms stay in cache while every panel passes over them: 32
+  // tokens (one tile row pair, in L1) when K is short, as in the MLA expansion (K = 512 or
+  // less), so that every panel reads them from L1; else as many as fit in L2.
   const int64_t token_block =
-      std::clamp<int64_t>((int64_t{768} << 10) / (6 * kp) / 32 * 32, 32, 1024);
+      6 * 32 * kp <= (int64_t{96} << 10)
+          ? 32
+          : std::clamp<int64_t>((int64_t{768} << 10) / (6 * kp) / 32 * 32, 32, 1024);
   const int64_t plane = mp * kp;
   alignas(64) float c[32 * 32];
   for (int64_t tb = 0; tb < m; tb += token_block) {
@@ -171,8 +213,13 @@ void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, con
         _tile_stored(3, c + 16 * 32 + 16, 128);
         const int64_t tokens = std::min<int64_t>(32, m - t0);
         if (y_transposed) {
-          for (int64_t n = 0; n < rows; ++n)
-            for (int64_t t = 0; t < tokens; ++t) y[(n0 + n) * ldy + t0 + t] = c[t * 32 + n];
+          for (int64_t tt = 0; tt < tokens; tt += 16) {
+            for (int64_t nn = 0; nn < rows; nn += 16) {
+              store_transposed_16x16(c + tt * 32 + nn, y + (n0 + nn) * ldy + t0 + tt, ldy,
+                                     std::min<int64_t>(16, rows - nn),
+                                     std::min<int64_t>(16, tokens - tt));
+            }
+          }
         } else {
           for (int64_t t = 0; t < tokens; ++t)
             std::memcpy(y + (t0 + t) * ldy + n0, c + t * 32, size_t(rows) * sizeof(float));

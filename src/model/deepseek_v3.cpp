@@ -67,7 +67,7 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights, Tenso
       dp_experts_(dp_experts) {
   rope_ = kernels::compute_rope_params(config_.qk_rope_head_dim, config_.rope_theta,
                                        config_.qk_head_dim(), config_.yarn);
-  add_bf16_copies(weights_);
+  add_bf16_copies(weights_, config_.qk_nope_head_dim, config_.v_head_dim);
 }
 
 common::Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(const std::string& model_dir,
@@ -290,15 +290,17 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
           std::memcpy(c_kv + j * r, src, r * sizeof(float));
         }
       }
+      bool values_by_row = false;  // v as [ctx, nh·dv] rows instead of one [ctx, dv] per head
       if (ex_dim == 0 && !w.kv_b_proj_bf16.empty() && kernels::amx_bf16_active()) {
-        // kᵀ_h = (c_kv · W_UK[h]ᵀ)ᵀ and v_h = c_kv · W_UV[h]ᵀ on AMX, the latent split once.
+        // kᵀ = (c_kv · W_UKᵀ)ᵀ for every head at once, then v = c_kv · W_UVᵀ, on AMX with the
+        // latent split once. Keys land per head in kᵀ; values as [ctx, nh·dv] rows.
         thread_local kernels::Bf16x3Activations split;
         kernels::split_bf16x3(c_kv, r, ctx, r, split, pool);
-        for (int64_t h = 0; h < nh; ++h) {
-          const uint16_t* wh = w.kv_b_proj_bf16.data() + h * kv_b_head;
-          kernels::bf16_linear_amx(split, wh, dn, kt + h * dn * kt_ld, kt_ld, true, pool);
-          kernels::bf16_linear_amx(split, wh + dn * r, dv, kv + h * ctx * dv, dv, false, pool);
-        }
+        kernels::bf16_linear_amx(split, w.kv_b_proj_bf16.data(), int64_t{nh} * dn, kt, kt_ld, true,
+                                 pool);
+        kernels::bf16_linear_amx(split, w.kv_b_proj_bf16.data() + int64_t{nh} * dn * r,
+                                 int64_t{nh} * dv, kv, int64_t{nh} * dv, false, pool);
+        values_by_row = true;
       } else if (ex_dim == 0) {
         // kᵀ_h = W_UK[h] · c_kvᵀ and v_h = c_kv · W_UV[h]ᵀ, per head and block of 1024 keys.
         constexpr int64_t kKeyBlock = 1024;
@@ -332,6 +334,10 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
         args.v = kv + dn;
         args.v_row_stride = ex_dim;
         args.v_head_stride = dn + dv;
+      } else if (values_by_row) {
+        args.v = kv;
+        args.v_row_stride = int64_t{nh} * dv;
+        args.v_head_stride = dv;
       } else {
         args.v = kv;
         args.v_row_stride = dv;
