@@ -123,6 +123,10 @@ int run_cpp_sim_command(int argc, char** argv) {
   p.add_option("attention-tflops", "effective TFLOP/s per device on attention (default: linear)");
   p.add_option("overhead-ms", "per-forward cost of a stage, ms", "0");
   p.add_option("link-gbps", "stage-to-stage bandwidth, GB/s (0: free)", "0");
+  p.add_option("min-predicted-gain",
+               "planned CPP keeps fixed chunks unless it predicts this fraction less TTFT "
+               "(profiling_chunk_config.min_predicted_gain)",
+               "0.03");
   p.add_option("link-latency-us", "stage-to-stage latency per chunk, us", "0");
   p.add_option("activation-bytes", "bytes per activation value sent between stages", "2");
   p.add_option("page-size", "KV block size (vllm-ascend aligns chunks up to max(page, 64))", "128");
@@ -148,7 +152,7 @@ int run_cpp_sim_command(int argc, char** argv) {
   }
   std::map<std::string, double> num;
   for (const char* name : {"linear-tflops", "overhead-ms", "link-gbps", "link-latency-us",
-                           "activation-bytes", "calibrate-fixed-ms"}) {
+                           "activation-bytes", "calibrate-fixed-ms", "min-predicted-gain"}) {
     auto v = p.double_option(name, 0);
     if (!v.ok()) return fail(v.status(), 2);
     num[name] = *v;
@@ -191,6 +195,9 @@ int run_cpp_sim_command(int argc, char** argv) {
   o.min_chunk = std::min(min_chunk, *chunk);
   o.align = *align;
   o.num_stages = static_cast<int>(*stages);
+  o.min_predicted_gain = num["min-predicted-gain"];
+  if (!(o.min_predicted_gain >= 0 && o.min_predicted_gain < 1))
+    return fail(common::invalid_argument("argument --min-predicted-gain: must be in [0, 1)"), 2);
   if (num["link-gbps"] > 0) {
     // Hidden states and residual, [tokens, hidden] each, per hop.
     o.link_ms_per_token =

@@ -143,6 +143,7 @@ void EngineCore::run_planned_profiling() {
   plan.min_chunk = std::min(pc.min_chunk, plan.max_chunk);
   plan.align = pc.chunk_align > 0 ? pc.chunk_align : 16;
   plan.num_stages = executor_->max_concurrent_batches();
+  plan.min_predicted_gain = pc.min_predicted_gain;
   predictor_->set_planned(plan);
   LOG(INFO) << "[ProfilingChunk] Scheduler initialized (planned). base_chunk=" << plan.max_chunk
             << ", min_chunk=" << plan.min_chunk << ", align=" << plan.align

@@ -88,9 +88,10 @@ ChunkPlan fixed_plan(const ChunkCostModel& model, const PlanOptions& options) {
 }
 
 ChunkPlan best_plan(const ChunkCostModel& model, const PlanOptions& options) {
-  ChunkPlan best = fixed_plan(model, options);
+  ChunkPlan fixed = fixed_plan(model, options);
   const int64_t rest = options.prompt_tokens - options.history;
-  if (rest <= 0 || !model.ready()) return best;
+  if (rest <= 0 || !model.ready()) return fixed;
+  ChunkPlan best = fixed;
   // The slowest chunk any plan can have bounds the search from above.
   double hi_all = 0;
   for (const PlannedChunk& c : best.chunks) hi_all = std::max(hi_all, c.ms);
@@ -109,7 +110,7 @@ ChunkPlan best_plan(const ChunkCostModel& model, const PlanOptions& options) {
     ChunkPlan plan = greedy_plan(model, options, hi);
     if (plan.ttft_ms < best.ttft_ms * (1 - 1e-9)) best = std::move(plan);
   }
-  return best;
+  return best.ttft_ms < fixed.ttft_ms * (1 - options.min_predicted_gain) ? best : fixed;
 }
 
 }  // namespace sched

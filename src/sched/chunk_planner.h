@@ -22,6 +22,10 @@ struct PlanOptions {
   // Stage-to-stage hop of one chunk: link_ms + link_ms_per_token · tokens (0 on one host).
   double link_ms = 0, link_ms_per_token = 0;
   int max_chunks = 256;  // the planner's search bound
+  // best_plan keeps fixed chunks unless a plan predicts at least this fraction less TTFT: the
+  // cost model's error on a whole prompt is a few percent (the cpp-sim validation), and a
+  // prediction inside it is not worth more forwards.
+  double min_predicted_gain = 0.03;
 };
 
 struct PlannedChunk {
@@ -57,7 +61,8 @@ ChunkPlan greedy_plan(const ChunkCostModel& model, const PlanOptions& options, d
 // Chunks of max_chunk tokens (vLLM's chunked prefill without CPP).
 ChunkPlan fixed_plan(const ChunkCostModel& model, const PlanOptions& options);
 // For each chunk count K, the smallest chunk time whose greedy plan has at most K chunks; the
-// K whose plan has the least predicted TTFT wins (ties: fewer chunks).
+// K whose plan has the least predicted TTFT wins (ties: fewer chunks), if it beats fixed
+// chunks by options.min_predicted_gain; else the fixed plan.
 ChunkPlan best_plan(const ChunkCostModel& model, const PlanOptions& options);
 
 }  // namespace sched

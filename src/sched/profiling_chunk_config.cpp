@@ -71,6 +71,13 @@ common::Result<ProfilingChunkConfig> parse_profiling_chunk_config(
     return bad("Recommend to use at least 30 data points for fitting, got " +
                std::to_string(c.max_fit_chunk));
   }
+  if (cfg.contains("min_predicted_gain")) {
+    if (!cfg["min_predicted_gain"].is_number())
+      return bad("profiling_chunk_config.min_predicted_gain must be a number");
+    c.min_predicted_gain = cfg["min_predicted_gain"].get<double>();
+    if (!(c.min_predicted_gain >= 0 && c.min_predicted_gain < 1))
+      return bad("min_predicted_gain must be in [0, 1), got " + json(c.min_predicted_gain).dump());
+  }
   if (cfg.contains("timing_stage")) {
     if (!cfg["timing_stage"].is_string())
       return bad("profiling_chunk_config.timing_stage must be \"last\" or \"max\"");

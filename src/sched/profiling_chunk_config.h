@@ -43,6 +43,9 @@ struct ProfilingChunkConfig {
   // instead of max(block_size, 64) (vllm-ascend's NPU-friendly alignment). Finer steps let
   // late, history-heavy chunks match T more closely. 0, the default, is upstream's.
   int64_t chunk_align = 0;
+  // Planned mode: fixed chunks stay unless a plan predicts at least this fraction less TTFT
+  // (PlanOptions::min_predicted_gain); 0 takes any predicted gain.
+  double min_predicted_gain = 0.03;
 };
 
 // Reads and validates the config from the whole --additional-config object. `warnings`

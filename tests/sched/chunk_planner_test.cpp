@@ -132,6 +132,28 @@ TEST(ChunkPlannerTest, OverheadSetsTheChunkCountByHand) {
   EXPECT_NEAR(sched::best_plan(m, o).ttft_ms, 165.0, 1e-6);
 }
 
+TEST(ChunkPlannerTest, FixedChunksStayUnlessThePlanGainsEnough) {
+  // t = 5 + x ms, 100 tokens, budget 50: fixed is two 55 ms chunks, (2 + 1)·55 = 165 ms; the best
+  // plan is four chunks of 25, (4 + 1)·30 = 150 ms, a predicted gain of 9.1%.
+  const ChunkCostModel m({true, 5.0, 1.0, 0.0, 0.0}, {});
+  PlanOptions o;
+  o.prompt_tokens = 100;
+  o.max_chunk = 50;
+  o.min_chunk = 1;
+  o.align = 1;
+  o.num_stages = 2;
+  EXPECT_NEAR(sched::fixed_plan(m, o).ttft_ms, 165.0, 1e-9);
+  o.min_predicted_gain = 0.09;
+  EXPECT_NEAR(sched::best_plan(m, o).ttft_ms, 150.0, 1e-6);
+  EXPECT_EQ(sched::best_plan(m, o).chunks.size(), 4u);
+  o.min_predicted_gain = 0.10;
+  const auto kept = sched::best_plan(m, o);
+  EXPECT_NEAR(kept.ttft_ms, 165.0, 1e-9);
+  EXPECT_EQ(kept.chunk_ms, 0.0);  // fixed: the scheduler takes whole budgets
+  ASSERT_EQ(kept.chunks.size(), 2u);
+  EXPECT_EQ(kept.chunks[0].tokens, 50);
+}
+
 TEST(ChunkPlannerTest, EqualTimeChunksShrinkAsHistoryGrows) {
   // Attention (1e-3 ms per pair) and 20 ms per chunk: about sqrt(W / c) = 20 chunks, each
   // smaller than the one before.

@@ -255,6 +255,19 @@ TEST(ProfilingChunkConfigTest, OverheadAwareExtension) {
             "profiling_chunk_config.overhead_aware must be a boolean");
 }
 
+TEST(ProfilingChunkConfigTest, MinPredictedGain) {
+  auto c = parse(R"({"enabled": true})", 2, 32768);
+  ASSERT_TRUE(c.ok());
+  EXPECT_DOUBLE_EQ(c->min_predicted_gain, 0.03);
+  auto z = parse(R"({"enabled": true, "min_predicted_gain": 0})", 2, 32768);
+  ASSERT_TRUE(z.ok());
+  EXPECT_DOUBLE_EQ(z->min_predicted_gain, 0.0);
+  EXPECT_EQ(parse(R"({"enabled": true, "min_predicted_gain": "5%"})", 2, 32768).status().message(),
+            "profiling_chunk_config.min_predicted_gain must be a number");
+  EXPECT_EQ(parse(R"({"enabled": true, "min_predicted_gain": 1})", 2, 32768).status().message(),
+            "min_predicted_gain must be in [0, 1), got 1.0");
+}
+
 TEST(ProfilingChunkConfigTest, ChunkAlignExtension) {
   auto c = parse(R"({"enabled": true})", 2, 32768);
   ASSERT_TRUE(c.ok());
