@@ -195,12 +195,12 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
   }
   CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear: unsupported weight dtype";
   if (m <= 0 || w.rows == 0) return;
-  if (m <= (w.dtype == DType::kBF16 ? kStreamingMaxRowsBf16 : kStreamingMaxRowsF32)) {
-    linear_streaming(x, m, w, y, ldy, pool);
-  } else if (w.dtype == DType::kBF16 && amx_bf16_active()) {
+  if (w.dtype == DType::kBF16 && m >= kAmxMinRowsBf16 && amx_bf16_active()) {
     thread_local Bf16x3Activations split;
     split_bf16x3(x, w.cols, m, w.cols, split, pool);
     bf16_linear_amx(split, w.bf16(), w.rows, y, ldy, false, pool);
+  } else if (m <= (w.dtype == DType::kBF16 ? kStreamingMaxRowsBf16 : kStreamingMaxRowsF32)) {
+    linear_streaming(x, m, w, y, ldy, pool);
   } else {
     linear_blas(x, m, w, y, ldy, pool);
   }

@@ -18,6 +18,10 @@ namespace kernels {
 // conversion to f32 costs the BLAS path), f32 weights ~16.
 inline constexpr int64_t kStreamingMaxRowsBf16 = 48;
 inline constexpr int64_t kStreamingMaxRowsF32 = 16;
+// With AMX-BF16, bf16 weights take the tiles from this many rows: one core, N 512, K 2048 (an
+// expert of the `small` model), the tiles run 144 GFLOP/s at 24 rows against the streaming
+// kernel's 110, and 97 against 105 at 16 (docs/ARCHITECTURE.md, "Kernel paths").
+inline constexpr int64_t kAmxMinRowsBf16 = 24;
 
 // y (row stride ldy, >= N) = x (row stride K) · Wᵀ. I8 weights go to linear_int8 (W8A8).
 void linear(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
