@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -78,20 +79,73 @@ void quantize_layer(DecoderLayerWeights& w, int layer,
   }
 }
 
+// Mean squared error of static W8A8's activation rule on `xs` with the range [lo, hi] (which
+// holds 0): q = clamp(round(x / s) + o, -128, 127), x' = (q - o)·s.
+double static_quant_mse(const std::vector<float>& xs, float lo, float hi) {
+  const float s = hi > lo ? (hi - lo) / 255.0f : 1.0f;
+  const float o = std::clamp(std::nearbyint(-128.0f - lo / s), -128.0f, 127.0f);
+  double sum = 0;
+  for (float x : xs) {
+    const float q = std::clamp(std::nearbyint(x / s) + o, -128.0f, 127.0f);
+    const double e = double((q - o) * s) - x;
+    sum += e * e;
+  }
+  return xs.empty() ? 0 : sum / double(xs.size());
+}
+
+// Per static projection: the observed min and max, and a uniform sample of the inputs (a
+// reservoir of up to kSample values, deterministic) to choose the range from.
 class RangeObserver : public ActivationObserver {
  public:
+  static constexpr size_t kSample = size_t{1} << 16;
+
   void observe(const std::string& name, const float* x, int64_t rows, int64_t cols) override {
-    auto [it, fresh] = ranges_.try_emplace(name, ActivationRange{x[0], x[0]});
+    auto [it, fresh] = inputs_.try_emplace(name);
+    Input& in = it->second;
+    if (fresh) in.range = ActivationRange{x[0], x[0]};
     for (int64_t i = 0; i < rows * cols; ++i) {
-      it->second.min = std::min(it->second.min, x[i]);
-      it->second.max = std::max(it->second.max, x[i]);
+      in.range.min = std::min(in.range.min, x[i]);
+      in.range.max = std::max(in.range.max, x[i]);
+      ++in.seen;
+      if (in.sample.size() < kSample) {
+        in.sample.push_back(x[i]);
+      } else {
+        const uint64_t j = rng_() % in.seen;
+        if (j < kSample) in.sample[j] = x[i];
+      }
     }
-    (void)fresh;
   }
-  const std::map<std::string, ActivationRange>& ranges() const { return ranges_; }
+
+  // The clipped range with the least quantization error on the sample: min and max scaled
+  // together by 1, 0.99, ... 0.30 (min/max calibration wastes most of the 255 steps on a few
+  // outliers; clipping them costs less than the coarser steps do).
+  std::map<std::string, ActivationRange> ranges() const {
+    std::map<std::string, ActivationRange> out;
+    for (const auto& [name, in] : inputs_) {
+      const float lo = std::min(in.range.min, 0.0f), hi = std::max(in.range.max, 0.0f);
+      ActivationRange best{lo, hi};
+      double best_mse = static_quant_mse(in.sample, lo, hi);
+      for (int step = 1; step <= 70; ++step) {
+        const float c = 1.0f - 0.01f * step;
+        const double mse = static_quant_mse(in.sample, lo * c, hi * c);
+        if (mse < best_mse) {
+          best_mse = mse;
+          best = ActivationRange{lo * c, hi * c};
+        }
+      }
+      out[name] = best;
+    }
+    return out;
+  }
 
  private:
-  std::map<std::string, ActivationRange> ranges_;
+  struct Input {
+    ActivationRange range;
+    uint64_t seen = 0;
+    std::vector<float> sample;
+  };
+  std::map<std::string, Input> inputs_;
+  std::mt19937_64 rng_{0x5eed};
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {

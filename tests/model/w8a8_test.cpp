@@ -223,12 +223,13 @@ TEST(W8A8AccuracyTest, CloseToTheFloatModel) {
     EXPECT_GE(clear_agreement, 0.88);
     if (!static_attention) {
       // The goals hold for dynamic activations (the DeepSeek default for MLP and experts);
-      // static attention calibrated by min/max without smoothing stays a little below them.
+      // static attention (per-tensor ranges, clipped for the least error on the calibration
+      // sample, no smoothing) stays a little below the cosine goal.
       EXPECT_GE(worst_cos, 0.999);
       EXPECT_LE(mean_kl, 0.02);
     } else {
       EXPECT_GE(worst_cos, 0.998);
-      EXPECT_LE(mean_kl, 0.025);
+      EXPECT_LE(mean_kl, 0.02);
     }
   }
 }
