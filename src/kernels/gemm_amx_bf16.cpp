@@ -1,10 +1,9 @@
-// AMX-BF16 body of linear for BF16 weights and many tokens, without rounding activations: each
-// f32 activation is split into three bf16 terms (hi, mid, lo: successive truncations whose sum
-// is the f32 value exactly), and tdpbf16ps sums all three against the weights. bf16 products are
-// exact in f32, so the result is an f32-accumulated dot product like sgemm's, at three tile ops
-// per K step. Weights are packed per call into AMX's B layout (pairs of K per row), each thread
-// packing its own output rows once. The split runs in baseline AVX2 code; the target pragma
-// covers only the tile function. Thread-safe for disjoint output rows.
+// AMX-BF16 body of linear for BF16 weights, without rounding activations: each f32 activation
+// splits into three bf16 terms (successive truncations that sum to it exactly), and tdpbf16ps
+// sums all three against the weights; bf16 products are exact in f32, so this is sgemm's f32 dot
+// product at three tile ops per K step. Each thread packs its weight rows into AMX's B layout
+// per call. The split is baseline AVX2 code; the target pragma covers only the tile functions.
+// Thread-safe for disjoint output rows.
 #include <algorithm>
 #include <cstring>
 

@@ -1,10 +1,8 @@
-// Internal to kernels: the expanded-form MLA prefill attention as one blocked pass with an online
-// softmax (no score row is materialized), written once over a SIMD traits type S that each ISA's
-// file defines with internal linkage, so every instantiation is private to its file and built
-// for that file's ISA. Invariant: a query's output depends only on its position and the data,
-// never on which chunk or group it arrives in (keys run in blocks aligned to position 0, each
-// query's arithmetic in a fixed order), which keeps greedy outputs equal across chunkings.
-// Thread-safe for disjoint items.
+// Internal to kernels: expanded MLA prefill attention as one blocked online-softmax pass, written
+// once over a SIMD traits type S that each ISA's file defines with internal linkage (so every
+// instantiation is private to its file and built for its ISA). Invariant: a query's output
+// depends only on its position and the data, not on its chunk or group (key blocks aligned to
+// position 0, fixed arithmetic order per query). Thread-safe for disjoint items.
 #pragma once
 
 #include <algorithm>
