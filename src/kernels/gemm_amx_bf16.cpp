@@ -7,20 +7,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/amx_tiles.h"
 #include "kernels/gemm_paths.h"
 #include "kernels/simd.h"
 #include "tensor/aligned_buffer.h"
 
 namespace kernels::detail {
 namespace {
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 tensor::AlignedBuffer<uint16_t>& panel_scratch(size_t size) {
   thread_local tensor::AlignedBuffer<uint16_t> buffer;
@@ -135,11 +128,7 @@ void store_transposed_16x16(const float* c, float* y, int64_t ldy, int64_t rows,
 void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, const uint16_t* w,
                       int64_t k, float* y, int64_t ldy, bool y_transposed, int64_t n_begin,
                       int64_t n_end) {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = 64;
-  }
+  const AmxTileConfig cfg = full_amx_tiles();
   _tile_loadconfig(&cfg);
   // This thread's weight rows, 32 at a time: [panel][kp / 32][2 tiles][16 pairs][16 rows][2].
   const int64_t panels = (n_end - n_begin + 31) / 32;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/amx_tiles.h"
 #include "kernels/int8_paths.h"
 #include "tensor/aligned_buffer.h"
 
@@ -16,14 +17,6 @@
 
 namespace kernels::detail {
 namespace {
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 tensor::AlignedBuffer<int8_t>& packed_scratch(size_t size) {
   thread_local tensor::AlignedBuffer<int8_t> buffer;
@@ -54,11 +47,7 @@ void int8_range_amx(const int8_t* xq, int64_t kp, const float* act_scale, int64_
                     const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
                     int64_t n_end) {
   const int64_t k = w.cols;
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = 64;
-  }
+  const AmxTileConfig cfg = full_amx_tiles();
   _tile_loadconfig(&cfg);
   // B panel of 32 rows: [kp / 64][2 tiles][16 quads][16 rows × 4 bytes].
   int8_t* panel = packed_scratch(size_t(kp * 32)).data();
