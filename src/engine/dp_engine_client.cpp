@@ -9,6 +9,7 @@
 
 #include "common/logging.h"
 #include "common/timer.h"
+#include "engine/dp_balance.h"
 #include "engine/engine_wire.h"
 
 namespace engine {
@@ -276,22 +277,13 @@ void DpEngineClient::mark_dead(int engine, const std::string& why) {
 }
 
 int DpEngineClient::pick_engine() {
-  int best = -1;
-  int64_t best_score = 0;
-  // Ties go round-robin: the scan starts one engine further each time.
-  const size_t n = engines_.size(), first = next_first_++ % n;
-  for (size_t k = 0; k < n; ++k) {
-    const size_t i = (first + k) % n;
+  if (engines_.empty()) return -1;
+  std::vector<EngineLoad> loads(engines_.size());
+  for (size_t i = 0; i < engines_.size(); ++i) {
     const Engine& e = engines_[i];
-    if (e.dead || !e.ready) continue;
-    // The engine's last report splits this front end's exact count of its unfinished requests
-    // into running and waiting (those sent since the report count as waiting).
-    const int64_t running = std::min<int64_t>(e.stats.num_running, e.unfinished);
-    const int64_t waiting = e.unfinished - running;
-    const int64_t score = waiting * 4 + running;
-    if (best < 0 || score < best_score) best = int(i), best_score = score;
+    loads[i] = EngineLoad{e.ready && !e.dead, e.unfinished, e.stats.num_running};
   }
-  return best;
+  return least_loaded_engine(loads, next_first_++ % engines_.size());
 }
 
 void DpEngineClient::add_request(EngineRequest request, OutputCallback callback) {

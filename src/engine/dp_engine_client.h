@@ -1,10 +1,9 @@
 // DpEngineClient: the API server's EngineClient for data parallelism with internal load
-// balancing (vLLM's DPLBAsyncMPClient): N engine processes, local or on --headless nodes,
-// connect to --data-parallel-rpc-port; each request goes to the live engine with the least
-// `waiting * 4 + running`, from the stats the engines publish and the requests sent since.
-// One I/O thread owns the socket; the public methods are thread-safe. An engine that dies or
-// falls silent fails its own requests; the others keep serving (failover), unless the ranks
-// step in lock step (expert parallelism), where one dead rank ends the group.
+// balancing (vLLM's DPLBAsyncMPClient). N engine processes, local or --headless, connect to
+// --data-parallel-rpc-port; each request goes to the least loaded live engine (dp_balance.h).
+// One I/O thread owns the socket; public methods are thread-safe. A dead or silent engine fails
+// its own requests and the others keep serving, unless the ranks step in lock step (expert
+// parallelism), where one dead rank ends the group.
 #pragma once
 
 #include <atomic>
