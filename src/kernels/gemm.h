@@ -51,9 +51,9 @@ void linear_streaming(const float* x, int64_t m, const tensor::WeightView& w, fl
 void linear_blas(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
                  common::ThreadPool& pool);
 
-// The AMX-BF16 path, when cpu_features().amx_bf16 and the OS grants the tile state
-// (amx_bf16_active()). Activations x [m, k] are split once into three bf16 terms whose sum is x
-// exactly, then reused by every bf16 weight W [n, k] that reads them: y = x·Wᵀ, or with
+// The AMX-BF16 path at f32 numerics, when cpu_features().amx_bf16 and the OS grants the tile
+// state (amx_bf16_active()). Activations x [m, k] are split once into three bf16 terms whose
+// sum is x exactly, then reused by every weight W [n, k] that reads them: y = x·Wᵀ, or with
 // y_transposed y[j * ldy + t]. Not thread-safe per Bf16x3Activations.
 bool amx_bf16_active();
 struct Bf16x3Activations {
@@ -62,8 +62,20 @@ struct Bf16x3Activations {
 };
 void split_bf16x3(const float* x, int64_t ldx, int64_t m, int64_t k, Bf16x3Activations& out,
                   common::ThreadPool& pool);
-void bf16_linear_amx(const Bf16x3Activations& x, const uint16_t* w, int64_t n, float* y,
-                     int64_t ldy, bool y_transposed, common::ThreadPool& pool);
+// W's rows, bf16 or f32 (f32 costs twice the tile products unless its values are exact in
+// bf16): logical row i is physical row (i / group_rows) · group_stride + i % group_rows, so a
+// weight's row groups (one head's keys inside [keys ‖ values] per head) are read in place.
+struct AmxWeightRows {
+  const uint16_t* bf16 = nullptr;
+  const float* f32 = nullptr;
+  int64_t group_rows = 0;  // 0: row i is physical row i
+  int64_t group_stride = 0;
+  int64_t physical_row(int64_t i) const {
+    return group_rows == 0 ? i : i / group_rows * group_stride + i % group_rows;
+  }
+};
+void linear_amx(const Bf16x3Activations& x, const AmxWeightRows& w, int64_t n, float* y,
+                int64_t ldy, bool y_transposed, common::ThreadPool& pool);
 
 // Naive reference: one double-accumulated dot product per output (I8: linear_int8_reference).
 void linear_reference(const float* x, int64_t m, const tensor::WeightView& w, float* y,

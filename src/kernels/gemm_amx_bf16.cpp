@@ -1,11 +1,11 @@
-// AMX-BF16 body of linear for BF16 weights, without rounding activations: each f32 activation
-// splits into three bf16 terms (successive truncations that sum to it exactly), and tdpbf16ps
-// sums all three against the weights; bf16 products are exact in f32, so this is sgemm's f32 dot
-// product at three tile ops per K step. Each thread packs its weight rows into AMX's B layout
-// per call. The split is baseline AVX2 code; the target pragma covers only the tile functions.
-// Thread-safe for disjoint output rows.
+// AMX-BF16 body of linear at f32 numerics: each f32 activation splits into three bf16 terms
+// (successive truncations that sum to it exactly) and tdpbf16ps sums them against the weights.
+// BF16 weights take 3 tile products per K step; f32 weights split into three terms as well and
+// take 6 (all term pairs of order <= 2), unless a panel's values are all exact in bf16. Each
+// thread packs its weight rows into AMX's B layout per call. Thread-safe for disjoint outputs.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/amx_tiles.h"
 #include "kernels/gemm_paths.h"
@@ -125,40 +125,49 @@ void store_transposed_16x16(const float* c, float* y, int64_t ldy, int64_t rows,
 
 }  // namespace
 
-void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, const uint16_t* w,
+void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, const AmxWeightRows& w,
                       int64_t k, float* y, int64_t ldy, bool y_transposed, int64_t n_begin,
                       int64_t n_end) {
   const AmxTileConfig cfg = full_amx_tiles();
   _tile_loadconfig(&cfg);
-  // This thread's weight rows, 32 at a time: [panel][kp / 32][2 tiles][16 pairs][16 rows][2].
+  // This thread's weight rows, 32 at a time, each weight term of a panel as
+  // [kp / 32][2 tiles][16 pairs][16 rows][2]; terms[p]: how many terms panel p uses.
   const int64_t panels = (n_end - n_begin + 31) / 32;
-  const int64_t panel_size = kp * 32;
-  uint16_t* packed = panel_scratch(size_t(panels * panel_size)).data();
+  const int64_t term_size = kp * 32, panel_size = (w.f32 != nullptr ? 3 : 1) * term_size;
+  uint16_t* packed = panel_scratch(size_t(panels * panel_size + 3 * term_size)).data();
+  uint16_t* rows_tmp = packed + panels * panel_size;  // [3][32][kp]: the panel's rows, split
+  thread_local std::vector<int> terms;
+  terms.assign(size_t(panels), 1);
   const __m512i row_offsets =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int32_t>(k * 2)));
+                         _mm512_set1_epi32(static_cast<int32_t>(kp * 2)));
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t n0 = n_begin + p * 32, rows = std::min<int64_t>(32, n_end - n0);
-    for (int64_t kb = 0; kb < kp; kb += 32) {
-      for (int half = 0; half < 2; ++half) {
-        int32_t* tile = reinterpret_cast<int32_t*>(packed + p * panel_size + kb * 32 + half * 512);
-        if (kb + 32 <= k && half * 16 + 16 <= rows) {
-          // Pair q of the 16 rows is one gather of 4-byte groups, K apart.
-          const uint16_t* base = w + (n0 + half * 16) * k + kb;
+    for (int64_t r = 0; r < 32; ++r) {
+      uint16_t* dst = rows_tmp + r * kp;
+      if (r >= rows) {
+        for (int t = 0; t < 3; ++t) std::memset(dst + t * term_size, 0, size_t(kp) * 2);
+      } else if (w.f32 != nullptr) {
+        split_bf16x3_rows(w.f32 + w.physical_row(n0 + r) * k, k, k, 0, 1, 1, dst, 32, kp);
+      } else {
+        std::memcpy(dst, w.bf16 + w.physical_row(n0 + r) * k, size_t(k) * 2);
+        std::memset(dst + k, 0, size_t(kp - k) * 2);
+      }
+    }
+    if (w.f32 != nullptr) {
+      const uint16_t* rest = rows_tmp + term_size;
+      terms[size_t(p)] =
+          std::all_of(rest, rest + 2 * term_size, [](uint16_t v) { return v == 0; }) ? 1 : 3;
+    }
+    for (int t = 0; t < terms[size_t(p)]; ++t) {
+      uint16_t* term = packed + p * panel_size + t * term_size;
+      for (int64_t kb = 0; kb < kp; kb += 32) {
+        for (int half = 0; half < 2; ++half) {
+          // Pair q of the 16 rows is one gather of 4-byte groups, kp apart.
+          int32_t* tile = reinterpret_cast<int32_t*>(term + kb * 32 + half * 512);
+          const uint16_t* base = rows_tmp + t * term_size + half * 16 * kp + kb;
           for (int q = 0; q < 16; ++q)
             _mm512_store_si512(tile + q * 16, _mm512_i32gather_epi32(row_offsets, base + 2 * q, 1));
-          continue;
-        }
-        for (int r = 0; r < 16; ++r) {
-          const int64_t n = half * 16 + r;
-          for (int q = 0; q < 16; ++q) {
-            uint16_t pair[2] = {0, 0};
-            for (int e = 0; e < 2; ++e) {
-              const int64_t kk = kb + 2 * q + e;
-              if (n < rows && kk < k) pair[e] = w[(n0 + n) * k + kk];
-            }
-            std::memcpy(tile + q * 16 + r, pair, 4);
-          }
         }
       }
     }
@@ -177,22 +186,27 @@ void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, con
     for (int64_t p = 0; p < panels; ++p) {
       const int64_t n0 = n_begin + p * 32, rows = std::min<int64_t>(32, n_end - n0);
       const uint16_t* panel = packed + p * panel_size;
+      const int w_terms = terms[size_t(p)];
       for (int64_t t0 = tb; t0 < tb_end; t0 += 32) {
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
         for (int64_t kb = 0; kb < kp; kb += 32) {
-          _tile_loadd(6, panel + kb * 32, 64);
-          _tile_loadd(7, panel + kb * 32 + 512, 64);
-          for (int part = 0; part < 3; ++part) {
-            const uint16_t* a = xs + part * plane + t0 * kp + kb;
-            _tile_loadd(4, a, kp * 2);
-            _tile_loadd(5, a + 16 * kp, kp * 2);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
+          // Activation term i against weight term j for i + j <= 2. Term i is below 2^-7i of its
+          // value, so the dropped pairs are below 2^-21 of the product: f32 accuracy for a sum.
+          for (int j = 0; j < w_terms; ++j) {
+            _tile_loadd(6, panel + j * term_size + kb * 32, 64);
+            _tile_loadd(7, panel + j * term_size + kb * 32 + 512, 64);
+            for (int part = 0; part < 3 - j; ++part) {
+              const uint16_t* a = xs + part * plane + t0 * kp + kb;
+              _tile_loadd(4, a, kp * 2);
+              _tile_loadd(5, a + 16 * kp, kp * 2);
+              _tile_dpbf16ps(0, 4, 6);
+              _tile_dpbf16ps(1, 4, 7);
+              _tile_dpbf16ps(2, 5, 6);
+              _tile_dpbf16ps(3, 5, 7);
+            }
           }
         }
         _tile_stored(0, c, 128);

@@ -67,7 +67,6 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights, Tenso
       dp_experts_(dp_experts) {
   rope_ = kernels::compute_rope_params(config_.qk_rope_head_dim, config_.rope_theta,
                                        config_.qk_head_dim(), config_.yarn);
-  add_bf16_copies(weights_, config_.qk_nope_head_dim, config_.v_head_dim);
 }
 
 common::Result<std::unique_ptr<DeepseekV3Model>> DeepseekV3Model::load(const std::string& model_dir,
@@ -291,15 +290,16 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
         }
       }
       bool values_by_row = false;  // v as [ctx, nh·dv] rows instead of one [ctx, dv] per head
-      if (ex_dim == 0 && !w.kv_b_proj_bf16.empty() && kernels::amx_bf16_active()) {
+      if (ex_dim == 0 && kernels::amx_bf16_active()) {
         // kᵀ = (c_kv · W_UKᵀ)ᵀ for every head at once, then v = c_kv · W_UVᵀ, on AMX with the
-        // latent split once. Keys land per head in kᵀ; values as [ctx, nh·dv] rows.
+        // latent split once; W_UK and W_UV are read in place as row groups of kv_b_proj.
+        // Keys land per head in kᵀ; values as [ctx, nh·dv] rows.
         thread_local kernels::Bf16x3Activations split;
         kernels::split_bf16x3(c_kv, r, ctx, r, split, pool);
-        kernels::bf16_linear_amx(split, w.kv_b_proj_bf16.data(), int64_t{nh} * dn, kt, kt_ld, true,
-                                 pool);
-        kernels::bf16_linear_amx(split, w.kv_b_proj_bf16.data() + int64_t{nh} * dn * r,
-                                 int64_t{nh} * dv, kv, int64_t{nh} * dv, false, pool);
+        kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b, dn, dn + dv},
+                            int64_t{nh} * dn, kt, kt_ld, true, pool);
+        kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b + dn * r, dv, dn + dv},
+                            int64_t{nh} * dv, kv, int64_t{nh} * dv, false, pool);
         values_by_row = true;
       } else if (ex_dim == 0) {
         // kᵀ_h = W_UK[h] · c_kvᵀ and v_h = c_kv · W_UV[h]ᵀ, per head and block of 1024 keys.

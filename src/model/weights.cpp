@@ -565,29 +565,4 @@ ModelWeights random_weights(const ModelConfig& c, DType dtype, uint64_t seed) {
   return w;
 }
 
-void add_bf16_copies(ModelWeights& weights, int64_t dn, int64_t dv) {
-  auto add = [dn, dv](AttentionWeights& a) {
-    if (a.kv_b_proj.dtype() != tensor::DType::kF32 || a.kv_b_proj.rows() == 0) return;
-    const float* v = a.kv_b_proj.view().f32();
-    const int64_t r = a.kv_b_proj.cols(), heads = a.kv_b_proj.rows() / (dn + dv);
-    std::vector<uint16_t> copy(static_cast<size_t>(a.kv_b_proj.rows() * r));
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t j = 0; j < dn + dv; ++j) {
-        // Head h's key row j goes to h·dn + j; its value row j - dn after all key rows.
-        const int64_t to = j < dn ? h * dn + j : heads * dn + h * dv + (j - dn);
-        const float* src = v + (h * (dn + dv) + j) * r;
-        for (int64_t c = 0; c < r; ++c) {
-          uint32_t bits;
-          std::memcpy(&bits, src + c, 4);
-          if (bits & 0xffffu) return;  // not a bf16 value: keep the f32 path
-          copy[static_cast<size_t>(to * r + c)] = static_cast<uint16_t>(bits >> 16);
-        }
-      }
-    }
-    a.kv_b_proj_bf16 = std::move(copy);
-  };
-  for (DecoderLayerWeights& layer : weights.layers) add(layer.attn);
-  for (MtpWeights& mtp : weights.mtp) add(mtp.layer.attn);
-}
-
 }  // namespace model

@@ -37,12 +37,7 @@ struct AttentionWeights {
   Vector kv_a_layernorm;           // [r]
   Vector kv_a_layernorm_bias;      // or empty
   tensor::WeightMatrix kv_b_proj;  // [nh·(dn+dv), r], always F32 (absorption reads it directly)
-  // The same values as bf16 when every one is exactly a bf16 (BF16 checkpoints), else empty,
-  // with every head's W_UK rows first and then every head's W_UV rows ([nh·dn + nh·dv, r]): the
-  // AMX-BF16 history expansion reads all heads' keys, then all values, in one pass each
-  // (add_bf16_copies).
-  std::vector<uint16_t> kv_b_proj_bf16;
-  tensor::WeightMatrix o_proj;  // [H, nh·dv]
+  tensor::WeightMatrix o_proj;     // [H, nh·dv]
 };
 
 struct MoeWeights {
@@ -113,10 +108,6 @@ common::Result<ModelWeights> load_weights(const Checkpoint& checkpoint, const Mo
 // Random weights with the checkpoint's distributions (make-tiny style); `dtype` is kF32, kBF16,
 // or kI8 for msmodelslim's W8A8 layout (projections and MLPs int8 per channel, the rest BF16).
 ModelWeights random_weights(const ModelConfig& config, tensor::DType dtype, uint64_t seed);
-
-// Fills every layer's kv_b_proj_bf16 whose kv_b_proj values are all exact in bf16 (dn, dv:
-// qk_nope_head_dim and v_head_dim, each head's W_UK and W_UV rows).
-void add_bf16_copies(ModelWeights& weights, int64_t dn, int64_t dv);
 
 // LoadOptions::lm_head_int8 on loaded weights: lm_head and every MTP head copy become int8.
 void quantize_lm_head_int8(ModelWeights& weights);

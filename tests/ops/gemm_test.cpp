@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 
 #include "test_util.h"
 
@@ -47,27 +49,68 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{49, 40, 70}, Shape{97, 65, 300},
                                          Shape{130, 96, 64})));
 
-// The AMX-BF16 path on its own, both output layouts: activations split into three bf16 terms
-// must give f32-accurate products (not bf16-rounded ones), so the bar is the f32 paths' 1e-5.
+// The AMX-BF16 path on its own, both output layouts, bf16 and f32 weights (f32 read through a
+// row-group map, as the MLA expansion reads W_UK inside kv_b_proj): activations and f32 weights
+// split into bf16 terms must give f32-accurate sums (not bf16-rounded ones): within 1e-6 of
+// Σ|x·w| per output, where sgemm measures 1-7e-7 and one bf16 rounding would be ~4e-3.
 TEST(GemmAmxBf16Test, MatchesReferenceInBothLayouts) {
   if (!kernels::amx_bf16_active()) GTEST_SKIP() << "no AMX-BF16 on this machine";
   common::ThreadPool pool(2);
-  for (const Shape s :
-       {Shape{1, 1, 1}, Shape{33, 47, 95}, Shape{64, 64, 64}, Shape{200, 130, 520}}) {
-    auto w = testutil::random_matrix(DType::kBF16, s.n, s.k, 3);
-    auto x = testutil::random_vector(static_cast<size_t>(s.m * s.k), 4);
-    // Values over many binades, where a bf16 rounding of x would show.
-    for (size_t i = 0; i < x.size(); ++i) x[i] *= std::ldexp(1.0f, static_cast<int>(i % 13) - 6);
-    std::vector<float> ref(s.m * s.n), y(s.m * s.n, -1.0f), yt(s.m * s.n, -1.0f), back(s.m * s.n);
-    kernels::linear_reference(x.data(), s.m, w.view(), ref.data(), s.n);
-    kernels::Bf16x3Activations split;
-    kernels::split_bf16x3(x.data(), s.k, s.m, s.k, split, pool);
-    kernels::bf16_linear_amx(split, w.view().bf16(), s.n, y.data(), s.n, false, pool);
-    kernels::bf16_linear_amx(split, w.view().bf16(), s.n, yt.data(), s.m, true, pool);
-    for (int64_t t = 0; t < s.m; ++t)
-      for (int64_t j = 0; j < s.n; ++j) back[t * s.n + j] = yt[j * s.m + t];
-    EXPECT_LT(testutil::max_rel_error(y, ref), 1e-5) << s.m << "x" << s.n << "x" << s.k;
-    EXPECT_LT(testutil::max_rel_error(back, ref), 1e-5) << s.m << "x" << s.n << "x" << s.k;
+  for (const DType dtype : {DType::kBF16, DType::kF32}) {
+    for (const Shape s :
+         {Shape{1, 1, 1}, Shape{33, 47, 95}, Shape{64, 64, 64}, Shape{200, 130, 520}}) {
+      // Physical weight: groups of 3 rows, 2 of them logical rows of W (the third is skipped).
+      const int64_t groups = (s.n + 1) / 2;
+      auto phys = testutil::random_matrix(dtype, groups * 3, s.k, 3);
+      auto w = testutil::random_matrix(dtype, s.n, s.k, 5);  // overwritten: W's logical rows
+      kernels::AmxWeightRows rows;
+      rows.group_rows = 2;
+      rows.group_stride = 3;
+      if (dtype == DType::kF32) {
+        float* pw = phys.mutable_f32();
+        // Values over many binades and with low mantissa bits set, beyond bf16.
+        for (int64_t i = 0; i < groups * 3 * s.k; ++i)
+          pw[i] *= std::ldexp(1.0f + 0x1.3579bp-20f, static_cast<int>(i % 11) - 5);
+        rows.f32 = pw;
+        for (int64_t i = 0; i < s.n; ++i)
+          std::memcpy(w.mutable_f32() + i * s.k, pw + rows.physical_row(i) * s.k, size_t(s.k) * 4);
+      } else {
+        rows.bf16 = phys.view().bf16();
+        for (int64_t i = 0; i < s.n; ++i)
+          std::memcpy(w.mutable_bf16() + i * s.k, rows.bf16 + rows.physical_row(i) * s.k,
+                      size_t(s.k) * 2);
+      }
+      auto x = testutil::random_vector(static_cast<size_t>(s.m * s.k), 4);
+      // Values over many binades, where a bf16 rounding of x would show.
+      for (size_t i = 0; i < x.size(); ++i) x[i] *= std::ldexp(1.0f, static_cast<int>(i % 13) - 6);
+      std::vector<float> ref(s.m * s.n), y(s.m * s.n, -1.0f), yt(s.m * s.n, -1.0f), back(s.m * s.n);
+      kernels::linear_reference(x.data(), s.m, w.view(), ref.data(), s.n);
+      kernels::Bf16x3Activations split;
+      kernels::split_bf16x3(x.data(), s.k, s.m, s.k, split, pool);
+      kernels::linear_amx(split, rows, s.n, y.data(), s.n, false, pool);
+      kernels::linear_amx(split, rows, s.n, yt.data(), s.m, true, pool);
+      for (int64_t t = 0; t < s.m; ++t)
+        for (int64_t j = 0; j < s.n; ++j) back[t * s.n + j] = yt[j * s.m + t];
+      const std::string name = std::string(dtype == DType::kF32 ? "f32 " : "bf16 ") +
+                               std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                               std::to_string(s.k);
+      // Error relative to Σ|x·w| per output: the cancellation in these sums would make a plain
+      // relative error measure the data, not the kernel (sgemm's own is ~1e-7 here).
+      auto worst = [&](const std::vector<float>& got) {
+        double e = 0;
+        for (int64_t t = 0; t < s.m; ++t) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            double mag = 0;
+            for (int64_t c = 0; c < s.k; ++c)
+              mag += std::abs(double(x[t * s.k + c]) * w.view().at(j, c));
+            e = std::max(e, std::abs(double(got[t * s.n + j]) - ref[t * s.n + j]) / (mag + 1e-30));
+          }
+        }
+        return e;
+      };
+      EXPECT_LT(worst(y), 1e-6) << name;
+      EXPECT_LT(worst(back), 1e-6) << name;
+    }
   }
 }
 
