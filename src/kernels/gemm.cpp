@@ -178,11 +178,11 @@ void split_bf16x3(const float* x, int64_t ldx, int64_t m, int64_t k, Bf16x3Activ
   });
 }
 
-void linear_amx(const Bf16x3Activations& x, const AmxWeightRows& w, int64_t n, float* y,
-                int64_t ldy, bool y_transposed, common::ThreadPool& pool) {
+void linear_amx(const Bf16x3Activations& x, const AmxWeightRows& w, int64_t n, const AmxOutput& out,
+                common::ThreadPool& pool) {
   // Output rows in whole panels of 32 per thread.
   pool.parallel_for((n + 31) / 32, 1, [&](int64_t b, int64_t e, int) {
-    detail::bf16x3_range_amx(x.planes.data(), x.mp, x.kp, x.m, w, x.k, y, ldy, y_transposed, b * 32,
+    detail::bf16x3_range_amx(x.planes.data(), x.mp, x.kp, x.m, w, x.k, out, b * 32,
                              std::min(n, e * 32));
   });
 }
@@ -198,7 +198,7 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
   if (w.dtype == DType::kBF16 && m >= kAmxMinRowsBf16 && amx_bf16_active()) {
     thread_local Bf16x3Activations split;
     split_bf16x3(x, w.cols, m, w.cols, split, pool);
-    linear_amx(split, AmxWeightRows{w.bf16(), nullptr}, w.rows, y, ldy, false, pool);
+    linear_amx(split, AmxWeightRows{w.bf16(), nullptr}, w.rows, AmxOutput{y, ldy}, pool);
   } else if (m <= (w.dtype == DType::kBF16 ? kStreamingMaxRowsBf16 : kStreamingMaxRowsF32)) {
     linear_streaming(x, m, w, y, ldy, pool);
   } else {

@@ -53,8 +53,8 @@ void linear_blas(const float* x, int64_t m, const tensor::WeightView& w, float* 
 
 // The AMX-BF16 path at f32 numerics, when cpu_features().amx_bf16 and the OS grants the tile
 // state (amx_bf16_active()). Activations x [m, k] are split once into three bf16 terms whose
-// sum is x exactly, then reused by every weight W [n, k] that reads them: y = x·Wᵀ, or with
-// y_transposed y[j * ldy + t]. Not thread-safe per Bf16x3Activations.
+// sum is x exactly, then reused by every weight W [n, k] that reads them: y = x·Wᵀ (AmxOutput
+// places it). Not thread-safe per Bf16x3Activations.
 bool amx_bf16_active();
 struct Bf16x3Activations {
   int64_t m = 0, k = 0, mp = 0, kp = 0;    // mp, kp: m and k rounded up to 32
@@ -74,8 +74,18 @@ struct AmxWeightRows {
     return group_rows == 0 ? i : i / group_rows * group_stride + i % group_rows;
   }
 };
-void linear_amx(const Bf16x3Activations& x, const AmxWeightRows& w, int64_t n, float* y,
-                int64_t ldy, bool y_transposed, common::ThreadPool& pool);
+// Where output (token t, column j) goes: y[t · ldy + j], or with transposed y[j · ldy + t]; with
+// group_cols, columns come in groups (one head's values) group_stride floats apart, so that
+// (t, j) goes to y[(j / group_cols) · group_stride + t · ldy + j % group_cols] (not transposed).
+struct AmxOutput {
+  float* y = nullptr;
+  int64_t ldy = 0;
+  bool transposed = false;
+  int64_t group_cols = 0;  // 0: one group
+  int64_t group_stride = 0;
+};
+void linear_amx(const Bf16x3Activations& x, const AmxWeightRows& w, int64_t n, const AmxOutput& out,
+                common::ThreadPool& pool);
 
 // Naive reference: one double-accumulated dot product per output (I8: linear_int8_reference).
 void linear_reference(const float* x, int64_t m, const tensor::WeightView& w, float* y,

@@ -126,8 +126,7 @@ void store_transposed_16x16(const float* c, float* y, int64_t ldy, int64_t rows,
 }  // namespace
 
 void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, const AmxWeightRows& w,
-                      int64_t k, float* y, int64_t ldy, bool y_transposed, int64_t n_begin,
-                      int64_t n_end) {
+                      int64_t k, const AmxOutput& out, int64_t n_begin, int64_t n_end) {
   const AmxTileConfig cfg = full_amx_tiles();
   _tile_loadconfig(&cfg);
   // This thread's weight rows, 32 at a time, each weight term of a panel as
@@ -214,17 +213,24 @@ void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, con
         _tile_stored(2, c + 16 * 32, 128);
         _tile_stored(3, c + 16 * 32 + 16, 128);
         const int64_t tokens = std::min<int64_t>(32, m - t0);
-        if (y_transposed) {
+        if (out.transposed) {
           for (int64_t tt = 0; tt < tokens; tt += 16) {
             for (int64_t nn = 0; nn < rows; nn += 16) {
-              store_transposed_16x16(c + tt * 32 + nn, y + (n0 + nn) * ldy + t0 + tt, ldy,
-                                     std::min<int64_t>(16, rows - nn),
+              store_transposed_16x16(c + tt * 32 + nn, out.y + (n0 + nn) * out.ldy + t0 + tt,
+                                     out.ldy, std::min<int64_t>(16, rows - nn),
                                      std::min<int64_t>(16, tokens - tt));
             }
           }
         } else {
-          for (int64_t t = 0; t < tokens; ++t)
-            std::memcpy(y + (t0 + t) * ldy + n0, c + t * 32, size_t(rows) * sizeof(float));
+          // Runs of columns inside one group, each a copy per token.
+          const int64_t group = out.group_cols > 0 ? out.group_cols : n_end;
+          for (int64_t nn = 0; nn < rows;) {
+            const int64_t j = n0 + nn, run = std::min(rows - nn, group - j % group);
+            float* dst = out.y + j / group * out.group_stride + j % group + t0 * out.ldy;
+            for (int64_t t = 0; t < tokens; ++t)
+              std::memcpy(dst + t * out.ldy, c + t * 32 + nn, size_t(run) * sizeof(float));
+            nn += run;
+          }
         }
       }
     }

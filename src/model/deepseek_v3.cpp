@@ -289,18 +289,18 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
           std::memcpy(c_kv + j * r, src, r * sizeof(float));
         }
       }
-      bool values_by_row = false;  // v as [ctx, nh·dv] rows instead of one [ctx, dv] per head
       if (ex_dim == 0 && kernels::amx_bf16_active()) {
         // kᵀ = (c_kv · W_UKᵀ)ᵀ for every head at once, then v = c_kv · W_UVᵀ, on AMX with the
-        // latent split once; W_UK and W_UV are read in place as row groups of kv_b_proj.
-        // Keys land per head in kᵀ; values as [ctx, nh·dv] rows.
+        // latent split once; W_UK and W_UV are read in place as row groups of kv_b_proj. Keys
+        // land per head in kᵀ, values per head as [ctx, dv] (rows of one head's values kept
+        // together, for the attention's streaming reads).
         thread_local kernels::Bf16x3Activations split;
         kernels::split_bf16x3(c_kv, r, ctx, r, split, pool);
         kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b, dn, dn + dv},
-                            int64_t{nh} * dn, kt, kt_ld, true, pool);
+                            int64_t{nh} * dn, kernels::AmxOutput{kt, kt_ld, true}, pool);
         kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b + dn * r, dv, dn + dv},
-                            int64_t{nh} * dv, kv, int64_t{nh} * dv, false, pool);
-        values_by_row = true;
+                            int64_t{nh} * dv, kernels::AmxOutput{kv, dv, false, dv, ctx * dv},
+                            pool);
       } else if (ex_dim == 0) {
         // kᵀ_h = W_UK[h] · c_kvᵀ and v_h = c_kv · W_UV[h]ᵀ, per head and block of 1024 keys.
         constexpr int64_t kKeyBlock = 1024;
@@ -334,10 +334,6 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
         args.v = kv + dn;
         args.v_row_stride = ex_dim;
         args.v_head_stride = dn + dv;
-      } else if (values_by_row) {
-        args.v = kv;
-        args.v_row_stride = int64_t{nh} * dv;
-        args.v_head_stride = dv;
       } else {
         args.v = kv;
         args.v_row_stride = dv;

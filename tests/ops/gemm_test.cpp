@@ -49,8 +49,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{49, 40, 70}, Shape{97, 65, 300},
                                          Shape{130, 96, 64})));
 
-// The AMX-BF16 path on its own, both output layouts, bf16 and f32 weights (f32 read through a
-// row-group map, as the MLA expansion reads W_UK inside kv_b_proj): activations and f32 weights
+// The AMX-BF16 path on its own, in the three output layouts, bf16 and f32 weights (f32 read through
+// a row-group map, as the MLA expansion reads W_UK inside kv_b_proj): activations and f32 weights
 // split into bf16 terms must give f32-accurate sums (not bf16-rounded ones): within 1e-6 of
 // Σ|x·w| per output, where sgemm measures 1-7e-7 and one bf16 rounding would be ~4e-3.
 TEST(GemmAmxBf16Test, MatchesReferenceInBothLayouts) {
@@ -87,10 +87,18 @@ TEST(GemmAmxBf16Test, MatchesReferenceInBothLayouts) {
       kernels::linear_reference(x.data(), s.m, w.view(), ref.data(), s.n);
       kernels::Bf16x3Activations split;
       kernels::split_bf16x3(x.data(), s.k, s.m, s.k, split, pool);
-      kernels::linear_amx(split, rows, s.n, y.data(), s.n, false, pool);
-      kernels::linear_amx(split, rows, s.n, yt.data(), s.m, true, pool);
-      for (int64_t t = 0; t < s.m; ++t)
-        for (int64_t j = 0; j < s.n; ++j) back[t * s.n + j] = yt[j * s.m + t];
+      kernels::linear_amx(split, rows, s.n, kernels::AmxOutput{y.data(), s.n}, pool);
+      kernels::linear_amx(split, rows, s.n, kernels::AmxOutput{yt.data(), s.m, true}, pool);
+      // Columns in groups of 24 (panels of 32 straddle them), each group [m, 24] rows, 5 apart.
+      const int64_t gc = 24, gs = s.m * gc + 5, groups_out = (s.n + gc - 1) / gc;
+      std::vector<float> yg(size_t(groups_out * gs), -1.0f), from_groups(s.m * s.n);
+      kernels::linear_amx(split, rows, s.n, kernels::AmxOutput{yg.data(), gc, false, gc, gs}, pool);
+      for (int64_t t = 0; t < s.m; ++t) {
+        for (int64_t j = 0; j < s.n; ++j) {
+          back[t * s.n + j] = yt[j * s.m + t];
+          from_groups[t * s.n + j] = yg[j / gc * gs + t * gc + j % gc];
+        }
+      }
       const std::string name = std::string(dtype == DType::kF32 ? "f32 " : "bf16 ") +
                                std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
                                std::to_string(s.k);
@@ -110,6 +118,7 @@ TEST(GemmAmxBf16Test, MatchesReferenceInBothLayouts) {
       };
       EXPECT_LT(worst(y), 1e-6) << name;
       EXPECT_LT(worst(back), 1e-6) << name;
+      EXPECT_EQ(from_groups, y) << name;
     }
   }
 }
