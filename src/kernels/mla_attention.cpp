@@ -89,25 +89,35 @@ struct Avx2 {
 
 namespace detail {
 
-void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t begin, int64_t end, int64_t stride) {
-  FlashPrefill<Avx2>(a).run(begin, end, stride);
+int64_t flash_query_block(int64_t num_heads, int64_t num_queries, int64_t num_threads) {
+  auto items_for = [&](int64_t block) { return num_heads * ((num_queries + block - 1) / block); };
+  int64_t block = kFlashMaxQueryBlock;
+  while (block > kFlashMinQueryBlock && items_for(block) < 2 * num_threads) block /= 2;
+  const int64_t blocks = (num_queries + block - 1) / block;
+  const int64_t even = (num_queries + blocks - 1) / blocks;
+  return std::max<int64_t>(6, (even + 5) / 6 * 6);  // kRows: 3 (AVX2) and 6 (AVX-512)
+}
+
+void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t query_block,
+                            std::atomic<int64_t>& next) {
+  FlashPrefill<Avx2>(a, query_block).run(next);
 }
 
 }  // namespace detail
 
 void mla_prefill_attention(const MlaPrefillArgs& a, common::ThreadPool& pool) {
-  const int64_t items =
-      a.num_heads * ((a.num_queries + detail::kFlashQueryBlock - 1) / detail::kFlashQueryBlock);
-  // Thread p takes items p, p + P, ...: causal blocks grow with the query index, so striding
-  // spreads long and short ones evenly.
+  const int64_t query_block =
+      detail::flash_query_block(a.num_heads, a.num_queries, pool.num_threads());
+  const int64_t items = a.num_heads * ((a.num_queries + query_block - 1) / query_block);
   const int64_t parts = std::min<int64_t>(pool.num_threads(), items);
   const bool avx512 = cpu_features().avx512;
+  std::atomic<int64_t> next{0};
   pool.parallel_for(parts, 1, [&](int64_t begin, int64_t end, int) {
     for (int64_t part = begin; part < end; ++part) {
       if (avx512) {
-        detail::mla_prefill_items_avx512(a, part, items, parts);
+        detail::mla_prefill_items_avx512(a, query_block, next);
       } else {
-        detail::mla_prefill_items_avx2(a, part, items, parts);
+        detail::mla_prefill_items_avx2(a, query_block, next);
       }
     }
   });

@@ -71,8 +71,9 @@ struct Avx512 {
 
 }  // namespace
 
-void mla_prefill_items_avx512(const MlaPrefillArgs& a, int64_t begin, int64_t end, int64_t stride) {
-  FlashPrefill<Avx512>(a).run(begin, end, stride);
+void mla_prefill_items_avx512(const MlaPrefillArgs& a, int64_t query_block,
+                              std::atomic<int64_t>& next) {
+  FlashPrefill<Avx512>(a, query_block).run(next);
 }
 
 }  // namespace kernels::detail

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -15,13 +16,21 @@
 
 namespace kernels::detail {
 
-// Queries per work item (one head × one block of queries): the keys a block streams are loaded
-// once per block, so larger blocks read K and V less often.
-inline constexpr int64_t kFlashQueryBlock = 96;
+// Queries per work item (one head × one block of queries): the keys a block streams are read
+// once per block, so larger blocks read K and V less often (384 against 96: 4-8% faster after
+// 12288 tokens). flash_query_block picks the block: at most 384 queries, halved down to 96
+// while there are fewer than two items per thread, then evened out over the chunk (no short
+// tail block); always a multiple of every ISA's kRows.
+inline constexpr int64_t kFlashMaxQueryBlock = 384;
+inline constexpr int64_t kFlashMinQueryBlock = 96;
+int64_t flash_query_block(int64_t num_heads, int64_t num_queries, int64_t num_threads);
 
-// Work items [begin, end) in steps of `stride`, per ISA.
-void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t begin, int64_t end, int64_t stride);
-void mla_prefill_items_avx512(const MlaPrefillArgs& a, int64_t begin, int64_t end, int64_t stride);
+// Runs work items until `next` passes the last: each thread takes the next one, the blocks with
+// the most keys first (the last query blocks of every head), so threads end together.
+void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t query_block,
+                            std::atomic<int64_t>& next);
+void mla_prefill_items_avx512(const MlaPrefillArgs& a, int64_t query_block,
+                              std::atomic<int64_t>& next);
 
 // S provides: Vec, kWidth (lanes), kRows (queries per register tile), zero(), set1(), load(),
 // load_n(p, n) (lanes >= n read as 0, no access past them), store(), fmadd(), add(), sub(),
@@ -35,16 +44,23 @@ class FlashPrefill {
   static constexpr int kVecs = 4;  // vectors of keys per block, and of value columns per slice
   static constexpr int kKeys = kVecs * kWidth;
   static constexpr int kRows = S::kRows;
+  static_assert(6 % kRows == 0, "flash_query_block rounds blocks to multiples of 6");
 
-  explicit FlashPrefill(const MlaPrefillArgs& a)
+  FlashPrefill(const MlaPrefillArgs& a, int64_t query_block)
       : a_(a),
         qk_(a.nope_dim + a.rope_dim),
         first_pos_(a.context_len - a.num_queries),
-        num_qblocks_((a.num_queries + kFlashQueryBlock - 1) / kFlashQueryBlock),
+        query_block_(query_block),
+        num_qblocks_((a.num_queries + query_block - 1) / query_block),
         o_stride_((a.v_dim + kKeys - 1) / kKeys * kKeys) {}
 
-  void run(int64_t begin, int64_t end, int64_t stride) {
-    for (int64_t item = begin; item < end; item += stride) run_item(item);
+  void run(std::atomic<int64_t>& next) {
+    const int64_t items = a_.num_heads * num_qblocks_;
+    for (int64_t i = next.fetch_add(1); i < items; i = next.fetch_add(1)) {
+      // Item i in order of decreasing work: the last query block of every head first.
+      const int64_t qblock = num_qblocks_ - 1 - i / a_.num_heads, h = i % a_.num_heads;
+      run_item(h * num_qblocks_ + qblock);
+    }
   }
 
  private:
@@ -55,8 +71,8 @@ class FlashPrefill {
 
   void run_item(int64_t item) {
     const int h = static_cast<int>(item / num_qblocks_);
-    const int64_t t0 = (item % num_qblocks_) * kFlashQueryBlock;
-    const int64_t t1 = std::min(a_.num_queries, t0 + kFlashQueryBlock);
+    const int64_t t0 = (item % num_qblocks_) * query_block_;
+    const int64_t t1 = std::min(a_.num_queries, t0 + query_block_);
     thread_local State st;
     st.m.assign(static_cast<size_t>(t1 - t0), -std::numeric_limits<float>::infinity());
     st.l.assign(static_cast<size_t>(t1 - t0), 0.0f);
@@ -205,6 +221,7 @@ class FlashPrefill {
   const MlaPrefillArgs& a_;
   const int qk_;
   const int64_t first_pos_;
+  const int64_t query_block_;
   const int64_t num_qblocks_;
   const int64_t o_stride_;  // per query in State::o: v_dim rounded up to whole slices
 };
