@@ -142,22 +142,26 @@ void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, con
                          _mm512_set1_epi32(static_cast<int32_t>(kp * 2)));
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t n0 = n_begin + p * 32, rows = std::min<int64_t>(32, n_end - n0);
+    uint64_t low_terms = 0;  // any bit of a second or third term in the panel
     for (int64_t r = 0; r < 32; ++r) {
       uint16_t* dst = rows_tmp + r * kp;
       if (r >= rows) {
         for (int t = 0; t < 3; ++t) std::memset(dst + t * term_size, 0, size_t(kp) * 2);
       } else if (w.f32 != nullptr) {
         split_bf16x3_rows(w.f32 + w.physical_row(n0 + r) * k, k, k, 0, 1, 1, dst, 32, kp);
+        for (int t = 1; t < 3; ++t) {
+          for (int64_t c = 0; c < kp; c += 4) {  // kp is a multiple of 32
+            uint64_t bits;
+            std::memcpy(&bits, dst + t * term_size + c, 8);
+            low_terms |= bits;
+          }
+        }
       } else {
         std::memcpy(dst, w.bf16 + w.physical_row(n0 + r) * k, size_t(k) * 2);
         std::memset(dst + k, 0, size_t(kp - k) * 2);
       }
     }
-    if (w.f32 != nullptr) {
-      const uint16_t* rest = rows_tmp + term_size;
-      terms[size_t(p)] =
-          std::all_of(rest, rest + 2 * term_size, [](uint16_t v) { return v == 0; }) ? 1 : 3;
-    }
+    terms[size_t(p)] = low_terms != 0 ? 3 : 1;
     for (int t = 0; t < terms[size_t(p)]; ++t) {
       uint16_t* term = packed + p * panel_size + t * term_size;
       for (int64_t kb = 0; kb < kp; kb += 32) {
