@@ -18,6 +18,19 @@ using sched::CostSample;
 using sched::FormCoefficients;
 using sched::PlanOptions;
 
+// The hand-computed planner cases: t = 5 + x ms per chunk of x tokens on 2 stages, chunks of
+// any size from one token up to max_chunk.
+const ChunkCostModel kFiveMsPlusOnePerToken({true, 5.0, 1.0, 0.0, 0.0}, {});
+PlanOptions unit_chunk_options(int64_t prompt_tokens, int64_t max_chunk) {
+  PlanOptions o;
+  o.prompt_tokens = prompt_tokens;
+  o.max_chunk = max_chunk;
+  o.min_chunk = 1;
+  o.align = 1;
+  o.num_stages = 2;
+  return o;
+}
+
 std::vector<CostSample> exact_samples(const FormCoefficients& f, AttentionForm form) {
   std::vector<CostSample> out;
   for (int64_t x : {16, 64, 256, 1024})
@@ -113,13 +126,8 @@ TEST(ChunkPlannerTest, PipelineRecurrenceCountsFillDrainAndTheInFlightLimit) {
 TEST(ChunkPlannerTest, OverheadSetsTheChunkCountByHand) {
   // t = 5 + x ms, 100 tokens, 2 stages: K equal chunks give TTFT = (K + 1)(5 + 100/K)
   // = 100 + 5K + 100/K + 5, least at K = 4 and 5 (150 ms); the tie goes to fewer chunks.
-  const ChunkCostModel m({true, 5.0, 1.0, 0.0, 0.0}, {});
-  PlanOptions o;
-  o.prompt_tokens = 100;
-  o.max_chunk = 100;
-  o.min_chunk = 1;
-  o.align = 1;
-  o.num_stages = 2;
+  const ChunkCostModel& m = kFiveMsPlusOnePerToken;
+  PlanOptions o = unit_chunk_options(100, 100);
   const auto plan = sched::best_plan(m, o);
   ASSERT_EQ(plan.chunks.size(), 4u);
   for (const auto& c : plan.chunks) EXPECT_EQ(c.tokens, 25);
@@ -135,13 +143,8 @@ TEST(ChunkPlannerTest, OverheadSetsTheChunkCountByHand) {
 TEST(ChunkPlannerTest, FixedChunksStayUnlessThePlanGainsEnough) {
   // t = 5 + x ms, 100 tokens, budget 50: fixed is two 55 ms chunks, (2 + 1)·55 = 165 ms; the best
   // plan is four chunks of 25, (4 + 1)·30 = 150 ms, a predicted gain of 9.1%.
-  const ChunkCostModel m({true, 5.0, 1.0, 0.0, 0.0}, {});
-  PlanOptions o;
-  o.prompt_tokens = 100;
-  o.max_chunk = 50;
-  o.min_chunk = 1;
-  o.align = 1;
-  o.num_stages = 2;
+  const ChunkCostModel& m = kFiveMsPlusOnePerToken;
+  PlanOptions o = unit_chunk_options(100, 50);
   EXPECT_NEAR(sched::fixed_plan(m, o).ttft_ms, 165.0, 1e-9);
   o.min_predicted_gain = 0.09;
   EXPECT_NEAR(sched::best_plan(m, o).ttft_ms, 150.0, 1e-6);
