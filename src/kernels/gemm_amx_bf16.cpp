@@ -142,8 +142,13 @@ void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, con
                          _mm512_set1_epi32(static_cast<int32_t>(kp * 2)));
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t n0 = n_begin + p * 32, rows = std::min<int64_t>(32, n_end - n0);
+    // BF16 rows that are whole, consecutive and a multiple of 32 long are gathered in place;
+    // others are first copied (or split, for f32) into rows_tmp with zero padding.
+    const bool in_place = w.f32 == nullptr && rows == 32 && k == kp &&
+                          w.physical_row(n0 + 31) - w.physical_row(n0) == 31;
+    const uint16_t* src = in_place ? w.bf16 + w.physical_row(n0) * k : rows_tmp;
     uint64_t low_terms = 0;  // any bit of a second or third term in the panel
-    for (int64_t r = 0; r < 32; ++r) {
+    for (int64_t r = 0; r < 32 && !in_place; ++r) {
       uint16_t* dst = rows_tmp + r * kp;
       if (r >= rows) {
         for (int t = 0; t < 3; ++t) std::memset(dst + t * term_size, 0, size_t(kp) * 2);
@@ -168,7 +173,7 @@ void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, con
         for (int half = 0; half < 2; ++half) {
           // Pair q of the 16 rows is one gather of 4-byte groups, kp apart.
           int32_t* tile = reinterpret_cast<int32_t*>(term + kb * 32 + half * 512);
-          const uint16_t* base = rows_tmp + t * term_size + half * 16 * kp + kb;
+          const uint16_t* base = src + t * term_size + half * 16 * kp + kb;
           for (int q = 0; q < 16; ++q)
             _mm512_store_si512(tile + q * 16, _mm512_i32gather_epi32(row_offsets, base + 2 * q, 1));
         }

@@ -112,13 +112,12 @@ void mla_prefill_attention(const MlaPrefillArgs& a, common::ThreadPool& pool) {
   const int64_t parts = std::min<int64_t>(pool.num_threads(), items);
   const bool avx512 = cpu_features().avx512;
   std::atomic<int64_t> next{0};
-  pool.parallel_for(parts, 1, [&](int64_t begin, int64_t end, int) {
-    for (int64_t part = begin; part < end; ++part) {
-      if (avx512) {
-        detail::mla_prefill_items_avx512(a, query_block, next);
-      } else {
-        detail::mla_prefill_items_avx2(a, query_block, next);
-      }
+  // Every part drains the shared counter, so a thread given several parts needs one call.
+  pool.parallel_for(parts, 1, [&](int64_t, int64_t, int) {
+    if (avx512) {
+      detail::mla_prefill_items_avx512(a, query_block, next);
+    } else {
+      detail::mla_prefill_items_avx2(a, query_block, next);
     }
   });
 }
