@@ -146,6 +146,20 @@ double await_metric(const ServerProcess& s, const std::string& name, double want
   return v;
 }
 
+// The proxy's count of requests in flight, once it reaches 0 or after timeout_s: it drops a
+// request after relaying its end, so a client can see [DONE] a moment before the count does.
+int64_t await_proxy_idle(const ServerProcess& proxy, double timeout_s = 10) {
+  auto in_flight = [&] {
+    return json::parse(proxy.client().Get("/healthcheck")->body)["request_num"].get<int64_t>();
+  };
+  int64_t n = in_flight();
+  for (int i = 0; i < timeout_s * 20 && n != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    n = in_flight();
+  }
+  return n;
+}
+
 json complete_body(const std::string& prompt, int max_tokens = 8) {
   return {{"model", "model"},
           {"prompt", prompt},
@@ -235,8 +249,7 @@ void outputs_match_colocated(int pp, int tp = 1) {
   EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0), 0.0) << "P freed on DONE";
   EXPECT_EQ(metric(p, "chunkpipe:kv_leases_expired_total"), 0.0);
   EXPECT_EQ(metric(d, "vllm:kv_cache_usage_perc"), 0.0);
-  const json health = json::parse(proxy.client().Get("/healthcheck")->body);
-  EXPECT_EQ(health["request_num"], 0);
+  EXPECT_EQ(await_proxy_idle(proxy), 0);
   EXPECT_EQ(proxy.stop(), 0);
   EXPECT_EQ(p.stop(), 0);
   EXPECT_EQ(d.stop(), 0);
@@ -436,12 +449,7 @@ TEST_F(PdTest, ProxyUnderLoadWithVanishingClientsLeaksNothing) {
   for (const ServerProcess* s : {&p, &d1, &d2})
     EXPECT_EQ(await_metric(*s, "vllm:kv_cache_usage_perc", 0.0, 15), 0.0)
         << (s == &p ? "P" : "a decoder") << " still holds blocks";
-  for (int i = 0; i < 100; ++i) {  // the proxy's accounting drains too
-    const json h = json::parse(proxy.client().Get("/healthcheck")->body);
-    if (h["request_num"] == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_EQ(json::parse(proxy.client().Get("/healthcheck")->body)["request_num"], 0);
+  EXPECT_EQ(await_proxy_idle(proxy), 0) << "the proxy's accounting drains too";
   std::printf("    200 requests at concurrency 32: %d answered, %d clients vanished\n", ok.load(),
               dropped.load());
 }
