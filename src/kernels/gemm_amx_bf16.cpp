@@ -89,11 +89,10 @@ void split_bf16x3_rows(const float* x, int64_t ldx, int64_t k, int64_t row_begin
 
 namespace {
 
-// Writes the 16×16 block c[t][n] (row stride 32 floats) as y[n][t] for n < rows, t < tokens:
-// a register transpose (unpack within 128-bit lanes, then 128-bit lane shuffles).
-void store_transposed_16x16(const float* c, float* y, int64_t ldy, int64_t rows, int64_t tokens) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(c + i * 32);
+// Transposes the 16×16 matrix of 32-bit elements held in r (row i in r[i]) in registers:
+// unpacks within 128-bit lanes, then 128-bit lane shuffles. Afterwards r[j] holds column j.
+inline void transpose_16x16(__m512 r[16]) {
+  __m512 t[16];
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
@@ -119,8 +118,24 @@ void store_transposed_16x16(const float* c, float* y, int64_t ldy, int64_t rows,
     r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
     r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
   }
+}
+
+// Writes the 16×16 block c[t][n] (row stride 32 floats) as y[n][t] for n < rows, t < tokens.
+void store_transposed_16x16(const float* c, float* y, int64_t ldy, int64_t rows, int64_t tokens) {
+  __m512 r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(c + i * 32);
+  transpose_16x16(r);
   const __mmask16 mask = tokens >= 16 ? __mmask16(0xffff) : __mmask16((1u << tokens) - 1);
   for (int64_t n = 0; n < rows; ++n) _mm512_mask_storeu_ps(y + n * ldy, mask, r[n]);
+}
+
+// One 16-row half of a weight panel's K block in AMX's B layout: src holds 16 rows of 32 bf16
+// (row stride ld elements); tile[q][i] is the bf16 pair q of row i, a 32-bit transpose.
+void pack_b_tile(const uint16_t* src, int64_t ld, int32_t* tile) {
+  __m512 r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld);
+  transpose_16x16(r);
+  for (int q = 0; q < 16; ++q) _mm512_store_ps(tile + q * 16, r[q]);
 }
 
 }  // namespace
@@ -137,9 +152,6 @@ void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, con
   uint16_t* rows_tmp = packed + panels * panel_size;  // [3][32][kp]: the panel's rows, split
   thread_local std::vector<int> terms;
   terms.assign(size_t(panels), 1);
-  const __m512i row_offsets =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int32_t>(kp * 2)));
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t n0 = n_begin + p * 32, rows = std::min<int64_t>(32, n_end - n0);
     // BF16 rows that are whole, consecutive and a multiple of 32 long are gathered in place;
@@ -171,11 +183,8 @@ void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, con
       uint16_t* term = packed + p * panel_size + t * term_size;
       for (int64_t kb = 0; kb < kp; kb += 32) {
         for (int half = 0; half < 2; ++half) {
-          // Pair q of the 16 rows is one gather of 4-byte groups, kp apart.
-          int32_t* tile = reinterpret_cast<int32_t*>(term + kb * 32 + half * 512);
-          const uint16_t* base = src + t * term_size + half * 16 * kp + kb;
-          for (int q = 0; q < 16; ++q)
-            _mm512_store_si512(tile + q * 16, _mm512_i32gather_epi32(row_offsets, base + 2 * q, 1));
+          pack_b_tile(src + t * term_size + half * 16 * kp + kb, kp,
+                      reinterpret_cast<int32_t*>(term + kb * 32 + half * 512));
         }
       }
     }
