@@ -68,10 +68,20 @@ void matrix_tensors(const std::string& name, const tensor::WeightView& w, int64_
   }
   if (!fp8) {
     const int elem = tensor::dtype_size_bytes(w.dtype);
+    const float* f32 = w.dtype == DType::kF32 ? w.f32() + row0 * cols : nullptr;
+    const size_t n = static_cast<size_t>(rows * cols);
+    // Matrices kept F32 in memory (kv_b_proj, the router) go out as BF16 in a BF16 checkpoint, as
+    // in the Hugging Face release, when that loses nothing.
+    if (f32 != nullptr && vector_dtype == DType::kBF16 && std::all_of(f32, f32 + n, [](float v) {
+          return tensor::bf16_to_f32(tensor::f32_to_bf16(v)) == v;
+        })) {
+      std::vector<uint16_t> bits(n);
+      for (size_t i = 0; i < n; ++i) bits[i] = tensor::f32_to_bf16(f32[i]);
+      out->push_back(raw_tensor(name, DType::kBF16, {rows, cols}, bits.data(), n * 2));
+      return;
+    }
     out->push_back(raw_tensor(name, w.dtype, {rows, cols},
-                              static_cast<const uint8_t*>(w.data) + row0 * cols * elem,
-                              static_cast<size_t>(rows * cols * elem)));
-    (void)vector_dtype;
+                              static_cast<const uint8_t*>(w.data) + row0 * cols * elem, n * elem));
     return;
   }
   const int64_t block = 128, sr = (rows + block - 1) / block, sc = (cols + block - 1) / block;

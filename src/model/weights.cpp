@@ -385,17 +385,19 @@ class FastRandom {
 
 // kI8 means msmodelslim's DeepSeek layout: the projections and MLPs W8A8_DYNAMIC (int8,
 // per-channel scales), everything else (embedding, lm_head, eh_proj) BF16; kv_b_proj and the
-// router are F32 in every mode.
+// router are F32 in memory in every mode, holding values exact in bf16 unless dtype is kF32 (as
+// when a BF16 checkpoint is loaded).
 class RandomFiller {
  public:
   RandomFiller(DType dtype, uint64_t seed) : dtype_(dtype), rng_(seed) {}
   WeightMatrix matrix(int64_t rows, int64_t cols, double stddev, bool force_f32 = false) {
     DType d = force_f32 ? DType::kF32 : float_dtype();
+    const bool bf16_values = float_dtype() == DType::kBF16;
     WeightMatrix m(d, rows, cols);
     for (int64_t i = 0; i < rows * cols; ++i) {
       float v = static_cast<float>(rng_.normal() * stddev);
       if (d == DType::kF32) {
-        m.mutable_f32()[i] = v;
+        m.mutable_f32()[i] = bf16_values ? tensor::bf16_to_f32(tensor::f32_to_bf16(v)) : v;
       } else {
         m.mutable_bf16()[i] = tensor::f32_to_bf16(v);
       }
