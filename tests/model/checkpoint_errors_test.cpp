@@ -1,14 +1,18 @@
-// Corrupt or inconsistent checkpoints: each gives one line naming the file and the tensor.
+// Corrupt or inconsistent checkpoints: each gives one line naming the file and the tensor; and
+// the dtypes make-model writes for the matrices kept F32 in memory.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "model/checkpoint_writer.h"
 #include "model/deepseek_v3.h"
+#include "tensor/dtype.h"
 
 namespace {
 
@@ -143,3 +147,39 @@ TEST_F(CheckpointErrorsTest, MissingConfig) {
 }
 
 }  // namespace
+
+// Not an error case, but the other half of the same format: make-model's BF16 checkpoints store
+// the matrices kept F32 in memory (kv_b_proj, the router) as BF16, as the Hugging Face release
+// does, without changing a value; an F32 model keeps them F32.
+TEST(CheckpointWriterTest, Bf16CheckpointStoresKvBProjAndRouterAsBf16Losslessly) {
+  auto config = model::load_model_config(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  for (tensor::DType dtype : {tensor::DType::kBF16, tensor::DType::kF32}) {
+    const model::ModelWeights w = model::random_weights(*config, dtype, 3);
+    const tensor::WeightMatrix& kv_b = w.layers[1].attn.kv_b_proj;
+    ASSERT_EQ(kv_b.dtype(), tensor::DType::kF32);
+    const std::vector<model::TensorToWrite> tensors = model::weights_to_tensors(*config, w, false);
+    int checked = 0;
+    for (const model::TensorToWrite& t : tensors) {
+      const bool f32_in_memory = t.name == "model.layers.1.self_attn.kv_b_proj.weight" ||
+                                 t.name == "model.layers.1.mlp.gate.weight";
+      if (!f32_in_memory) continue;
+      ++checked;
+      EXPECT_EQ(t.dtype, dtype) << t.name;
+      if (t.name.find("kv_b_proj") == std::string::npos) continue;
+      const float* values = kv_b.view().f32();
+      for (int64_t i = 0; i < kv_b.rows() * kv_b.cols(); ++i) {
+        float stored;
+        if (dtype == tensor::DType::kBF16) {
+          uint16_t bits;
+          std::memcpy(&bits, t.bytes.data() + 2 * i, 2);
+          stored = tensor::bf16_to_f32(bits);
+        } else {
+          std::memcpy(&stored, t.bytes.data() + 4 * i, 4);
+        }
+        ASSERT_EQ(stored, values[i]) << "element " << i;
+      }
+    }
+    EXPECT_EQ(checked, 2);
+  }
+}
