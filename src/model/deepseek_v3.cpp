@@ -20,11 +20,13 @@ namespace {
 
 // Per-thread scratch that only grows: the expanded form's context-sized buffers (the history's
 // k/v, latent and k_pe) would otherwise be fresh, zero-filled mappings on every layer of every
-// chunk, and their page faults and zeroing were a fifth of a long-history chunk's time.
+// chunk, and their page faults and zeroing were a fifth of a long-history chunk's time. They
+// grow by half again at least, since the history grows every chunk and each growth is a fresh
+// mapping to fault in.
 float* context_scratch(int slot, size_t size) {
   thread_local tensor::AlignedBuffer<float> buffers[4];
   auto& b = buffers[slot];
-  if (b.size() < size) b.resize(size);
+  if (b.size() < size) b.resize(std::max(size, b.size() + b.size() / 2));
   return b.data();
 }
 
