@@ -179,11 +179,14 @@ void split_bf16x3(const float* x, int64_t ldx, int64_t m, int64_t k, Bf16x3Activ
 }
 
 void linear_amx(const Bf16x3Activations& x, const AmxWeightRows& w, int64_t n, const AmxOutput& out,
-                common::ThreadPool& pool) {
-  // Output rows in whole panels of 32 per thread.
+                common::ThreadPool& pool, int64_t row_begin, int64_t row_end) {
+  if (row_end < 0) row_end = x.m;
+  CHECK(row_begin % 32 == 0 && row_begin <= row_end && row_end <= x.m) << "linear_amx: bad rows";
+  // Output rows in whole panels of 32 per thread. A row range starts on a tile row; its last
+  // tile may read rows past row_end (still inside the planes), whose outputs are not stored.
   pool.parallel_for((n + 31) / 32, 1, [&](int64_t b, int64_t e, int) {
-    detail::bf16x3_range_amx(x.planes.data(), x.mp, x.kp, x.m, w, x.k, out, b * 32,
-                             std::min(n, e * 32));
+    detail::bf16x3_range_amx(x.planes.data() + row_begin * x.kp, x.mp, x.kp, row_end - row_begin, w,
+                             x.k, out, b * 32, std::min(n, e * 32));
   });
 }
 

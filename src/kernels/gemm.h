@@ -84,8 +84,10 @@ struct AmxOutput {
   int64_t group_cols = 0;  // 0: one group
   int64_t group_stride = 0;
 };
+// Rows [row_begin, row_end) of x only (row_end -1: to x.m), with row_begin a multiple of 32;
+// output row 0 is x's row row_begin.
 void linear_amx(const Bf16x3Activations& x, const AmxWeightRows& w, int64_t n, const AmxOutput& out,
-                common::ThreadPool& pool);
+                common::ThreadPool& pool, int64_t row_begin = 0, int64_t row_end = -1);
 
 // Naive reference: one double-accumulated dot product per output (I8: linear_int8_reference).
 void linear_reference(const float* x, int64_t m, const tensor::WeightView& w, float* y,

@@ -23,7 +23,8 @@ void streaming_range_avx512(const float* x, int64_t m, const tensor::WeightView&
 void split_bf16x3_rows(const float* x, int64_t ldx, int64_t k, int64_t row_begin, int64_t row_end,
                        int64_t m, uint16_t* out, int64_t mp, int64_t kp);
 // y = x · Wᵀ for logical weight rows [n_begin, n_end) of w (row length k), from the split
-// planes, placed by `out`. Call only when amx_tiles_usable() (int8_paths.h).
+// planes (plane stride mp · kp; m rows from xs), placed by `out`. Call only when amx_tiles_usable()
+// (int8_paths.h).
 void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, const AmxWeightRows& w,
                       int64_t k, const AmxOutput& out, int64_t n_begin, int64_t n_end);
 }  // namespace kernels::detail

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/check.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "kernels/mla_flash.h"
@@ -98,26 +99,45 @@ int64_t flash_query_block(int64_t num_heads, int64_t num_queries, int64_t num_th
   return std::max<int64_t>(6, (even + 5) / 6 * 6);  // kRows: 3 (AVX2) and 6 (AVX-512)
 }
 
-void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t query_block,
-                            std::atomic<int64_t>& next) {
-  FlashPrefill<Avx2>(a, query_block).run(next);
+void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t key_begin, int64_t key_end,
+                            MlaPrefillState& state, std::atomic<int64_t>& next) {
+  FlashPrefill<Avx2>(a, key_begin, key_end, state).run(next);
 }
 
 }  // namespace detail
 
 void mla_prefill_attention(const MlaPrefillArgs& a, common::ThreadPool& pool) {
-  const int64_t query_block =
-      detail::flash_query_block(a.num_heads, a.num_queries, pool.num_threads());
-  const int64_t items = a.num_heads * ((a.num_queries + query_block - 1) / query_block);
+  thread_local MlaPrefillState state;
+  MlaPrefillArgs whole = a;
+  whole.key_base = 0;
+  mla_prefill_attention_keys(whole, 0, a.context_len, state, pool);
+}
+
+void mla_prefill_attention_keys(const MlaPrefillArgs& a, int64_t key_begin, int64_t key_end,
+                                MlaPrefillState& state, common::ThreadPool& pool) {
+  CHECK(key_begin % kMlaPrefillKeyAlign == 0 && key_begin < key_end && key_end <= a.context_len &&
+        (key_end == a.context_len || key_end % kMlaPrefillKeyAlign == 0) && a.key_base == key_begin)
+      << "mla_prefill_attention_keys: keys [" << key_begin << ", " << key_end << ") of "
+      << a.context_len;
+  if (key_begin == 0) {
+    // Grows only: every item starts its own rows when it runs the first keys.
+    state.query_block = detail::flash_query_block(a.num_heads, a.num_queries, pool.num_threads());
+    const size_t rows = size_t(a.num_heads) * size_t(a.num_queries);
+    const size_t o_size = rows * size_t(detail::flash_o_stride(a.v_dim));
+    if (state.m.size() < rows) state.m.resize(rows);
+    if (state.l.size() < rows) state.l.resize(rows);
+    if (state.o.size() < o_size) state.o.resize(o_size);
+  }
+  const int64_t items = a.num_heads * ((a.num_queries + state.query_block - 1) / state.query_block);
   const int64_t parts = std::min<int64_t>(pool.num_threads(), items);
   const bool avx512 = cpu_features().avx512;
   std::atomic<int64_t> next{0};
   // Every part drains the shared counter, so a thread given several parts needs one call.
   pool.parallel_for(parts, 1, [&](int64_t, int64_t, int) {
     if (avx512) {
-      detail::mla_prefill_items_avx512(a, query_block, next);
+      detail::mla_prefill_items_avx512(a, key_begin, key_end, state, next);
     } else {
-      detail::mla_prefill_items_avx2(a, query_block, next);
+      detail::mla_prefill_items_avx2(a, key_begin, key_end, state, next);
     }
   });
 }

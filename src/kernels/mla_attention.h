@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common/thread_pool.h"
 
@@ -34,12 +35,30 @@ struct MlaPrefillArgs {
   int64_t v_row_stride = 0;
   int64_t v_head_stride = 0;
   float* out = nullptr;  // [T, nh, dv], contiguous
+  // kt_nope, kt_pe and v hold keys from this one on (key j at index j - key_base): a segment of
+  // the context, for mla_prefill_attention_keys.
+  int64_t key_base = 0;
 };
 
 // One blocked pass per (head, block of queries) with an online softmax, on the best ISA path
 // (cpu_features()); a query's output does not depend on how the prompt was chunked.
 void mla_prefill_attention(const MlaPrefillArgs& args, common::ThreadPool& pool);
 void mla_prefill_attention_reference(const MlaPrefillArgs& args);
+
+// The same pass with the keys given a segment at a time, so that a caller that expands keys
+// from a latent cache can keep each segment in cache instead of expanding the whole context
+// first. Call with key_begin = 0, then each next segment (args.key_base = key_begin and the
+// pointers holding that segment) up to context_len; outputs are written by the last call and
+// equal mla_prefill_attention's bit for bit. Segment bounds are multiples of
+// kMlaPrefillKeyAlign (the last ends at context_len). `state` carries the online softmax of
+// every query and head between calls; reuse it across passes to keep its memory.
+inline constexpr int64_t kMlaPrefillKeyAlign = 64;
+struct MlaPrefillState {
+  int64_t query_block = 0;
+  std::vector<float> m, l, o;  // per head and query: max, sum, unnormalized output row
+};
+void mla_prefill_attention_keys(const MlaPrefillArgs& args, int64_t key_begin, int64_t key_end,
+                                MlaPrefillState& state, common::ThreadPool& pool);
 
 // Absorbed form (decode): MQA over the paged latent cache. Each cache row is
 // [c_kv (kv_lora_rank) | k_pe (rope_dim)]; the query per head is [q_nope·W_UK | q_pe].

@@ -71,9 +71,9 @@ struct Avx512 {
 
 }  // namespace
 
-void mla_prefill_items_avx512(const MlaPrefillArgs& a, int64_t query_block,
-                              std::atomic<int64_t>& next) {
-  FlashPrefill<Avx512>(a, query_block).run(next);
+void mla_prefill_items_avx512(const MlaPrefillArgs& a, int64_t key_begin, int64_t key_end,
+                              MlaPrefillState& state, std::atomic<int64_t>& next) {
+  FlashPrefill<Avx512>(a, key_begin, key_end, state).run(next);
 }
 
 }  // namespace kernels::detail

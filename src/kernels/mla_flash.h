@@ -25,12 +25,19 @@ inline constexpr int64_t kFlashMaxQueryBlock = 384;
 inline constexpr int64_t kFlashMinQueryBlock = 96;
 int64_t flash_query_block(int64_t num_heads, int64_t num_queries, int64_t num_threads);
 
+// Floats of MlaPrefillState::o per query: v_dim rounded up to whole slices of every ISA.
+inline int64_t flash_o_stride(int v_dim) {
+  return (v_dim + 63) / 64 * 64;
+}
+
 // Runs work items until `next` passes the last: each thread takes the next one, the blocks with
 // the most keys first (the last query blocks of every head), so threads end together.
-void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t query_block,
-                            std::atomic<int64_t>& next);
-void mla_prefill_items_avx512(const MlaPrefillArgs& a, int64_t query_block,
-                              std::atomic<int64_t>& next);
+// Keys [key_begin, key_end) of every item; the first range (key_begin 0) starts each item's
+// state, the last (key_end context_len) writes its outputs.
+void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t key_begin, int64_t key_end,
+                            MlaPrefillState& state, std::atomic<int64_t>& next);
+void mla_prefill_items_avx512(const MlaPrefillArgs& a, int64_t key_begin, int64_t key_end,
+                              MlaPrefillState& state, std::atomic<int64_t>& next);
 
 // S provides: Vec, kWidth (lanes), kRows (queries per register tile), zero(), set1(), load(),
 // load_n(p, n) (lanes >= n read as 0, no access past them), store(), fmadd(), add(), sub(),
@@ -46,13 +53,18 @@ class FlashPrefill {
   static constexpr int kRows = S::kRows;
   static_assert(6 % kRows == 0, "flash_query_block rounds blocks to multiples of 6");
 
-  FlashPrefill(const MlaPrefillArgs& a, int64_t query_block)
+  static_assert(64 % kKeys == 0 && kMlaPrefillKeyAlign % kKeys == 0);
+
+  FlashPrefill(const MlaPrefillArgs& a, int64_t key_begin, int64_t key_end, MlaPrefillState& state)
       : a_(a),
         qk_(a.nope_dim + a.rope_dim),
         first_pos_(a.context_len - a.num_queries),
-        query_block_(query_block),
-        num_qblocks_((a.num_queries + query_block - 1) / query_block),
-        o_stride_((a.v_dim + kKeys - 1) / kKeys * kKeys) {}
+        query_block_(state.query_block),
+        num_qblocks_((a.num_queries + state.query_block - 1) / state.query_block),
+        o_stride_(flash_o_stride(a.v_dim)),
+        key_begin_(key_begin),
+        key_end_(key_end),
+        state_(state) {}
 
   void run(std::atomic<int64_t>& next) {
     const int64_t items = a_.num_heads * num_qblocks_;
@@ -64,22 +76,27 @@ class FlashPrefill {
   }
 
  private:
-  // Per query of the item: running max, running sum and unnormalized output.
+  // The item's queries in MlaPrefillState: running max, running sum and unnormalized output.
   struct State {
-    std::vector<float> m, l, o;
+    float* m;
+    float* l;
+    float* o;
   };
 
   void run_item(int64_t item) {
     const int h = static_cast<int>(item / num_qblocks_);
     const int64_t t0 = (item % num_qblocks_) * query_block_;
     const int64_t t1 = std::min(a_.num_queries, t0 + query_block_);
-    thread_local State st;
-    st.m.assign(static_cast<size_t>(t1 - t0), -std::numeric_limits<float>::infinity());
-    st.l.assign(static_cast<size_t>(t1 - t0), 0.0f);
-    st.o.assign(static_cast<size_t>((t1 - t0) * o_stride_), 0.0f);
-    const int64_t last_key = first_pos_ + t1 - 1;
-    for (int64_t k0 = 0; k0 <= last_key; k0 += kKeys) {
-      const int nkeys = static_cast<int>(std::min<int64_t>(kKeys, a_.context_len - k0));
+    const int64_t row0 = int64_t{h} * a_.num_queries + t0;
+    State st{state_.m.data() + row0, state_.l.data() + row0, state_.o.data() + row0 * o_stride_};
+    if (key_begin_ == 0) {
+      std::fill(st.m, st.m + (t1 - t0), -std::numeric_limits<float>::infinity());
+      std::fill(st.l, st.l + (t1 - t0), 0.0f);
+      std::fill(st.o, st.o + (t1 - t0) * o_stride_, 0.0f);
+    }
+    const int64_t last_key = std::min(first_pos_ + t1 - 1, key_end_ - 1);
+    for (int64_t k0 = key_begin_; k0 <= last_key; k0 += kKeys) {
+      const int nkeys = static_cast<int>(std::min<int64_t>(kKeys, key_end_ - k0));
       for (int64_t g = t0; g < t1; g += kRows) {
         const int n = static_cast<int>(std::min<int64_t>(kRows, t1 - g));
         if (k0 > first_pos_ + g + n - 1) continue;  // the block is in all n queries' future
@@ -107,10 +124,11 @@ class FlashPrefill {
         }
       }
     }
+    if (key_end_ < a_.context_len) return;  // more keys to come
     const int64_t o_head = int64_t{a_.num_heads} * a_.v_dim;
     for (int64_t t = t0; t < t1; ++t) {
       const float inv = 1.0f / st.l[t - t0];
-      const float* src = st.o.data() + (t - t0) * o_stride_;
+      const float* src = st.o + (t - t0) * o_stride_;
       float* dst = a_.out + t * o_head + int64_t{h} * a_.v_dim;
       for (int c = 0; c < a_.v_dim; ++c) dst[c] = src[c] * inv;
     }
@@ -142,8 +160,8 @@ class FlashPrefill {
     Vec acc[R][kVecs];
     for (int i = 0; i < R; ++i)
       for (int c = 0; c < kVecs; ++c) acc[i][c] = S::zero();
-    const float* kt_nope = a_.kt_nope + h * a_.kt_head_stride + k0;
-    const float* kt_pe = a_.kt_pe + k0;
+    const float* kt_nope = a_.kt_nope + h * a_.kt_head_stride + (k0 - a_.key_base);
+    const float* kt_pe = a_.kt_pe + (k0 - a_.key_base);
     if (nkeys == kKeys) {
       scores<R, true>(q, kt_nope, a_.kt_stride, a_.nope_dim, nkeys, acc);
       scores<R, true>(q_pe, kt_pe, a_.kt_pe_stride, a_.rope_dim, nkeys, acc);
@@ -192,13 +210,13 @@ class FlashPrefill {
           st.l[g + i - t0] * alpha[i] + S::hsum(S::add(S::add(e[0], e[1]), S::add(e[2], e[3])));
     }
 
-    const float* v = a_.v + k0 * a_.v_row_stride + h * a_.v_head_stride;
+    const float* v = a_.v + (k0 - a_.key_base) * a_.v_row_stride + h * a_.v_head_stride;
     for (int c0 = 0; c0 < a_.v_dim; c0 += kKeys) {
       const int cols = std::min(kKeys, a_.v_dim - c0);
       Vec o[R][kVecs];
       for (int i = 0; i < R; ++i) {
         const Vec al = S::set1(alpha[i]);
-        float* row = st.o.data() + (g + i - t0) * o_stride_ + c0;
+        float* row = st.o + (g + i - t0) * o_stride_ + c0;
         for (int c = 0; c < kVecs; ++c) o[i][c] = S::mul(S::load(row + c * kWidth), al);
       }
       for (int j = 0; j < used; ++j) {
@@ -212,7 +230,7 @@ class FlashPrefill {
         }
       }
       for (int i = 0; i < R; ++i) {
-        float* row = st.o.data() + (g + i - t0) * o_stride_ + c0;
+        float* row = st.o + (g + i - t0) * o_stride_ + c0;
         for (int c = 0; c < kVecs; ++c) S::store(row + c * kWidth, o[i][c]);
       }
     }
@@ -223,7 +241,9 @@ class FlashPrefill {
   const int64_t first_pos_;
   const int64_t query_block_;
   const int64_t num_qblocks_;
-  const int64_t o_stride_;  // per query in State::o: v_dim rounded up to whole slices
+  const int64_t o_stride_;
+  const int64_t key_begin_, key_end_;
+  MlaPrefillState& state_;
 };
 
 }  // namespace kernels::detail

@@ -30,6 +30,12 @@ float* context_scratch(int slot, size_t size) {
   return b.data();
 }
 
+// Keys per segment of the AMX history expansion: kᵀ and v of a segment (4 KiB per key on the
+// CPP model, 1 MiB here) stay in L2 while the attention reads them. A multiple of
+// kMlaPrefillKeyAlign.
+constexpr int64_t kExpansionSegmentKeys = 256;
+static_assert(kExpansionSegmentKeys % kernels::kMlaPrefillKeyAlign == 0);
+
 }  // namespace
 
 struct DeepseekV3Model::Layout {
@@ -273,9 +279,15 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       // of keys touches every kᵀ row, so rows are an odd number of cache lines apart: rows a
       // power of two apart would all fall in the same cache sets.
       const int64_t kt_ld = ((ctx + 15) / 16 | 1) * 16;
+      const bool segmented = ex_dim == 0 && kernels::amx_bf16_active();
+      // The AMX expansion runs a segment of keys at a time into buffers that stay in L2 while
+      // the attention reads them: expanding the whole history first wrote and re-read k and v
+      // of every key through memory (at 16k keys, 64 MB per layer on the CPP model).
+      const int64_t segment = segmented ? std::min(ctx, kExpansionSegmentKeys) : ctx;
+      const int64_t seg_ld = ((segment + 15) / 16 | 1) * 16;
       float* kt_pe = context_scratch(0, size_t(kt_ld * dr));
-      float* kt = context_scratch(1, size_t(int64_t{nh} * dn * kt_ld));
-      float* kv = context_scratch(2, size_t(ctx * (ex_dim > 0 ? ex_dim : int64_t{nh} * dv)));
+      float* kt = context_scratch(1, size_t(int64_t{nh} * dn * (segmented ? seg_ld : kt_ld)));
+      float* kv = context_scratch(2, size_t(segment * (ex_dim > 0 ? ex_dim : int64_t{nh} * dv)));
       float* c_kv = ex_dim > 0 ? nullptr : context_scratch(3, size_t(ctx * r));
       for (int64_t j = 0; j < ctx; ++j) {
         const int64_t slot = int64_t{s.block_table[j / bs]} * bs + j % bs;
@@ -291,33 +303,6 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
           std::memcpy(c_kv + j * r, src, r * sizeof(float));
         }
       }
-      if (ex_dim == 0 && kernels::amx_bf16_active()) {
-        // kᵀ = (c_kv · W_UKᵀ)ᵀ for every head at once, then v = c_kv · W_UVᵀ, on AMX with the
-        // latent split once; W_UK and W_UV are read in place as row groups of kv_b_proj. Keys
-        // land per head in kᵀ, values per head as [ctx, dv] (rows of one head's values kept
-        // together, for the attention's streaming reads).
-        thread_local kernels::Bf16x3Activations split;
-        kernels::split_bf16x3(c_kv, r, ctx, r, split, pool);
-        kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b, dn, dn + dv},
-                            int64_t{nh} * dn, kernels::AmxOutput{kt, kt_ld, true}, pool);
-        kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b + dn * r, dv, dn + dv},
-                            int64_t{nh} * dv, kernels::AmxOutput{kv, dv, false, dv, ctx * dv},
-                            pool);
-      } else if (ex_dim == 0) {
-        // kᵀ_h = W_UK[h] · c_kvᵀ and v_h = c_kv · W_UV[h]ᵀ, per head and block of 1024 keys.
-        constexpr int64_t kKeyBlock = 1024;
-        const int64_t key_blocks = (ctx + kKeyBlock - 1) / kKeyBlock;
-        pool.parallel_for(nh * key_blocks, 1, [&](int64_t i0, int64_t i1, int) {
-          for (int64_t i = i0; i < i1; ++i) {
-            const int64_t h = i / key_blocks, j0 = (i % key_blocks) * kKeyBlock;
-            const int64_t nj = std::min(kKeyBlock, ctx - j0);
-            kernels::sgemm(dn, nj, r, 1.0f, kv_b + h * kv_b_head, r, c_kv + j0 * r, r, true, 0.0f,
-                           kt + h * dn * kt_ld + j0, kt_ld);
-            kernels::sgemm(nj, dv, r, 1.0f, c_kv + j0 * r, r, kv_b + h * kv_b_head + dn * r, r,
-                           true, 0.0f, kv + (h * ctx + j0) * dv, dv);
-          }
-        });
-      }
       kernels::MlaPrefillArgs args;
       args.num_heads = nh;
       args.nope_dim = dn;
@@ -332,6 +317,48 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       args.kt_stride = kt_ld;
       args.kt_pe = kt_pe;
       args.kt_pe_stride = kt_ld;
+      args.out = os;
+      if (segmented) {
+        // Per segment: kᵀ = (c_kv · W_UKᵀ)ᵀ for every head at once, then v = c_kv · W_UVᵀ, on
+        // AMX with the latent split once; W_UK and W_UV are read in place as row groups of
+        // kv_b_proj. Keys land per head in kᵀ, values per head as [segment, dv] (rows of one
+        // head's values together, for the attention's streaming reads).
+        thread_local kernels::Bf16x3Activations split;
+        thread_local kernels::MlaPrefillState state;
+        kernels::split_bf16x3(c_kv, r, ctx, r, split, pool);
+        for (int64_t s0 = 0; s0 < ctx; s0 += segment) {
+          const int64_t s1 = std::min(ctx, s0 + segment), keys = s1 - s0;
+          kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b, dn, dn + dv},
+                              int64_t{nh} * dn, kernels::AmxOutput{kt, seg_ld, true}, pool, s0, s1);
+          kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b + dn * r, dv, dn + dv},
+                              int64_t{nh} * dv, kernels::AmxOutput{kv, dv, false, dv, keys * dv},
+                              pool, s0, s1);
+          args.kt_head_stride = int64_t{dn} * seg_ld;
+          args.kt_stride = seg_ld;
+          args.kt_pe = kt_pe + s0;
+          args.v = kv;
+          args.v_row_stride = dv;
+          args.v_head_stride = keys * dv;
+          args.key_base = s0;
+          kernels::mla_prefill_attention_keys(args, s0, s1, state, pool);
+        }
+        continue;
+      }
+      if (ex_dim == 0) {
+        // kᵀ_h = W_UK[h] · c_kvᵀ and v_h = c_kv · W_UV[h]ᵀ, per head and block of 1024 keys.
+        constexpr int64_t kKeyBlock = 1024;
+        const int64_t key_blocks = (ctx + kKeyBlock - 1) / kKeyBlock;
+        pool.parallel_for(nh * key_blocks, 1, [&](int64_t i0, int64_t i1, int) {
+          for (int64_t i = i0; i < i1; ++i) {
+            const int64_t h = i / key_blocks, j0 = (i % key_blocks) * kKeyBlock;
+            const int64_t nj = std::min(kKeyBlock, ctx - j0);
+            kernels::sgemm(dn, nj, r, 1.0f, kv_b + h * kv_b_head, r, c_kv + j0 * r, r, true, 0.0f,
+                           kt + h * dn * kt_ld + j0, kt_ld);
+            kernels::sgemm(nj, dv, r, 1.0f, c_kv + j0 * r, r, kv_b + h * kv_b_head + dn * r, r,
+                           true, 0.0f, kv + (h * ctx + j0) * dv, dv);
+          }
+        });
+      }
       if (ex_dim > 0) {
         args.v = kv + dn;
         args.v_row_stride = ex_dim;
@@ -341,7 +368,6 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
         args.v_row_stride = dv;
         args.v_head_stride = ctx * dv;
       }
-      args.out = os;
       kernels::mla_prefill_attention(args, pool);
     }
   }

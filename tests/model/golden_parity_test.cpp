@@ -106,6 +106,35 @@ TEST(GoldenParityTest, ExpandedAndAbsorbedAttentionBothMatch) {
   }
 }
 
+// Past the golden files' 200 tokens: a 700-token prompt spans several of the expanded form's
+// key segments (256 keys on AMX machines). The expanded form in one chunk and in chunks of
+// 300 (segments then split differently against the chunk) must agree with the absorbed form.
+TEST(GoldenParityTest, ExpandedFormOverSeveralKeySegmentsAgreesWithAbsorbed) {
+  auto& m = get_model("tiny-bf16");
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 700; ++i) ids.push_back(int32_t((i * 131 + 7) % 500));
+  auto logits = [&](model::AttentionMode mode, int64_t chunk) {
+    m.set_attention_mode(mode);
+    model::SequenceLogitsOptions opts;
+    opts.chunk_size = chunk;
+    opts.all_logits = true;
+    auto r = model::compute_sequence_logits(m, ids, opts, pool());
+    m.set_attention_mode(model::AttentionMode::kAuto);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? r->all_logits : std::vector<float>();
+  };
+  const std::vector<float> absorbed = logits(model::AttentionMode::kAbsorbed, 0);
+  ASSERT_EQ(absorbed.size(), size_t(700) * size_t(m.config().vocab_size));
+  for (int64_t chunk : {int64_t{0}, int64_t{300}}) {
+    const std::vector<float> expanded = logits(model::AttentionMode::kExpanded, chunk);
+    ASSERT_EQ(expanded.size(), absorbed.size());
+    double worst = 0;
+    for (size_t i = 0; i < absorbed.size(); ++i)
+      worst = std::max(worst, double(std::abs(expanded[i] - absorbed[i])));
+    EXPECT_LT(worst, 1e-4) << "chunk " << chunk;
+  }
+}
+
 // Three sequences with different lengths and histories share one batch and one paged cache
 // with interleaved blocks; every row's logits must match its own sequence's golden row. Runs
 // with the latent-only cache and with the expanded k/v cache beside it (history then read, not

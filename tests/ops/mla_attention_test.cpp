@@ -95,6 +95,56 @@ TEST_P(MlaPrefillTest, ChunkingDoesNotChangeOutputs) {
   }
 }
 
+// Keys given a segment at a time, each segment copied out of the whole arrays into its own
+// buffers (indexed from key_base), as the model's per-segment expansion hands them over: the
+// same floats as the one-pass kernel, on every path, for several segment lengths.
+TEST_P(MlaPrefillTest, KeySegmentsGiveTheSameOutputs) {
+  const Dims d = GetParam();
+  PrefillInputs in(d, 11);
+  common::ThreadPool pool(2);
+  kernels::MlaPrefillState state;
+  for (const auto& path : testutil::supported_isa_paths()) {
+    kernels::ScopedCpuFeatures isa(path.features);
+    std::vector<float> whole(d.T * d.heads * d.dv);
+    const kernels::MlaPrefillArgs full = in.args(0, d.T, d.ctx, whole.data());
+    kernels::mla_prefill_attention(full, pool);
+    for (int64_t segment : {int64_t{64}, int64_t{128}, int64_t{320}}) {
+      std::vector<float> out(whole.size(), -1.0f), kt, kt_pe, v;
+      for (int64_t s0 = 0; s0 < d.ctx; s0 += segment) {
+        const int64_t s1 = std::min(d.ctx, s0 + segment), n = s1 - s0;
+        kt.assign(size_t(d.heads * d.dn * n), 0.0f);
+        kt_pe.assign(size_t(d.dr * n), 0.0f);
+        v.assign(size_t(d.heads * n * d.dv), 0.0f);
+        for (int64_t j = s0; j < s1; ++j) {
+          for (int64_t hd = 0; hd < d.heads * d.dn; ++hd)
+            kt[hd * n + j - s0] =
+                full.kt_nope[hd / d.dn * full.kt_head_stride + hd % d.dn * full.kt_stride + j];
+          for (int64_t r = 0; r < d.dr; ++r)
+            kt_pe[r * n + j - s0] = full.kt_pe[r * full.kt_pe_stride + j];
+          for (int64_t h = 0; h < d.heads; ++h)
+            for (int64_t c = 0; c < d.dv; ++c)
+              v[(h * n + j - s0) * d.dv + c] =
+                  full.v[j * full.v_row_stride + h * full.v_head_stride + c];
+        }
+        kernels::MlaPrefillArgs a = in.args(0, d.T, d.ctx, out.data());
+        a.kt_nope = kt.data();
+        a.kt_stride = n;
+        a.kt_head_stride = d.dn * n;
+        a.kt_pe = kt_pe.data();
+        a.kt_pe_stride = n;
+        a.v = v.data();
+        a.v_row_stride = d.dv;
+        a.v_head_stride = n * d.dv;
+        a.key_base = s0;
+        kernels::mla_prefill_attention_keys(a, s0, s1, state, pool);
+      }
+      for (size_t i = 0; i < whole.size(); ++i) {
+        ASSERT_EQ(whole[i], out[i]) << path.name << " segment " << segment << " output " << i;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MlaPrefillTest,
     ::testing::Values(Dims{4, 32, 16, 32, 64, 1, 1}, Dims{4, 32, 16, 32, 64, 7, 20},
