@@ -106,9 +106,10 @@ TEST(GoldenParityTest, ExpandedAndAbsorbedAttentionBothMatch) {
   }
 }
 
-// Past the golden files' 200 tokens: a 700-token prompt spans several of the expanded form's
-// key segments (256 keys on AMX machines). The expanded form in one chunk and in chunks of
-// 300 (segments then split differently against the chunk) must agree with the absorbed form.
+// Past the golden files' 200 tokens: on AMX machines the expanded form expands and attends the
+// history in key segments (as many keys as the chunk has queries, at least 256), so chunks of
+// 300 run 320-key segments over 600 and 700 keys. It must agree with the absorbed form, in one
+// chunk and in chunks of 300.
 TEST(GoldenParityTest, ExpandedFormOverSeveralKeySegmentsAgreesWithAbsorbed) {
   auto& m = get_model("tiny-bf16");
   std::vector<int32_t> ids;
