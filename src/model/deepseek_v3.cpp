@@ -30,16 +30,17 @@ float* context_scratch(int slot, size_t size) {
   return b.data();
 }
 
-// Keys per segment of the AMX history expansion: as many as the chunk has queries, at least 256.
+// Keys per segment of the AMX history expansion: a quarter of the chunk's queries, at least 256.
 // A segment's kᵀ and v (4 KiB per key on the CPP model) stay in cache while the attention reads
 // them, which is what small chunks after a long history gain most from (16 queries after 12288
 // keys, 8 layers, 1 thread: 265 -> 163 ms). Each segment also costs every query a reload of its
-// softmax state, which a large chunk amortizes only over long segments: 4096 queries on
-// 256-key segments ran 5% slower than one pass, on 1024-key ones 2%, on 4096-key ones the same.
+// softmax state, which large chunks amortize only over longer segments. Measured after 8192
+// keys (attention_form_bench): 1024 queries ran best on 256-key segments (4% ahead of 1024),
+// 2048 on 512 (256 was 4% slower), and 4096 within 1.5% on 1024 to 4096, but 5% slower on 256.
 // A multiple of kMlaPrefillKeyAlign.
 int64_t expansion_segment_keys(int64_t num_queries) {
   constexpr int64_t kAlign = kernels::kMlaPrefillKeyAlign;
-  return std::max<int64_t>(256, (num_queries + kAlign - 1) / kAlign * kAlign);
+  return std::max<int64_t>(256, (num_queries / 4 + kAlign - 1) / kAlign * kAlign);
 }
 
 }  // namespace

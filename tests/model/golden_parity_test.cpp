@@ -107,8 +107,8 @@ TEST(GoldenParityTest, ExpandedAndAbsorbedAttentionBothMatch) {
 }
 
 // Past the golden files' 200 tokens: on AMX machines the expanded form expands and attends the
-// history in key segments (as many keys as the chunk has queries, at least 256), so chunks of
-// 300 run 320-key segments over 600 and 700 keys. It must agree with the absorbed form, in one
+// history in key segments (a quarter of the chunk's queries, at least 256), so chunks of 300
+// run 256-key segments over 600 and 700 keys. It must agree with the absorbed form, in one
 // chunk and in chunks of 300.
 TEST(GoldenParityTest, ExpandedFormOverSeveralKeySegmentsAgreesWithAbsorbed) {
   auto& m = get_model("tiny-bf16");
