@@ -171,11 +171,14 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
     int64_t n, k;
     const char* what;
   };
-  const Shape shapes[] = {
-      {2048, 2048, "square 2048"}, {1024, 2048, "expert gate_up (small)"}, {2048, 7168, "K=7168"}};
+  const Shape shapes[] = {{2048, 2048, "square 2048"},
+                          {1024, 2048, "expert gate_up (small)"},
+                          {512, 512, "expert gate_up (cpp)"},
+                          {2048, 7168, "K=7168"}};
   std::printf("\n== GEMM y[M,N] = x[M,K]·W[N,K]^T, f32 activations (GFLOP/s, %% of FMA peak) ==\n");
   std::printf("%-24s %-5s %5s %7s %7s | %-8s", "shape", "W", "M", "N", "K", "threads");
-  std::printf(" %17s %17s %17s\n", "streaming(ours)", "openblas-tiles", "linear()");
+  std::printf(" %17s %17s %17s %17s %17s\n", "streaming(ours)", "openblas-tiles", "amx-packed",
+              "amx-row-major", "linear()");
   for (const Shape& s : shapes) {
     for (tensor::DType dt : {tensor::DType::kBF16, tensor::DType::kF32, tensor::DType::kI8}) {
       tensor::WeightMatrix w(dt == tensor::DType::kI8 ? tensor::DType::kF32 : dt, s.n, s.k);
@@ -193,7 +196,7 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
         w = std::move(q);
       }
       const bool int8 = dt == tensor::DType::kI8;
-      for (int64_t m : {1, 16, 32, 64, 256, 2048}) {
+      for (int64_t m : {1, 4, 8, 16, 24, 32, 64, 128, 256, 512, 2048}) {
         std::vector<float> x(m * s.k, 0.01f), y(m * s.n);
         for (size_t ti = 0; ti < thread_counts.size(); ++ti) {
           common::ThreadPool pool(thread_counts[ti]);
@@ -206,6 +209,19 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
           double g_blas =
               int8 ? 0
                    : run([&] { kernels::linear_blas(x.data(), m, w.view(), y.data(), s.n, pool); });
+          // The two AMX-BF16 forms (BF16 weights): weights packed per call, and read in place.
+          const bool amx = dt == tensor::DType::kBF16 && kernels::amx_bf16_active();
+          double g_amx_packed = 0, g_amx_row_major = 0;
+          if (amx) {
+            kernels::Bf16x3Activations split;
+            g_amx_packed = run([&] {
+              kernels::split_bf16x3(x.data(), s.k, m, s.k, split, pool);
+              kernels::linear_amx(split, kernels::AmxWeightRows{w.view().bf16(), nullptr}, s.n,
+                                  kernels::AmxOutput{y.data(), s.n}, pool);
+            });
+            g_amx_row_major = run(
+                [&] { kernels::linear_amx_row_major(x.data(), m, w.view(), y.data(), s.n, pool); });
+          }
           double g_auto = run([&] { kernels::linear(x.data(), m, w.view(), y.data(), pool); });
           auto cell = [&](double g) {
             char buf[32];
@@ -213,10 +229,11 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
             std::snprintf(buf, sizeof(buf), "%7.1f (%3.0f%%)", g, 100 * g / peaks[ti]);
             return std::string(buf);
           };
-          std::printf("%-24s %-5s %5lld %7lld %7lld | %-8d %17s %17s %17s\n", s.what,
+          std::printf("%-24s %-5s %5lld %7lld %7lld | %-8d %17s %17s %17s %17s %17s\n", s.what,
                       std::string(tensor::dtype_name(dt)).c_str(), static_cast<long long>(m),
                       static_cast<long long>(s.n), static_cast<long long>(s.k), thread_counts[ti],
-                      cell(g_stream).c_str(), cell(g_blas).c_str(), cell(g_auto).c_str());
+                      cell(g_stream).c_str(), cell(g_blas).c_str(), cell(g_amx_packed).c_str(),
+                      cell(g_amx_row_major).c_str(), cell(g_auto).c_str());
         }
       }
     }

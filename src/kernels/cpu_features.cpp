@@ -87,8 +87,8 @@ std::string kernel_paths_line() {
   std::string s = "kernel paths (CHUNKPIPE_ISA caps them): linear f32/bf16 streaming ";
   s += f.avx512 ? "avx512" : "avx2";
   s += ", linear f32/bf16 tiles ";
-  s += f.amx_bf16 ? "amx_bf16 (bf16 weights, f32 activations as three exact bf16 terms; f32 "
-                    "weights openblas)"
+  s += f.amx_bf16 ? "amx_bf16 (bf16 weights, f32 activations as three exact bf16 terms, weights "
+                    "read in place from 8 to 256 tokens; f32 weights openblas)"
                   : "openblas";
   s += ", linear int8 ";
   s += f.avx512_vnni ? "avx512_vnni" : (f.avx_vnni ? "avx_vnni" : "avx2");

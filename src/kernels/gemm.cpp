@@ -190,6 +190,31 @@ void linear_amx(const Bf16x3Activations& x, const AmxWeightRows& w, int64_t n, c
   });
 }
 
+void linear_amx_row_major(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
+                          common::ThreadPool& pool) {
+  CHECK(w.dtype == DType::kBF16 && w.cols % 32 == 0) << "linear_amx_row_major: bad weight";
+  if (m <= 0 || w.rows == 0) return;
+  // The caller's scratch: the workers below must reach it through pointers, not by name (a
+  // thread_local named in a lambda would be each worker's own).
+  thread_local Bf16x3Activations split_scratch;
+  thread_local tensor::AlignedBuffer<uint16_t> b_tiles;
+  Bf16x3Activations& split = split_scratch;
+  split_bf16x3(x, w.cols, m, w.cols, split, pool);
+  const int64_t blocks = (m + 15) / 16;
+  const size_t size = size_t(blocks * split.kp * 3 * 16);
+  if (b_tiles.size() < size) b_tiles.resize(size);
+  uint16_t* tiles = b_tiles.data();
+  const uint16_t* planes = split.planes.data();
+  const int64_t mp = split.mp, kp = split.kp;
+  pool.parallel_for(blocks, 1, [&](int64_t b, int64_t e, int) {
+    detail::pack_bf16x3_b_tiles(planes, mp, kp, b, e, tiles);
+  });
+  pool.parallel_for((w.rows + 31) / 32, 1, [&](int64_t b, int64_t e, int) {
+    detail::bf16x3_row_major_range_amx(tiles, m, w.bf16(), w.cols, y, ldy, b * 32,
+                                       std::min(w.rows, e * 32));
+  });
+}
+
 void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
             common::ThreadPool& pool) {
   if (w.dtype == DType::kI8) {
@@ -198,7 +223,10 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
   }
   CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear: unsupported weight dtype";
   if (m <= 0 || w.rows == 0) return;
-  if (w.dtype == DType::kBF16 && m >= kAmxMinRowsBf16 && amx_bf16_active()) {
+  if (w.dtype == DType::kBF16 && w.cols % 32 == 0 && m >= kAmxRowMajorMinRows &&
+      m <= kAmxRowMajorMaxRows && amx_bf16_active()) {
+    linear_amx_row_major(x, m, w, y, ldy, pool);
+  } else if (w.dtype == DType::kBF16 && m >= kAmxMinRowsBf16 && amx_bf16_active()) {
     thread_local Bf16x3Activations split;
     split_bf16x3(x, w.cols, m, w.cols, split, pool);
     linear_amx(split, AmxWeightRows{w.bf16(), nullptr}, w.rows, AmxOutput{y, ldy}, pool);

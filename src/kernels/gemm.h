@@ -22,6 +22,14 @@ inline constexpr int64_t kStreamingMaxRowsF32 = 16;
 // expert of the `small` model), the tiles run 144 GFLOP/s at 24 rows against the streaming
 // kernel's 110, and 97 against 105 at 16 (docs/ARCHITECTURE.md, "Kernel paths").
 inline constexpr int64_t kAmxMinRowsBf16 = 24;
+// With K a multiple of 32, bf16 weights take the row-major AMX form (no weight packing) from
+// 8 to 256 rows. One core (chunkpipe_bench, docs/ARCHITECTURE.md "Kernel paths"): at N 2048,
+// K 7168 (DeepSeek-V3's hidden size) 195 / 388 / 424 GFLOP/s at 8 / 16 / 128 rows, against the
+// streaming kernel's 119 / 123 and the packed form's 330 at 128; at 4 rows the streaming kernel
+// ties (104 against 99). On the CPP model's expert (N 512, K 512) the packed form wins from 256
+// rows (419 against 408).
+inline constexpr int64_t kAmxRowMajorMinRows = 8;
+inline constexpr int64_t kAmxRowMajorMaxRows = 256;
 
 // y (row stride ldy, >= N) = x (row stride K) · Wᵀ. I8 weights go to linear_int8 (W8A8).
 void linear(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
@@ -88,6 +96,13 @@ struct AmxOutput {
 // output row 0 is x's row row_begin.
 void linear_amx(const Bf16x3Activations& x, const AmxWeightRows& w, int64_t n, const AmxOutput& out,
                 common::ThreadPool& pool, int64_t row_begin = 0, int64_t row_end = -1);
+
+// The same products for row-major BF16 weights with K a multiple of 32, without packing the
+// weights: their rows are the tiles' A operand, loaded in place, and x's three terms are packed
+// once per call as B tiles. Bit-identical to linear_amx (same products in the same order), and
+// cheaper for short batches. Call only when amx_bf16_active().
+void linear_amx_row_major(const float* x, int64_t m, const tensor::WeightView& w, float* y,
+                          int64_t ldy, common::ThreadPool& pool);
 
 // Naive reference: one double-accumulated dot product per output (I8: linear_int8_reference).
 void linear_reference(const float* x, int64_t m, const tensor::WeightView& w, float* y,

@@ -2,7 +2,10 @@
 // (successive truncations that sum to it exactly) and tdpbf16ps sums them against the weights.
 // BF16 weights take 3 tile products per K step; f32 weights split into three terms as well and
 // take 6 (all term pairs of order <= 2), unless a panel's values are all exact in bf16. Each
-// thread packs its weight rows into AMX's B layout per call. Thread-safe for disjoint outputs.
+// thread packs its weight rows into AMX's B layout per call. The row-major form swaps the
+// roles for short batches (MoE experts), where packing every weight costs more than the
+// products: weight rows are the A tiles, read in place, and the activations' terms are packed
+// as B tiles once per call. Thread-safe for disjoint outputs.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -139,6 +142,83 @@ void pack_b_tile(const uint16_t* src, int64_t ld, int32_t* tile) {
 }
 
 }  // namespace
+
+void pack_bf16x3_b_tiles(const uint16_t* xs, int64_t mp, int64_t kp, int64_t block_begin,
+                         int64_t block_end, uint16_t* tiles) {
+  const int64_t kblocks = kp / 32;
+  for (int64_t blk = block_begin; blk < block_end; ++blk) {
+    for (int64_t kbi = 0; kbi < kblocks; ++kbi) {
+      for (int term = 0; term < 3; ++term) {
+        pack_b_tile(xs + term * mp * kp + blk * 16 * kp + kbi * 32, kp,
+                    reinterpret_cast<int32_t*>(tiles + ((blk * kblocks + kbi) * 3 + term) * 512));
+      }
+    }
+  }
+}
+
+void bf16x3_row_major_range_amx(const uint16_t* tiles, int64_t m, const uint16_t* w, int64_t k,
+                                float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
+  const AmxTileConfig cfg = full_amx_tiles();
+  _tile_loadconfig(&cfg);
+  const int64_t kblocks = k / 32;
+  // A short last panel is copied into zeroed rows, so that no tile reads past the weight.
+  uint16_t* tail = panel_scratch(size_t(32 * k)).data();
+  // Tokens in blocks whose B tiles (three terms: 6·k bytes per token) stay in L2 while every
+  // panel of this thread passes over them.
+  const int64_t token_block =
+      std::clamp<int64_t>((int64_t{768} << 10) / (6 * k) / 32 * 32, 32, 1024);
+  alignas(64) float c[32 * 32];
+  for (int64_t tb = 0; tb < m; tb += token_block) {
+    const int64_t tb_end = std::min(m, tb + token_block);
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += 32) {
+      const int64_t rows = std::min<int64_t>(32, n_end - n0);
+      const uint16_t* a = w + n0 * k;
+      if (rows < 32) {
+        std::memcpy(tail, a, size_t(rows * k) * 2);
+        std::memset(tail + rows * k, 0, size_t((32 - rows) * k) * 2);
+        a = tail;
+      }
+      for (int64_t t0 = tb; t0 < tb_end; t0 += 32) {
+        const bool two = tb_end - t0 > 16;  // a second block of 16 tokens
+        const uint16_t* b0 = tiles + (t0 / 16) * kblocks * 3 * 512;
+        const uint16_t* b1 = b0 + kblocks * 3 * 512;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t kbi = 0; kbi < kblocks; ++kbi) {
+          _tile_loadd(6, a + kbi * 32, k * 2);
+          _tile_loadd(7, a + 16 * k + kbi * 32, k * 2);
+          // The activation's terms in order for each K step, as bf16x3_range_amx sums them.
+          for (int term = 0; term < 3; ++term) {
+            _tile_loadd(4, b0 + (kbi * 3 + term) * 512, 64);
+            _tile_dpbf16ps(0, 6, 4);
+            _tile_dpbf16ps(2, 7, 4);
+            if (two) {
+              _tile_loadd(5, b1 + (kbi * 3 + term) * 512, 64);
+              _tile_dpbf16ps(1, 6, 5);
+              _tile_dpbf16ps(3, 7, 5);
+            }
+          }
+        }
+        // c[weight row][token]
+        _tile_stored(0, c, 128);
+        _tile_stored(1, c + 16, 128);
+        _tile_stored(2, c + 16 * 32, 128);
+        _tile_stored(3, c + 16 * 32 + 16, 128);
+        const int64_t tokens = std::min<int64_t>(32, tb_end - t0);
+        for (int64_t ww = 0; ww < rows; ww += 16) {
+          for (int64_t tt = 0; tt < tokens; tt += 16) {
+            store_transposed_16x16(c + ww * 32 + tt, y + (t0 + tt) * ldy + n0 + ww, ldy,
+                                   std::min<int64_t>(16, tokens - tt),
+                                   std::min<int64_t>(16, rows - ww));
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
 
 void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, const AmxWeightRows& w,
                       int64_t k, const AmxOutput& out, int64_t n_begin, int64_t n_end) {

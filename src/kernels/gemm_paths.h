@@ -27,4 +27,15 @@ void split_bf16x3_rows(const float* x, int64_t ldx, int64_t k, int64_t row_begin
 // (int8_paths.h).
 void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, const AmxWeightRows& w,
                       int64_t k, const AmxOutput& out, int64_t n_begin, int64_t n_end);
+// The row-major path (linear_amx_row_major): the three terms of 16-token blocks
+// [block_begin, block_end) of the planes, as AMX B tiles of 16 K pairs × 16 tokens, tile
+// ((block · kp / 32 + k_step) · 3 + term) at 512 values each. Needs rows up to 16 · block_end
+// in the planes (mp >= that).
+void pack_bf16x3_b_tiles(const uint16_t* xs, int64_t mp, int64_t kp, int64_t block_begin,
+                         int64_t block_end, uint16_t* tiles);
+// y (row stride ldy) = x · Wᵀ for weight rows [n_begin, n_end) (n_begin a multiple of 32) of
+// the row-major BF16 w [N, k], k a multiple of 32, from m tokens' B tiles: the weight rows are
+// the A tiles, loaded in place. Call only when amx_tiles_usable().
+void bf16x3_row_major_range_amx(const uint16_t* tiles, int64_t m, const uint16_t* w, int64_t k,
+                                float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
 }  // namespace kernels::detail

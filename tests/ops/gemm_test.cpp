@@ -123,6 +123,44 @@ TEST(GemmAmxBf16Test, MatchesReferenceInBothLayouts) {
   }
 }
 
+// The row-major AMX form (weights as A tiles, read in place) computes the packed form's
+// products in the same order: bit for bit the same outputs, for every token count around the
+// 16-token blocks and weight rows around the 32-row panels (short last panels are copied).
+TEST(GemmAmxBf16Test, RowMajorFormEqualsPackedFormBitForBit) {
+  if (!kernels::amx_bf16_active()) GTEST_SKIP() << "no AMX-BF16 on this machine";
+  common::ThreadPool pool(2);
+  for (const Shape s : {Shape{1, 32, 32}, Shape{5, 47, 64}, Shape{16, 64, 512}, Shape{17, 96, 96},
+                        Shape{33, 100, 256}, Shape{70, 33, 128}, Shape{300, 64, 64}}) {
+    auto w = testutil::random_matrix(DType::kBF16, s.n, s.k, 9);
+    auto x = testutil::random_vector(static_cast<size_t>(s.m * s.k), 10);
+    for (size_t i = 0; i < x.size(); ++i) x[i] *= std::ldexp(1.0f, static_cast<int>(i % 13) - 6);
+    // Output rows wider than N, with a sentinel past each row's N values.
+    const int64_t ldy = s.n + 3;
+    std::vector<float> ref(s.m * s.n), packed(s.m * ldy, -7.0f), row_major(s.m * ldy, -7.0f);
+    kernels::linear_reference(x.data(), s.m, w.view(), ref.data(), s.n);
+    kernels::Bf16x3Activations split;
+    kernels::split_bf16x3(x.data(), s.k, s.m, s.k, split, pool);
+    kernels::linear_amx(split, kernels::AmxWeightRows{w.view().bf16(), nullptr}, s.n,
+                        kernels::AmxOutput{packed.data(), ldy}, pool);
+    kernels::linear_amx_row_major(x.data(), s.m, w.view(), row_major.data(), ldy, pool);
+    const std::string name =
+        std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    EXPECT_EQ(row_major, packed) << name;  // the sentinels included
+    double worst = 0;
+    for (int64_t t = 0; t < s.m; ++t) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double mag = 0;
+        for (int64_t c = 0; c < s.k; ++c)
+          mag += std::abs(double(x[t * s.k + c]) * w.view().at(j, c));
+        worst = std::max(
+            worst, std::abs(double(row_major[t * ldy + j]) - ref[t * s.n + j]) / (mag + 1e-30));
+      }
+      EXPECT_EQ(row_major[t * ldy + s.n], -7.0f) << name;
+    }
+    EXPECT_LT(worst, 1e-6) << name;
+  }
+}
+
 TEST(CpuFeaturesTest, ScopedFeaturesCapAndRestore) {
   const kernels::CpuFeatures before = kernels::cpu_features();
   {
