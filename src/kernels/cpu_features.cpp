@@ -90,6 +90,9 @@ std::string kernel_paths_line() {
   s += f.amx_bf16 ? "amx_bf16 (bf16 weights, f32 activations as three exact bf16 terms, weights "
                     "read in place from 8 to 256 tokens; f32 weights openblas)"
                   : "openblas";
+  s += ", mla prefill attention ";
+  s += f.avx512 && f.amx_bf16 ? "amx_bf16 (f32 operands as three exact bf16 terms)"
+                              : (f.avx512 ? "avx512" : "avx2");
   s += ", linear int8 ";
   s += f.avx512_vnni ? "avx512_vnni" : (f.avx_vnni ? "avx_vnni" : "avx2");
   if (f.amx_int8) s += " (amx_int8 from 16 tokens)";

@@ -90,13 +90,14 @@ struct Avx2 {
 
 namespace detail {
 
-int64_t flash_query_block(int64_t num_heads, int64_t num_queries, int64_t num_threads) {
+int64_t flash_query_block(int64_t num_heads, int64_t num_queries, int64_t num_threads,
+                          int64_t multiple) {
   auto items_for = [&](int64_t block) { return num_heads * ((num_queries + block - 1) / block); };
   int64_t block = kFlashMaxQueryBlock;
   while (block > kFlashMinQueryBlock && items_for(block) < 2 * num_threads) block /= 2;
   const int64_t blocks = (num_queries + block - 1) / block;
   const int64_t even = (num_queries + blocks - 1) / blocks;
-  return std::max<int64_t>(6, (even + 5) / 6 * 6);  // kRows: 3 (AVX2) and 6 (AVX-512)
+  return std::max<int64_t>(multiple, (even + multiple - 1) / multiple * multiple);
 }
 
 void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t key_begin, int64_t key_end,
@@ -119,9 +120,12 @@ void mla_prefill_attention_keys(const MlaPrefillArgs& a, int64_t key_begin, int6
         (key_end == a.context_len || key_end % kMlaPrefillKeyAlign == 0) && a.key_base == key_begin)
       << "mla_prefill_attention_keys: keys [" << key_begin << ", " << key_end << ") of "
       << a.context_len;
+  const bool avx512 = cpu_features().avx512;
+  const bool amx = avx512 && amx_bf16_active();
   if (key_begin == 0) {
     // Grows only: every item starts its own rows when it runs the first keys.
-    state.query_block = detail::flash_query_block(a.num_heads, a.num_queries, pool.num_threads());
+    state.query_block =
+        detail::flash_query_block(a.num_heads, a.num_queries, pool.num_threads(), amx ? 16 : 6);
     const size_t rows = size_t(a.num_heads) * size_t(a.num_queries);
     const size_t o_size = rows * size_t(detail::flash_o_stride(a.v_dim));
     if (state.m.size() < rows) state.m.resize(rows);
@@ -130,11 +134,12 @@ void mla_prefill_attention_keys(const MlaPrefillArgs& a, int64_t key_begin, int6
   }
   const int64_t items = a.num_heads * ((a.num_queries + state.query_block - 1) / state.query_block);
   const int64_t parts = std::min<int64_t>(pool.num_threads(), items);
-  const bool avx512 = cpu_features().avx512;
   std::atomic<int64_t> next{0};
   // Every part drains the shared counter, so a thread given several parts needs one call.
   pool.parallel_for(parts, 1, [&](int64_t, int64_t, int) {
-    if (avx512) {
+    if (amx) {
+      detail::mla_prefill_items_amx(a, key_begin, key_end, state, next);
+    } else if (avx512) {
       detail::mla_prefill_items_avx512(a, key_begin, key_end, state, next);
     } else {
       detail::mla_prefill_items_avx2(a, key_begin, key_end, state, next);

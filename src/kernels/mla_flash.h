@@ -23,7 +23,9 @@ namespace kernels::detail {
 // tail block); always a multiple of every ISA's kRows.
 inline constexpr int64_t kFlashMaxQueryBlock = 384;
 inline constexpr int64_t kFlashMinQueryBlock = 96;
-int64_t flash_query_block(int64_t num_heads, int64_t num_queries, int64_t num_threads);
+// `multiple`: the path's queries per tile (6 on AVX-512 and AVX2, 16 on AMX).
+int64_t flash_query_block(int64_t num_heads, int64_t num_queries, int64_t num_threads,
+                          int64_t multiple = 6);
 
 // Floats of MlaPrefillState::o per query: v_dim rounded up to whole slices of every ISA.
 inline int64_t flash_o_stride(int v_dim) {
@@ -38,6 +40,9 @@ void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t key_begin, int64_t 
                             MlaPrefillState& state, std::atomic<int64_t>& next);
 void mla_prefill_items_avx512(const MlaPrefillArgs& a, int64_t key_begin, int64_t key_end,
                               MlaPrefillState& state, std::atomic<int64_t>& next);
+// The AMX-BF16 items (mla_flash_amx.cpp). Call only when amx_bf16_active().
+void mla_prefill_items_amx(const MlaPrefillArgs& a, int64_t key_begin, int64_t key_end,
+                           MlaPrefillState& state, std::atomic<int64_t>& next);
 
 // S provides: Vec, kWidth (lanes), kRows (queries per register tile), zero(), set1(), load(),
 // load_n(p, n) (lanes >= n read as 0, no access past them), store(), fmadd(), add(), sub(),
