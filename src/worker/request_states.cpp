@@ -1,6 +1,8 @@
 // Applying SchedulerOutput deltas to the worker's request states.
 #include "worker/request_states.h"
 
+#include <cstdint>
+
 namespace worker {
 namespace {
 
@@ -70,20 +72,32 @@ common::Status RequestStates::apply(const sched::SchedulerOutput& output,
     st->token_ids.insert(st->token_ids.end(), s.new_token_ids.begin(), s.new_token_ids.end());
     st->block_ids.insert(st->block_ids.end(), s.new_block_ids.begin(), s.new_block_ids.end());
     CP_RETURN_IF_ERROR(check_tokens(s.spec_token_ids));
-    const int64_t end = s.num_computed_tokens + s.num_scheduled_tokens;
     const int64_t num_spec = static_cast<int64_t>(s.spec_token_ids.size());
     const int64_t known = static_cast<int64_t>(st->token_ids.size());
+    const int64_t limit = known + num_spec;  // sizes of vectors: cannot overflow
+    // Both counts come from a peer: bound each before adding them, so that a huge pair cannot
+    // wrap around into range.
+    const auto range_refusal = [&] {
+      int64_t sum = 0;
+      const std::string end_text =
+          __builtin_add_overflow(s.num_computed_tokens, s.num_scheduled_tokens, &sum)
+              ? std::to_string(s.num_computed_tokens) + " + " +
+                    std::to_string(s.num_scheduled_tokens)
+              : std::to_string(sum);
+      return refused("request " + s.req_id + " schedules tokens [" +
+                     std::to_string(s.num_computed_tokens) + ", " + end_text + ") with " +
+                     std::to_string(st->token_ids.size()) + " tokens and " +
+                     std::to_string(st->block_ids.size()) + " blocks");
+    };
+    if (s.num_computed_tokens < 0 || s.num_scheduled_tokens <= 0 || s.num_computed_tokens > limit ||
+        s.num_scheduled_tokens > limit - s.num_computed_tokens)
+      return range_refusal();
+    const int64_t end = s.num_computed_tokens + s.num_scheduled_tokens;
     if (num_spec > 0 &&
         (!s.samples || end != known + num_spec || num_spec >= s.num_scheduled_tokens))
       return refused("request " + s.req_id + " runs " + std::to_string(num_spec) +
                      " drafts in a chunk that does not end with them");
-    if (s.num_computed_tokens < 0 || s.num_scheduled_tokens <= 0 || end > known + num_spec ||
-        end > static_cast<int64_t>(st->block_ids.size()) * block_size_) {
-      return refused("request " + s.req_id + " schedules tokens [" +
-                     std::to_string(s.num_computed_tokens) + ", " + std::to_string(end) +
-                     ") with " + std::to_string(st->token_ids.size()) + " tokens and " +
-                     std::to_string(st->block_ids.size()) + " blocks");
-    }
+    if (end > static_cast<int64_t>(st->block_ids.size()) * block_size_) return range_refusal();
     if (s.samples && end != known + num_spec)
       return refused("request " + s.req_id + " samples before its last token");
     st->step_input.clear();

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 namespace {
 
 sched::ScheduledRequest fresh(const std::string& id, std::vector<int32_t> prompt,
@@ -76,6 +78,16 @@ TEST(RequestStatesTest, BadStepsAreRefusedWithTheReason) {
   EXPECT_NE(refusal(fresh("a", {1, 2}, {8}, 2)).find("KV block 8"), std::string::npos);
   EXPECT_NE(refusal(fresh("a", {1, 2, 3, 4, 5}, {0}, 5)).find("1 blocks"), std::string::npos);
   EXPECT_NE(refusal(fresh("a", {1, 2}, {0}, 3)).find("tokens [0, 3)"), std::string::npos);
+  // Counts from a peer so large that their sum wraps around: refused, not read out of range
+  // (a fuzzer found that the sum was formed before either count was bounded).
+  sched::ScheduledRequest wraps = fresh("a", {1, 2}, {0}, 2);
+  wraps.num_computed_tokens = INT64_MAX - 255;
+  wraps.num_scheduled_tokens = int64_t{1} << 58;
+  EXPECT_NE(refusal(wraps).find("tokens [9223372036854775552, 9223372036854775552 + "),
+            std::string::npos);
+  sched::ScheduledRequest negative = fresh("a", {1, 2}, {0}, 2);
+  negative.num_computed_tokens = -1;
+  EXPECT_NE(refusal(negative).find("tokens [-1, 1)"), std::string::npos);
   sched::ScheduledRequest unknown;
   unknown.req_id = "ghost";
   unknown.num_scheduled_tokens = 1;
