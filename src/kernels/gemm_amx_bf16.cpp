@@ -123,6 +123,15 @@ inline void transpose_16x16(__m512 r[16]) {
   }
 }
 
+// Accumulator tiles 0-3, a 2 × 2 grid of 16 × 16 blocks, into c [32][32]: tile 0 top left, 1
+// top right, 2 bottom left, 3 bottom right.
+void store_accumulators(float* c) {
+  _tile_stored(0, c, 128);
+  _tile_stored(1, c + 16, 128);
+  _tile_stored(2, c + 16 * 32, 128);
+  _tile_stored(3, c + 16 * 32 + 16, 128);
+}
+
 // Writes the 16×16 block c[t][n] (row stride 32 floats) as y[n][t] for n < rows, t < tokens.
 void store_transposed_16x16(const float* c, float* y, int64_t ldy, int64_t rows, int64_t tokens) {
   __m512 r[16];
@@ -201,11 +210,7 @@ void bf16x3_row_major_range_amx(const uint16_t* tiles, int64_t m, const uint16_t
             }
           }
         }
-        // c[weight row][token]
-        _tile_stored(0, c, 128);
-        _tile_stored(1, c + 16, 128);
-        _tile_stored(2, c + 16 * 32, 128);
-        _tile_stored(3, c + 16 * 32 + 16, 128);
+        store_accumulators(c);  // c[weight row][token]
         const int64_t tokens = std::min<int64_t>(32, tb_end - t0);
         for (int64_t ww = 0; ww < rows; ww += 16) {
           for (int64_t tt = 0; tt < tokens; tt += 16) {
@@ -306,10 +311,7 @@ void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, con
             }
           }
         }
-        _tile_stored(0, c, 128);
-        _tile_stored(1, c + 16, 128);
-        _tile_stored(2, c + 16 * 32, 128);
-        _tile_stored(3, c + 16 * 32 + 16, 128);
+        store_accumulators(c);
         const int64_t tokens = std::min<int64_t>(32, m - t0);
         if (out.transposed) {
           for (int64_t tt = 0; tt < tokens; tt += 16) {

@@ -21,6 +21,7 @@
 #endif
 
 #include "kernels/mla_flash.h"
+#include "kernels/vec_exp512.h"
 
 namespace kernels::detail {
 namespace {
@@ -48,25 +49,7 @@ struct Avx512 {
   }
   static float hmax(Vec v) { return _mm512_reduce_max_ps(v); }
   static float hsum(Vec v) { return _mm512_reduce_add_ps(v); }
-  // exp8 (vec_exp.h) on 16 lanes: the same constants, range reduction, polynomial and
-  // underflow to 0.
-  static Vec exp(Vec x) {
-    using namespace exp_constants;
-    const Vec lo = _mm512_set1_ps(kLo), hi = _mm512_set1_ps(kHi);
-    const __mmask16 underflow = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    const Vec n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    Vec r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-    Vec p = _mm512_set1_ps(kP[0]);
-    for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP[i]));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    const __m512i e =
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow),
-                               _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
-  }
+  static Vec exp(Vec x) { return exp16(x); }  // exp8's function on 16 lanes (vec_exp512.h)
 };
 
 }  // namespace

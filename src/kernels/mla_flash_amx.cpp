@@ -17,7 +17,7 @@
 #include "kernels/mla_attention.h"
 #include "kernels/mla_flash.h"
 #include "kernels/simd.h"
-#include "kernels/vec_exp.h"
+#include "kernels/vec_exp.h"  // before the target pragma: vec_exp512.h builds on it
 #include "tensor/aligned_buffer.h"
 
 #if defined(__clang__)
@@ -29,6 +29,8 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")
 #endif
 
+#include "kernels/vec_exp512.h"
+
 namespace kernels::detail {
 namespace {
 
@@ -36,23 +38,6 @@ constexpr int kKeys = 64;  // keys per block, as the AVX-512 path's (one softmax
 constexpr int kStep = 32;  // bf16 values per tile row: dims of q·k, keys of p·v per product
 constexpr int kTile = 16;  // queries per tile; keys or value columns of a B tile
 constexpr int kTileValues = 512;  // bf16 values in one 16 × 64-byte tile
-
-// exp on 16 lanes with exp8's constants (the AVX-512 flash path's function).
-inline __m512 exp16(__m512 x) {
-  using namespace exp_constants;
-  const __m512 lo = _mm512_set1_ps(kLo), hi = _mm512_set1_ps(kHi);
-  const __mmask16 underflow = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kP[0]);
-  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP[i]));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  // p · 2^n in one instruction: the same value as building 2^n's exponent bits and multiplying.
-  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow), p, n);
-}
 
 inline __mmask16 prefix(int64_t n) {
   if (n <= 0) return 0;
