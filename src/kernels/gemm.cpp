@@ -81,7 +81,8 @@ void streaming_range_avx2_t(const float* x, int64_t m, const WeightView& w, floa
                             int64_t n_begin, int64_t n_end) {
   const int64_t k = w.cols;
   int64_t n = n_begin;
-  for (; n + 4 <= n_end; n += 4) {
+  // At most kSequentialMaxRows rows: one weight row at a time, in address order (below).
+  for (; m > detail::kSequentialMaxRows && n + 4 <= n_end; n += 4) {
     int64_t r = 0;
     for (; r + 2 <= m; r += 2) dot_tile<kBf16, 4, 2>(x + r * k, k, w.data, n, y + r * ldy, ldy);
     if (r < m) dot_tile<kBf16, 4, 1>(x + r * k, k, w.data, n, y + r * ldy, ldy);

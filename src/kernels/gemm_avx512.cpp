@@ -94,7 +94,8 @@ template <bool kBf16>
 void range(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
            int64_t n_begin, int64_t n_end) {
   int64_t n = n_begin;
-  for (; n + 4 <= n_end; n += 4) rows_for_weight_block<kBf16, 4>(x, m, w.cols, w.data, n, y, ldy);
+  if (m > kSequentialMaxRows)  // else one weight row at a time, in address order
+    for (; n + 4 <= n_end; n += 4) rows_for_weight_block<kBf16, 4>(x, m, w.cols, w.data, n, y, ldy);
   for (; n < n_end; ++n) rows_for_weight_block<kBf16, 1>(x, m, w.cols, w.data, n, y, ldy);
 }
 

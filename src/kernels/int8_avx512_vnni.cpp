@@ -2,6 +2,7 @@
 // is offset by 128 (xq ^ 0x80) and 128·Σ_k Wq[n, k] (Int8Quant::row_sum) is taken off after.
 // 64 values of K per instruction; masked loads cover the tail (zeros on both sides contribute
 // 128·0). The target pragma covers only this file's functions (see gemm_avx512.cpp).
+#include "kernels/gemm_paths.h"
 #include "kernels/int8_paths.h"
 
 #include "kernels/simd.h"
@@ -86,7 +87,8 @@ void int8_range_avx512_vnni(const int8_t* xq, const float* act_scale, int64_t m,
                             const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
                             int64_t n_end) {
   int64_t n = n_begin;
-  for (; n + 4 <= n_end; n += 4) tokens_for_weight_block<4>(xq, act_scale, m, w, n, y, ldy);
+  if (m > kSequentialMaxRows)  // else one weight row at a time, in address order
+    for (; n + 4 <= n_end; n += 4) tokens_for_weight_block<4>(xq, act_scale, m, w, n, y, ldy);
   for (; n < n_end; ++n) tokens_for_weight_block<1>(xq, act_scale, m, w, n, y, ldy);
 }
 

@@ -1,6 +1,7 @@
 // AVX-VNNI int8 body (VEX vpdpbusd on 256-bit registers, for CPUs with AVX-VNNI and no
 // AVX-512): the unsigned-offset form of int8_avx512_vnni.cpp, 32 values of K per instruction,
 // the tail in scalar code with the same offset. The target pragma covers only this file.
+#include "kernels/gemm_paths.h"
 #include "kernels/int8_paths.h"
 #include "kernels/simd.h"
 
@@ -61,7 +62,8 @@ void int8_range_avx_vnni(const int8_t* xq, const float* act_scale, int64_t m,
                          const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
                          int64_t n_end) {
   int64_t n = n_begin;
-  for (; n + 4 <= n_end; n += 4) tokens_for_weight_block<4>(xq, act_scale, m, w, n, y, ldy);
+  if (m > kSequentialMaxRows)  // else one weight row at a time, in address order
+    for (; n + 4 <= n_end; n += 4) tokens_for_weight_block<4>(xq, act_scale, m, w, n, y, ldy);
   for (; n < n_end; ++n) tokens_for_weight_block<1>(xq, act_scale, m, w, n, y, ldy);
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "kernels/cpu_features.h"
+#include "kernels/gemm_paths.h"
 #include "kernels/int8_paths.h"
 #include "kernels/simd.h"
 #include "tensor/aligned_buffer.h"
@@ -121,7 +122,8 @@ void detail::int8_range_avx2(const int8_t* xq, const float* act_scale, int64_t m
                              const WeightView& w, float* y, int64_t ldy, int64_t n_begin,
                              int64_t n_end) {
   int64_t n = n_begin;
-  for (; n + 4 <= n_end; n += 4) tokens_for_weight_block<4>(xq, act_scale, m, w, n, y, ldy);
+  if (m > kSequentialMaxRows)  // else one weight row at a time, in address order
+    for (; n + 4 <= n_end; n += 4) tokens_for_weight_block<4>(xq, act_scale, m, w, n, y, ldy);
   for (; n < n_end; ++n) tokens_for_weight_block<1>(xq, act_scale, m, w, n, y, ldy);
 }
 
