@@ -30,14 +30,14 @@ float* context_scratch(int slot, size_t size) {
   return b.data();
 }
 
-// Keys per segment of the AMX history expansion: a quarter of the chunk's queries, at least 256.
+// Keys per segment of the history expansion: a quarter of the chunk's queries, at least 256.
 // A segment's kᵀ and v (4 KiB per key on the CPP model) stay in cache while the attention reads
 // them, which is what small chunks after a long history gain most from (16 queries after 12288
-// keys, 8 layers, 1 thread: 265 -> 163 ms). Each segment also costs every query a reload of its
-// softmax state, which large chunks amortize only over longer segments. Measured after 8192
-// keys (attention_form_bench): 1024 queries ran best on 256-key segments (4% ahead of 1024),
-// 2048 on 512 (256 was 4% slower), and 4096 within 1.5% on 1024 to 4096, but 5% slower on 256.
-// A multiple of kMlaPrefillKeyAlign.
+// keys, 8 layers, 1 thread: 265 -> 163 ms on AMX, 468-478 -> 363-365 ms on sgemm and AVX-512). Each
+// segment also costs every query a reload of its softmax state, which large chunks amortize only
+// over longer segments. Measured after 8192 keys (attention_form_bench): 1024 queries ran best on
+// 256-key segments (4% ahead of 1024), 2048 on 512 (256 was 4% slower), and 4096 within 1.5% on
+// 1024 to 4096, but 5% slower on 256. A multiple of kMlaPrefillKeyAlign.
 int64_t expansion_segment_keys(int64_t num_queries) {
   constexpr int64_t kAlign = kernels::kMlaPrefillKeyAlign;
   return std::max<int64_t>(256, (num_queries / 4 + kAlign - 1) / kAlign * kAlign);
@@ -286,10 +286,11 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       // of keys touches every kᵀ row, so rows are an odd number of cache lines apart: rows a
       // power of two apart would all fall in the same cache sets.
       const int64_t kt_ld = ((ctx + 15) / 16 | 1) * 16;
-      const bool segmented = ex_dim == 0 && kernels::amx_bf16_active();
-      // The AMX expansion runs a segment of keys at a time into buffers that stay in cache while
-      // the attention reads them: expanding the whole history first wrote and re-read k and v
-      // of every key through memory (at 16k keys, 64 MB per layer on the CPP model).
+      const bool segmented = ex_dim == 0;
+      const bool amx = segmented && kernels::amx_bf16_active();
+      // The expansion runs a segment of keys at a time into buffers that stay in cache while the
+      // attention reads them: expanding the whole history first wrote and re-read k and v of
+      // every key through memory (at 16k keys, 64 MB per layer on the CPP model).
       const int64_t segment = segmented ? std::min(ctx, expansion_segment_keys(n)) : ctx;
       const int64_t seg_ld = ((segment + 15) / 16 | 1) * 16;
       float* kt_pe = context_scratch(0, size_t(kt_ld * dr));
@@ -326,20 +327,32 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       args.kt_pe_stride = kt_ld;
       args.out = os;
       if (segmented) {
-        // Per segment: kᵀ = (c_kv · W_UKᵀ)ᵀ for every head at once, then v = c_kv · W_UVᵀ, on
-        // AMX with the latent split once; W_UK and W_UV are read in place as row groups of
-        // kv_b_proj. Keys land per head in kᵀ, values per head as [segment, dv] (rows of one
-        // head's values together, for the attention's streaming reads).
+        // Per segment: kᵀ_h = W_UK[h] · c_kvᵀ and v_h = c_kv · W_UV[h]ᵀ for every head, W_UK
+        // and W_UV read in place from kv_b_proj. Keys land per head in kᵀ, values per head as
+        // [segment, dv] (rows of one head's values together, for the attention's streaming
+        // reads). On AMX every head runs at once from the latent split once; else sgemm per head.
         thread_local kernels::Bf16x3Activations split;
         thread_local kernels::MlaPrefillState state;
-        kernels::split_bf16x3(c_kv, r, ctx, r, split, pool);
+        if (amx) kernels::split_bf16x3(c_kv, r, ctx, r, split, pool);
         for (int64_t s0 = 0; s0 < ctx; s0 += segment) {
           const int64_t s1 = std::min(ctx, s0 + segment), keys = s1 - s0;
-          kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b, dn, dn + dv},
-                              int64_t{nh} * dn, kernels::AmxOutput{kt, seg_ld, true}, pool, s0, s1);
-          kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b + dn * r, dv, dn + dv},
-                              int64_t{nh} * dv, kernels::AmxOutput{kv, dv, false, dv, keys * dv},
-                              pool, s0, s1);
+          if (amx) {
+            kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b, dn, dn + dv},
+                                int64_t{nh} * dn, kernels::AmxOutput{kt, seg_ld, true}, pool, s0,
+                                s1);
+            kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b + dn * r, dv, dn + dv},
+                                int64_t{nh} * dv, kernels::AmxOutput{kv, dv, false, dv, keys * dv},
+                                pool, s0, s1);
+          } else {
+            pool.parallel_for(nh, 1, [&](int64_t h0, int64_t h1, int) {
+              for (int64_t h = h0; h < h1; ++h) {
+                kernels::sgemm(dn, keys, r, 1.0f, kv_b + h * kv_b_head, r, c_kv + s0 * r, r, true,
+                               0.0f, kt + h * dn * seg_ld, seg_ld);
+                kernels::sgemm(keys, dv, r, 1.0f, c_kv + s0 * r, r, kv_b + h * kv_b_head + dn * r,
+                               r, true, 0.0f, kv + h * keys * dv, dv);
+              }
+            });
+          }
           args.kt_head_stride = int64_t{dn} * seg_ld;
           args.kt_stride = seg_ld;
           args.kt_pe = kt_pe + s0;
@@ -351,30 +364,10 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
         }
         continue;
       }
-      if (ex_dim == 0) {
-        // kᵀ_h = W_UK[h] · c_kvᵀ and v_h = c_kv · W_UV[h]ᵀ, per head and block of 1024 keys.
-        constexpr int64_t kKeyBlock = 1024;
-        const int64_t key_blocks = (ctx + kKeyBlock - 1) / kKeyBlock;
-        pool.parallel_for(nh * key_blocks, 1, [&](int64_t i0, int64_t i1, int) {
-          for (int64_t i = i0; i < i1; ++i) {
-            const int64_t h = i / key_blocks, j0 = (i % key_blocks) * kKeyBlock;
-            const int64_t nj = std::min(kKeyBlock, ctx - j0);
-            kernels::sgemm(dn, nj, r, 1.0f, kv_b + h * kv_b_head, r, c_kv + j0 * r, r, true, 0.0f,
-                           kt + h * dn * kt_ld + j0, kt_ld);
-            kernels::sgemm(nj, dv, r, 1.0f, c_kv + j0 * r, r, kv_b + h * kv_b_head + dn * r, r,
-                           true, 0.0f, kv + (h * ctx + j0) * dv, dv);
-          }
-        });
-      }
-      if (ex_dim > 0) {
-        args.v = kv + dn;
-        args.v_row_stride = ex_dim;
-        args.v_head_stride = dn + dv;
-      } else {
-        args.v = kv;
-        args.v_row_stride = dv;
-        args.v_head_stride = ctx * dv;
-      }
+      // The expanded cache's rows: k_nope ‖ v per head.
+      args.v = kv + dn;
+      args.v_row_stride = ex_dim;
+      args.v_head_stride = dn + dv;
       kernels::mla_prefill_attention(args, pool);
     }
   }
