@@ -1,9 +1,9 @@
 // chunkpipe_bench: prints the CPU line and kernel paths, the machine's FP32 FMA peak (AVX2 and,
-// when active, AVX-512) and memory read bandwidth, GEMM GFLOP/s for the main shapes, and
-// prefill / decode tokens per second of a random-weight DeepSeek-V3-shaped model
-// (docs perf-targets: `tiny` and `small` dims) at the requested thread counts, each as a
-// percentage of its roof: FMA peak for prefill (attention excluded; a third of the AMX-BF16
-// tile peak for BF16 weights on AMX), bandwidth for decode.
+// when active, AVX-512) and memory read bandwidth, GEMM GFLOP/s for the main shapes, a decode
+// GEMV's read rate from memory, and prefill / decode tokens per second of a random-weight
+// DeepSeek-V3-shaped model (docs perf-targets: `tiny` and `small` dims) at the requested thread
+// counts, each as a percentage of its roof: FMA peak for prefill (attention excluded; a third of
+// the AMX-BF16 tile peak for BF16 weights on AMX), bandwidth for decode.
 //
 //   chunkpipe_bench [--model small|tiny] [--threads 1,2] [--prefill 512] [--decode 128]
 //                   [--long-prefill 4096] [--skip-gemm] [--skip-model] [--dtype bf16|f32|w8a8]
@@ -169,6 +169,51 @@ double best_seconds(Fn fn, double min_total = 0.3, int min_reps = 3) {
     if (rep > 200) break;
   }
   return best;
+}
+
+// Decode's GEMV from memory: one activation row through linear() against 512 MB of BF16
+// matrices of one shape laid end to end (far past any last-level cache, on huge pages as the
+// weights are), each read once per pass. Prints the weight bytes read per second and their
+// percentage of the read roof; the best of three passes.
+void bench_gemv_from_memory(const std::vector<int>& thread_counts,
+                            const std::vector<double>& bandwidths) {
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"small expert down", 2048, 512},
+                          {"small expert gate_up", 1024, 2048},
+                          {"small o_proj", 2048, 2048}};
+  const int64_t total_bytes = int64_t{512} << 20;
+  std::printf(
+      "\n== decode GEMV from memory: 1 activation row, 512 MB of BF16 weights per pass ==\n");
+  std::printf("%-22s %6s %6s | %7s %26s\n", "shape", "N", "K", "threads", "GB/s (% of read roof)");
+  for (const Shape& shape : shapes) {
+    const int64_t per = shape.n * shape.k, count = total_bytes / (per * 2);
+    tensor::AlignedBuffer<uint16_t> weights(static_cast<size_t>(count * per));
+    for (size_t i = 0; i < weights.size(); ++i)
+      weights[i] = static_cast<uint16_t>(0x3f80 + (i & 7));
+    std::vector<float> x(shape.k, 0.5f), y(shape.n);
+    for (size_t ti = 0; ti < thread_counts.size(); ++ti) {
+      common::ThreadPool pool(thread_counts[ti]);
+      const double seconds = best_seconds(
+          [&] {
+            for (int64_t j = 0; j < count; ++j) {
+              tensor::WeightView w;
+              w.dtype = tensor::DType::kBF16;
+              w.rows = shape.n;
+              w.cols = shape.k;
+              w.data = weights.data() + j * per;
+              kernels::linear(x.data(), 1, w, y.data(), pool);
+            }
+          },
+          0.0, 3);
+      const double gbs = double(count * per * 2) / seconds / 1e9;
+      std::printf("%-22s %6lld %6lld | %7d %14.1f (%3.0f%%)\n", shape.name,
+                  static_cast<long long>(shape.n), static_cast<long long>(shape.k),
+                  thread_counts[ti], gbs, 100 * gbs / bandwidths[ti]);
+    }
+  }
 }
 
 void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>& peaks) {
@@ -481,7 +526,10 @@ int main(int argc, char** argv) {
   std::printf(
       "(prefill percentages are of the f32 FMA peak, or for BF16 weights on AMX of a third of "
       "the AMX-BF16 peak; int8 dot products can pass them)\n");
-  if (!skip_gemm) bench_gemm(threads, peaks);
+  if (!skip_gemm) {
+    bench_gemm(threads, peaks);
+    bench_gemv_from_memory(threads, bandwidths);
+  }
   if (!skip_model) {
     const tensor::DType dtype = dtype_name == "bf16"   ? tensor::DType::kBF16
                                 : dtype_name == "w8a8" ? tensor::DType::kI8
