@@ -342,11 +342,12 @@ model::ModelConfig perf_model_config(const std::string& name) {
   return c;
 }
 
-// Weights one token reads: elements at the weight dtype, and those kept in f32 (kv_b_proj and
-// the router, as model::random_weights stores them). The embedding row is left out.
+// Weights one token reads: elements at the weight dtype, and those kept in f32 (the router, as
+// model::random_weights stores it). The embedding row is left out.
 struct TokenWeights {
-  double main = 0;    // projections and MLPs: int8 in W8A8
-  double float_ = 0;  // lm_head: BF16 in W8A8
+  double main = 0;      // projections and MLPs: int8 in W8A8
+  double float_ = 0;    // lm_head: BF16 in W8A8
+  double absorbed = 0;  // kv_b_proj as decode reads it (absorb_uk_t, absorb_uv): BF16 in W8A8
   double f32 = 0;
 };
 TokenWeights weights_per_token(const model::ModelConfig& c) {
@@ -356,7 +357,7 @@ TokenWeights weights_per_token(const model::ModelConfig& c) {
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     w.main += c.q_lora_rank ? h * *c.q_lora_rank + *c.q_lora_rank * nh * qk : h * nh * qk;
     w.main += h * (c.kv_lora_rank + c.qk_rope_head_dim) + nh * c.v_head_dim * h;
-    w.f32 += c.kv_lora_rank * nh * (c.qk_nope_head_dim + c.v_head_dim);
+    w.absorbed += c.kv_lora_rank * nh * (c.qk_nope_head_dim + c.v_head_dim);
     if (layer < c.first_k_dense_replace) {
       w.main += 3 * h * c.intermediate_size;
     } else {
@@ -404,10 +405,11 @@ void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8
   };
   const TokenWeights tw = weights_per_token(c);
   const bool w8a8 = dtype == tensor::DType::kI8;
-  const double head_bytes = lm_head_int8 ? 1 : (w8a8 ? 2 : tensor::dtype_size_bytes(dtype));
-  const double decode_bytes =
-      tw.main * tensor::dtype_size_bytes(dtype) + tw.float_ * head_bytes + tw.f32 * 4;
-  const double prefill_flops = 2 * (tw.main + tw.float_ + tw.f32);
+  const double float_bytes = w8a8 ? 2 : tensor::dtype_size_bytes(dtype);
+  const double head_bytes = lm_head_int8 ? 1 : float_bytes;
+  const double decode_bytes = tw.main * tensor::dtype_size_bytes(dtype) + tw.float_ * head_bytes +
+                              tw.absorbed * float_bytes + tw.f32 * 4;
+  const double prefill_flops = 2 * (tw.main + tw.float_ + tw.absorbed + tw.f32);
   std::printf(
       "per token: %.1f MB of weights (decode reads them all), %.2f GFLOP of linear "
       "layers (prefill; attention excluded)\n",

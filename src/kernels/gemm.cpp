@@ -126,11 +126,23 @@ void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = tensor::bf16_to_f32(src[i]);
 }
 
+namespace {
+auto streaming_range() {
+  return cpu_features().avx512 ? detail::streaming_range_avx512 : detail::streaming_range_avx2;
+}
+}  // namespace
+
 void linear_streaming(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
                       common::ThreadPool& pool) {
-  const auto range =
-      cpu_features().avx512 ? detail::streaming_range_avx512 : detail::streaming_range_avx2;
+  const auto range = streaming_range();
   pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) { range(x, m, w, y, ldy, b, e); });
+}
+
+void linear_streaming_serial(const float* x, int64_t m, const WeightView& w, float* y,
+                             int64_t ldy) {
+  CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16)
+      << "linear_streaming_serial: unsupported weight dtype";
+  if (m > 0) streaming_range()(x, m, w, y, ldy, 0, w.rows);
 }
 
 void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

@@ -58,6 +58,11 @@ void linear_streaming(const float* x, int64_t m, const tensor::WeightView& w, fl
                       common::ThreadPool& pool);
 void linear_blas(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
                  common::ThreadPool& pool);
+// The streaming kernel over all of w's rows on the calling thread, for callers that split the
+// work themselves (decode's per-head projections, one head per task). Each output equals
+// linear_streaming's bit for bit.
+void linear_streaming_serial(const float* x, int64_t m, const tensor::WeightView& w, float* y,
+                             int64_t ldy);
 
 // The AMX-BF16 path at f32 numerics, when cpu_features().amx_bf16 and the OS grants the tile
 // state (amx_bf16_active()). Activations x [m, k] are split once into three bf16 terms whose

@@ -247,12 +247,39 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
     const bool absorbed = mode == AttentionMode::kAbsorbed ||
                           (mode == AttentionMode::kAuto && absorbed_flops < expanded_flops);
     if (absorbed) {
+      // A few tokens stream the per-head projections from absorb_uk_t / absorb_uv (BF16 where
+      // exact: half the bytes); more run sgemm on kv_b_proj's F32 rows, whose arithmetic wins.
+      const tensor::WeightView uk_t = w.absorb_uk_t.view(), uv = w.absorb_uv.view();
+      const bool streamed = !w.absorb_uk_t.empty() && n <= (uk_t.dtype == tensor::DType::kBF16
+                                                                ? kernels::kStreamingMaxRowsBf16
+                                                                : kernels::kStreamingMaxRowsF32);
+      // Head h's rows [h·rows, (h+1)·rows) of a streamed projection.
+      auto head_rows = [](tensor::WeightView v, int64_t h, int64_t rows) {
+        v.data = static_cast<const uint8_t*>(v.data) +
+                 h * rows * v.cols * tensor::dtype_size_bytes(v.dtype);
+        v.rows = rows;
+        return v;
+      };
+      // The streaming kernel reads n rows of `cols` packed: head h's slice of each token's row.
+      auto gather = [&](const float* src, int64_t ld, int64_t cols, std::vector<float>& dst) {
+        dst.resize(size_t(n * cols));
+        for (int64_t t = 0; t < n; ++t)
+          std::memcpy(dst.data() + t * cols, src + t * ld, cols * sizeof(float));
+        return dst.data();
+      };
       // q_cat[t, h] = [q_nope[t, h] · W_UK[h] | q_pe[t, h]]
       std::vector<float> q_cat(n * nh * row), o_lat(n * nh * r);
       pool.parallel_for(nh, 1, [&](int64_t h0, int64_t h1, int) {
+        std::vector<float> rows;
         for (int64_t h = h0; h < h1; ++h) {
-          kernels::sgemm(n, r, dn, 1.0f, qs + h * qk, int64_t{nh} * qk, kv_b + h * kv_b_head, r,
-                         false, 0.0f, q_cat.data() + h * row, nh * row);
+          if (streamed) {
+            kernels::linear_streaming_serial(gather(qs + h * qk, int64_t{nh} * qk, dn, rows), n,
+                                             head_rows(uk_t, h, r), q_cat.data() + h * row,
+                                             nh * row);
+          } else {
+            kernels::sgemm(n, r, dn, 1.0f, qs + h * qk, int64_t{nh} * qk, kv_b + h * kv_b_head, r,
+                           false, 0.0f, q_cat.data() + h * row, nh * row);
+          }
           for (int64_t t = 0; t < n; ++t) {
             std::memcpy(q_cat.data() + (t * nh + h) * row + r, qs + t * nh * qk + h * qk + dn,
                         dr * sizeof(float));
@@ -274,10 +301,16 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       kernels::mla_decode_attention(args, pool);
       // o[t, h] = W_UV[h] · o_lat[t, h]
       pool.parallel_for(nh, 1, [&](int64_t h0, int64_t h1, int) {
+        std::vector<float> rows;
         for (int64_t h = h0; h < h1; ++h) {
-          kernels::sgemm(n, dv, r, 1.0f, o_lat.data() + h * r, nh * r,
-                         kv_b + h * kv_b_head + dn * r, r, true, 0.0f, os + h * dv,
-                         int64_t{nh} * dv);
+          if (streamed) {
+            kernels::linear_streaming_serial(gather(o_lat.data() + h * r, nh * r, r, rows), n,
+                                             head_rows(uv, h, dv), os + h * dv, int64_t{nh} * dv);
+          } else {
+            kernels::sgemm(n, dv, r, 1.0f, o_lat.data() + h * r, nh * r,
+                           kv_b + h * kv_b_head + dn * r, r, true, 0.0f, os + h * dv,
+                           int64_t{nh} * dv);
+          }
         }
       });
     } else {

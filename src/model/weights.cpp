@@ -235,6 +235,7 @@ class WeightLoader {
                                Slice::rows({heads.begin * (dn + dv), heads.end * (dn + dv)})));
     CP_ASSIGN_OR_RETURN(a.o_proj, matrix(p + "self_attn.o_proj.weight", h, nh * dv, false,
                                          Slice::cols({heads.begin * dv, heads.end * dv})));
+    add_absorbed_projections(a, dn, dv);
     if (c.is_moe_layer(layer)) {
       MoeWeights m;
       const int64_t e = c.n_routed_experts, inter = c.moe_intermediate_size;
@@ -458,6 +459,7 @@ DecoderLayerWeights random_layer(const ModelConfig& c, int layer, RandomFiller& 
   w.attn.kv_a_layernorm = rf.norm(r);
   w.attn.kv_b_proj = rf.linear(nh * (c.qk_nope_head_dim + c.v_head_dim), r, true);
   w.attn.o_proj = rf.linear(h, nh * c.v_head_dim);
+  add_absorbed_projections(w.attn, c.qk_nope_head_dim, c.v_head_dim);
   if (c.is_moe_layer(layer)) {
     MoeWeights m;
     m.router = rf.linear(c.n_routed_experts, h, true);
@@ -475,6 +477,35 @@ DecoderLayerWeights random_layer(const ModelConfig& c, int layer, RandomFiller& 
 }
 
 }  // namespace
+
+void add_absorbed_projections(AttentionWeights& a, int64_t qk_nope_head_dim, int64_t v_head_dim) {
+  const tensor::WeightView kv_b = a.kv_b_proj.view();
+  CHECK(kv_b.dtype == DType::kF32) << "kv_b_proj is kept F32";
+  const int64_t dn = qk_nope_head_dim, dv = v_head_dim, r = kv_b.cols;
+  const int64_t nh = kv_b.rows / (dn + dv);
+  CHECK(nh * (dn + dv) == kv_b.rows) << "kv_b_proj rows are not whole heads";
+  const float* src = kv_b.f32();
+  bool exact = true;
+  for (int64_t i = 0; exact && i < kv_b.rows * r; ++i)
+    exact = tensor::bf16_to_f32(tensor::f32_to_bf16(src[i])) == src[i];
+  const DType d = exact ? DType::kBF16 : DType::kF32;
+  a.absorb_uk_t = WeightMatrix(d, nh * r, dn);
+  a.absorb_uv = WeightMatrix(d, nh * dv, r);
+  auto put = [&](WeightMatrix& m, int64_t i, float v) {
+    if (exact) {
+      m.mutable_bf16()[i] = tensor::f32_to_bf16(v);
+    } else {
+      m.mutable_f32()[i] = v;
+    }
+  };
+  for (int64_t h = 0; h < nh; ++h) {
+    const float* uk = src + h * (dn + dv) * r;  // [dn, r]
+    const float* uv = uk + dn * r;              // [dv, r]
+    for (int64_t j = 0; j < r; ++j)
+      for (int64_t d = 0; d < dn; ++d) put(a.absorb_uk_t, (h * r + j) * dn + d, uk[d * r + j]);
+    for (int64_t i = 0; i < dv * r; ++i) put(a.absorb_uv, h * dv * r + i, uv[i]);
+  }
+}
 
 Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
                                   const LoadOptions& options) {

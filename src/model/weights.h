@@ -38,7 +38,17 @@ struct AttentionWeights {
   Vector kv_a_layernorm_bias;      // or empty
   tensor::WeightMatrix kv_b_proj;  // [nh·(dn+dv), r], always F32 (absorption reads it directly)
   tensor::WeightMatrix o_proj;     // [H, nh·dv]
+  // kv_b_proj again, as the absorbed form of a few tokens reads it: per head h, rows
+  // [h·r, (h+1)·r) of absorb_uk_t are W_UK[h]ᵀ ([r, dn]) and rows [h·dv, (h+1)·dv) of absorb_uv
+  // are W_UV[h] ([dv, r]), both streamed by the GEMV kernel. BF16 when every kv_b_proj value is
+  // exact in BF16 (BF16 and W8A8 checkpoints): a decode step then reads half the bytes of the
+  // F32 copy. Else F32. Empty until add_absorbed_projections().
+  tensor::WeightMatrix absorb_uk_t;
+  tensor::WeightMatrix absorb_uv;
 };
+
+// Fills a.absorb_uk_t and a.absorb_uv from a.kv_b_proj (this rank's heads).
+void add_absorbed_projections(AttentionWeights& a, int64_t qk_nope_head_dim, int64_t v_head_dim);
 
 struct MoeWeights {
   tensor::WeightMatrix router;  // [E, H] F32 (routing runs in f32)

@@ -34,6 +34,9 @@ TEST_P(GemmTest, FastPathsMatchReference) {
     kernels::linear_streaming(x.data(), s.m, w.view(), y1.data(), s.n, pool);
     kernels::linear_blas(x.data(), s.m, w.view(), y2.data(), s.n, pool);
     kernels::linear(x.data(), s.m, w.view(), y3.data(), pool);
+    std::vector<float> y4(y1.size(), -1.0f);
+    kernels::linear_streaming_serial(x.data(), s.m, w.view(), y4.data(), s.n);
+    EXPECT_EQ(y4, y1) << path.name << ": the serial streaming kernel differs from the pooled one";
     EXPECT_LT(testutil::max_rel_error(y1, ref), 1e-5) << path.name;
     EXPECT_LT(testutil::max_rel_error(y2, ref), 1e-5) << path.name;
     EXPECT_LT(testutil::max_rel_error(y3, ref), 1e-5) << path.name;
