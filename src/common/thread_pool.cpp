@@ -67,6 +67,17 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const RangeFn& fn) {
   task_ = nullptr;
 }
 
+void ThreadPool::parallel_for_dynamic(int64_t n, int64_t piece, const RangeFn& fn) {
+  if (n <= 0) return;
+  piece = std::max<int64_t>(1, piece);
+  std::atomic<int64_t> next{0};
+  const int64_t pieces = (n + piece - 1) / piece;
+  parallel_for(std::min<int64_t>(pieces, num_threads_), 1, [&](int64_t, int64_t, int thread) {
+    for (int64_t begin; (begin = next.fetch_add(piece, std::memory_order_relaxed)) < n;)
+      fn(begin, std::min(n, begin + piece), thread);
+  });
+}
+
 bool ThreadPool::pin_threads(const std::vector<int>& cpus) {
   if (cpus.empty()) return true;
   std::atomic<bool> ok{true};

@@ -135,7 +135,12 @@ auto streaming_range() {
 void linear_streaming(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
                       common::ThreadPool& pool) {
   const auto range = streaming_range();
-  pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) { range(x, m, w, y, ldy, b, e); });
+  auto body = [&](int64_t b, int64_t e, int) { range(x, m, w, y, ldy, b, e); };
+  if (m <= detail::kSequentialMaxRows) {
+    pool.parallel_for_dynamic(w.rows, detail::decode_piece_rows(w.rows, pool.num_threads()), body);
+  } else {
+    pool.parallel_for(w.rows, 16, body);
+  }
 }
 
 void linear_streaming_serial(const float* x, int64_t m, const WeightView& w, float* y,

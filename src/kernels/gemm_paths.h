@@ -3,6 +3,7 @@
 // Thread-safe for disjoint output ranges.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/gemm.h"
@@ -22,6 +23,15 @@ void streaming_range_avx512(const float* x, int64_t m, const tensor::WeightView&
 // 10-20 GB/s on one core against 30-33 for one stream, with a 30 GB/s read roof. Each output's
 // sum is formed the same way in both orders, so results do not depend on this choice.
 inline constexpr int64_t kSequentialMaxRows = 2;
+// Those GEMVs are split into pieces that the threads claim in turn
+// (ThreadPool::parallel_for_dynamic), about eight per thread and a multiple of 16 rows: with
+// one fixed half each, the thread that got the smaller share of a noisy machine's bandwidth
+// held the other at every join (6.7% of a decode step was spent waiting there on the 2-core
+// Zen 4). A piece is still one sequential stream of at least 16 rows.
+inline int64_t decode_piece_rows(int64_t rows, int threads) {
+  const int64_t pieces = int64_t{8} * std::max(threads, 1);
+  return std::max<int64_t>(16, ((rows + pieces - 1) / pieces + 15) / 16 * 16);
+}
 
 // AMX-BF16 for BF16 weights (gemm_amx_bf16.cpp). x rows [row_begin, row_end) of [m, k] (row
 // stride ldx) become three bf16 planes of [mp][kp] (mp, kp multiples of 32, zeros outside x)

@@ -205,11 +205,16 @@ void linear_int8(const float* x, int64_t m, const WeightView& w, float* y, int64
   // while every weight row of the thread's range passes over it once.
   const int64_t block =
       std::clamp<int64_t>((int64_t{512} << 10) / std::max<int64_t>(k, 1) / 4 * 4, 16, 256);
-  pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) {
+  auto body = [&](int64_t b, int64_t e, int) {
     for (int64_t t0 = 0; t0 < m; t0 += block) {
       range(xq + t0 * k, scale + t0, std::min(block, m - t0), w, y + t0 * ldy, ldy, b, e);
     }
-  });
+  };
+  if (m <= detail::kSequentialMaxRows) {
+    pool.parallel_for_dynamic(w.rows, detail::decode_piece_rows(w.rows, pool.num_threads()), body);
+  } else {
+    pool.parallel_for(w.rows, 16, body);
+  }
 }
 
 void linear_int8_reference(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy) {

@@ -1,4 +1,5 @@
-// ThreadPool: every index is visited exactly once, across many back-to-back regions.
+// ThreadPool: every index is visited exactly once (contiguous ranges and dynamic pieces), across
+// many back-to-back regions.
 #include "common/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +19,28 @@ TEST(ThreadPoolTest, CoversRangeExactlyOnce) {
         for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
       });
       for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+    }
+  }
+}
+
+TEST(ThreadPoolTest, DynamicPiecesCoverRangeExactlyOnce) {
+  for (int threads : {1, 2, 3}) {
+    common::ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 7, 16, 1000}) {
+      for (int64_t piece : {1, 16, 5000}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<int> calls{0};
+        pool.parallel_for_dynamic(n, piece, [&](int64_t b, int64_t e, int tid) {
+          EXPECT_LT(tid, threads);
+          EXPECT_EQ(b % piece, 0) << "pieces start on multiples of the piece size";
+          EXPECT_LE(e - b, piece);
+          calls.fetch_add(1);
+          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+        });
+        for (int64_t i = 0; i < n; ++i)
+          EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " piece=" << piece << " i=" << i;
+        EXPECT_EQ(calls.load(), (n + piece - 1) / piece) << "n=" << n << " piece=" << piece;
+      }
     }
   }
 }
