@@ -12,9 +12,12 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <vector>
+
+#include "common/timer.h"
 
 namespace dist {
 namespace {
@@ -73,10 +76,47 @@ common::Result<std::unique_ptr<GlooGroup>> GlooGroup::create(StoreClient& store,
                                " could not connect to its peers through gloo (listening on '" +
                                options.address + "'): " + e.what());
   }
+  auto liveness = PeerLiveness::connect(store, prefix + "liveness/", options.rank, options.size,
+                                        options.address);
+  if (!liveness.ok())
+    return common::unavailable(options.name + ": rank " + std::to_string(options.rank) + ": " +
+                               liveness.status().message());
+  g->liveness_ = std::move(*liveness);
+  g->watcher_ = std::thread([p = g.get()] { p->watch_peers(); });
   return g;
 }
 
-GlooGroup::~GlooGroup() = default;
+GlooGroup::~GlooGroup() {
+  stop_ = true;
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void GlooGroup::watch_peers() {
+  // Longer than a live peer's lag inside one collective; short against the group's timeout.
+  constexpr double kStuckAfterLoss_s = 1.0;
+  double lost_at = 0;
+  std::string why;
+  bool reported = false;
+  while (!stop_) {
+    if (lost_at == 0) {
+      const int peer = liveness_->wait_for_loss(100);
+      if (peer < 0) continue;
+      lost_at = common::now_seconds();
+      why = o_.name + ": rank " + std::to_string(peer) +
+            "'s process ended (its connection to rank " + std::to_string(o_.rank) + " closed)";
+      abort(why);
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const double since = op_since_.load(), now = common::now_seconds();
+    if (!reported && o_.on_stuck && since > 0 &&
+        now - std::max(since, lost_at) >= kStuckAfterLoss_s) {
+      reported = true;
+      o_.on_stuck(why + "; rank " + std::to_string(o_.rank) +
+                  " is still blocked in a collective that gloo does not end");
+    }
+  }
+}
 
 void GlooGroup::abort(const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -92,9 +132,12 @@ common::Status GlooGroup::run(const char* what, F&& call) {
                                  ": the group failed earlier: " + failed_);
   }
   try {
+    op_since_ = common::now_seconds();
     call();
+    op_since_ = 0;
     return {};
   } catch (const std::exception& e) {
+    op_since_ = 0;
     const std::string why = e.what();
     abort(why);
     const bool timed_out =

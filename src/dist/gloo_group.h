@@ -2,15 +2,22 @@
 // (Debian's libgloo-dev). Ranks meet in our rendezvous store, which gloo's full-mesh
 // handshake uses through a small adapter. gloo reports failures by throwing; every call here
 // catches and returns a Status, and a group that failed once stays failed (gloo's pairs are
-// left in an unknown state). An op in flight is bounded by the group's timeout; a peer that
-// dies resets its TCP connections, which ends the op at once.
+// left in an unknown state). An op in flight is bounded by the group's timeout. A peer that
+// dies resets its TCP connections, which ends most ops at once, but not a send gloo had
+// already posted to that peer (its Pair::signalException skips unbound buffers in its send
+// queue; Debian's gloo 5b14351): that op waits for the timeout. So the group also keeps a
+// PeerLiveness mesh and a watcher thread: a peer's end fails every later op at once, and an op
+// still blocked a second after it calls options.on_stuck.
 // Thread-safety: as ProcessGroup.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
+#include "dist/peer_liveness.h"
 #include "dist/process_group.h"
 #include "dist/rendezvous_store.h"
 
@@ -52,11 +59,18 @@ class GlooGroup : public ProcessGroup {
   common::Status run(const char* what, F&& call);
   template <typename T>
   common::Status reduce(T* data, size_t count, ReduceOp op);
+  // The watcher thread: fails the group when a peer ends; calls on_stuck (once) when an op is
+  // still blocked a second later.
+  void watch_peers();
 
   GlooGroupOptions o_;
   std::shared_ptr<gloo::Context> context_;
-  std::mutex mu_;       // guards failed_
-  std::string failed_;  // why the group is unusable; empty while it works
+  std::unique_ptr<PeerLiveness> liveness_;
+  std::thread watcher_;
+  std::atomic<bool> stop_{false};
+  std::atomic<double> op_since_{0};  // when the op in flight started (now_seconds); 0: none
+  std::mutex mu_;                    // guards failed_
+  std::string failed_;               // why the group is unusable; empty while it works
 };
 
 }  // namespace dist

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ struct GroupOptions {
   int rank = 0;
   int size = 1;
   double timeout_s = 300;  // a collective that waits longer fails the group
+  // Called (from a watcher thread) when this rank has been blocked in a collective for a
+  // second after a peer's process was seen to end, where the backend cannot end the call
+  // itself (gloo, gloo_group.h). Empty: the call waits for timeout_s. A worker process whose
+  // group is dead sets it to log and exit.
+  std::function<void(const std::string& why)> on_stuck;
 };
 
 class ProcessGroup {

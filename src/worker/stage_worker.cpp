@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <memory>
@@ -119,6 +120,13 @@ common::Result<std::unique_ptr<dist::ProcessGroup>> join_stage_group(const Stage
                           300);
   dist::GroupSpec g("tp.stage" + std::to_string(spec.stage), spec.tp_rank, spec.tp_size);
   g.address = dist::host_ip(spec.store.substr(0, colon));  // where gloo peers dial this rank
+  // A rank stuck in a collective with a dead peer cannot serve again: end the process, as a
+  // failed collective would, so that the engine sees the stage fail.
+  g.on_stuck = [](const std::string& why) {
+    LOG(ERROR) << why << ": exiting";
+    std::fflush(nullptr);
+    std::_Exit(1);
+  };
   return dist::make_process_group(store, g);
 }
 

@@ -19,6 +19,7 @@
 
 #include "common/timer.h"
 #include "dist/group_factory.h"
+#include "dist/peer_liveness.h"
 #include "dist/process.h"
 #include "dist/rendezvous_store.h"
 
@@ -297,6 +298,44 @@ TEST(DeadPeerTest, APeerProcessThatExitsFailsTheCollective) {
     int status = 0;
     waitpid(*child, &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The liveness mesh gloo groups keep: a peer whose connections close (its process ending)
+// is reported once, to every other rank, within the poll; live peers are not.
+TEST(PeerLivenessTest, ReportsAClosedPeerToEveryOtherRankOnce) {
+  auto server = dist::StoreServer::start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok());
+  constexpr int kRanks = 3;
+  std::vector<std::unique_ptr<dist::PeerLiveness>> ranks(kRanks);
+  std::vector<std::thread> joiners;
+  std::mutex mu;
+  std::vector<std::string> errors;
+  for (int r = 0; r < kRanks; ++r) {
+    joiners.emplace_back([&, r] {
+      dist::StoreClient store("127.0.0.1", (*server)->port(), 30);
+      auto l = dist::PeerLiveness::connect(store, "live/", r, kRanks, "127.0.0.1");
+      std::lock_guard<std::mutex> lock(mu);
+      if (l.ok()) {
+        ranks[size_t(r)] = std::move(*l);
+      } else {
+        errors.push_back(l.status().message());
+      }
+    });
+  }
+  for (auto& t : joiners) t.join();
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(ranks[size_t(r)]->wait_for_loss(50), -1) << r;
+  ranks[2].reset();  // rank 2 goes away: its sockets close as a dead process's would
+  for (int r = 0; r < 2; ++r) {
+    const double t0 = common::now_seconds();
+    EXPECT_EQ(ranks[size_t(r)]->wait_for_loss(5000), 2) << "rank " << r;
+    EXPECT_LT(common::now_seconds() - t0, 1.0) << "rank " << r;
+    EXPECT_EQ(ranks[size_t(r)]->wait_for_loss(50), -1) << "reported once, rank " << r;
   }
 }
 
