@@ -253,19 +253,14 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       const bool streamed = !w.absorb_uk_t.empty() && n <= (uk_t.dtype == tensor::DType::kBF16
                                                                 ? kernels::kStreamingMaxRowsBf16
                                                                 : kernels::kStreamingMaxRowsF32);
-      // Head h's rows [h·rows, (h+1)·rows) of a streamed projection.
-      auto head_rows = [](tensor::WeightView v, int64_t h, int64_t rows) {
-        v.data = static_cast<const uint8_t*>(v.data) +
-                 h * rows * v.cols * tensor::dtype_size_bytes(v.dtype);
-        v.rows = rows;
-        return v;
-      };
-      // The streaming kernel reads n rows of `cols` packed: head h's slice of each token's row.
+      // The streaming kernel reads n rows of `cols` packed: head h's slice of each token's row
+      // (in place for one token, the decode case).
       auto gather = [&](const float* src, int64_t ld, int64_t cols, std::vector<float>& dst) {
+        if (n == 1) return src;
         dst.resize(size_t(n * cols));
         for (int64_t t = 0; t < n; ++t)
           std::memcpy(dst.data() + t * cols, src + t * ld, cols * sizeof(float));
-        return dst.data();
+        return static_cast<const float*>(dst.data());
       };
       // q_cat[t, h] = [q_nope[t, h] · W_UK[h] | q_pe[t, h]]
       std::vector<float> q_cat(n * nh * row), o_lat(n * nh * r);
@@ -274,7 +269,7 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
         for (int64_t h = h0; h < h1; ++h) {
           if (streamed) {
             kernels::linear_streaming_serial(gather(qs + h * qk, int64_t{nh} * qk, dn, rows), n,
-                                             head_rows(uk_t, h, r), q_cat.data() + h * row,
+                                             uk_t.row_range(h * r, r), q_cat.data() + h * row,
                                              nh * row);
           } else {
             kernels::sgemm(n, r, dn, 1.0f, qs + h * qk, int64_t{nh} * qk, kv_b + h * kv_b_head, r,
@@ -305,7 +300,8 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
         for (int64_t h = h0; h < h1; ++h) {
           if (streamed) {
             kernels::linear_streaming_serial(gather(o_lat.data() + h * r, nh * r, r, rows), n,
-                                             head_rows(uv, h, dv), os + h * dv, int64_t{nh} * dv);
+                                             uv.row_range(h * dv, dv), os + h * dv,
+                                             int64_t{nh} * dv);
           } else {
             kernels::sgemm(n, dv, r, 1.0f, o_lat.data() + h * r, nh * r,
                            kv_b + h * kv_b_head + dn * r, r, true, 0.0f, os + h * dv,

@@ -34,6 +34,16 @@ struct WeightView {
   const float* f32() const { return static_cast<const float*>(data); }
   const uint16_t* bf16() const { return static_cast<const uint16_t*>(data); }
   const int8_t* i8() const { return static_cast<const int8_t*>(data); }
+  // Rows [begin, begin + count) in place, with their I8 per-row parameters.
+  WeightView row_range(int64_t begin, int64_t count) const {
+    WeightView v = *this;
+    v.data = static_cast<const uint8_t*>(data) + begin * cols * dtype_size_bytes(dtype);
+    v.rows = count;
+    if (quant.row_scale) v.quant.row_scale += begin;
+    if (quant.row_bias) v.quant.row_bias += begin;
+    if (quant.row_sum) v.quant.row_sum += begin;
+    return v;
+  }
   // Element (r, c) as f32 (I8: dequantized, Wq · row_scale / input_scale when static), for
   // reference code and tests.
   float at(int64_t r, int64_t c) const {

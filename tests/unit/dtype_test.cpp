@@ -1,5 +1,7 @@
-// Scalar dtype conversions against values stated in deepseek-v3-model.md §3.
+// Scalar dtype conversions against values stated in deepseek-v3-model.md §3, and WeightView
+// row ranges.
 #include "tensor/dtype.h"
+#include "tensor/weight_matrix.h"
 
 #include <gtest/gtest.h>
 
@@ -42,6 +44,41 @@ TEST(DtypeTest, SafetensorsNames) {
   EXPECT_EQ(tensor::dtype_from_safetensors("BF16"), tensor::DType::kBF16);
   EXPECT_FALSE(tensor::dtype_from_safetensors("F64").has_value());
   EXPECT_EQ(tensor::dtype_size_bytes(tensor::DType::kF32), 4);
+}
+
+}  // namespace
+
+namespace {
+
+// WeightView::row_range: the same elements as the whole view's rows, and for I8 the same
+// per-row scale, bias and sum.
+TEST(WeightViewTest, RowRangeReadsTheSameRowsAndRowParameters) {
+  for (tensor::DType d : {tensor::DType::kF32, tensor::DType::kBF16, tensor::DType::kI8}) {
+    tensor::WeightMatrix m(d, 4, 3);
+    for (int64_t i = 0; i < 12; ++i) {
+      if (d == tensor::DType::kF32) m.mutable_f32()[i] = float(i) - 5.5f;
+      if (d == tensor::DType::kBF16) m.mutable_bf16()[i] = tensor::f32_to_bf16(float(i) - 5.5f);
+      if (d == tensor::DType::kI8) m.mutable_i8()[i] = int8_t(i * 7 - 40);
+    }
+    if (d == tensor::DType::kI8) {
+      for (int64_t r = 0; r < 4; ++r) {
+        m.mutable_row_scale()[r] = 0.5f + float(r);
+        m.mutable_row_bias()[r] = int32_t(10 * r);
+      }
+      m.finish_int8(true, 0.25f, 3.0f);
+    }
+    const tensor::WeightView all = m.view(), part = all.row_range(1, 2);
+    ASSERT_EQ(part.rows, 2);
+    ASSERT_EQ(part.cols, 3);
+    for (int64_t r = 0; r < 2; ++r) {
+      for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(part.at(r, c), all.at(r + 1, c)) << int(d);
+      if (d == tensor::DType::kI8) {
+        EXPECT_EQ(part.quant.row_scale[r], all.quant.row_scale[r + 1]);
+        EXPECT_EQ(part.quant.row_bias[r], all.quant.row_bias[r + 1]);
+        EXPECT_EQ(part.quant.row_sum[r], all.quant.row_sum[r + 1]);
+      }
+    }
+  }
 }
 
 }  // namespace
