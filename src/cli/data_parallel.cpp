@@ -111,6 +111,9 @@ common::Result<DataParallelGroups> join_data_parallel_groups(const DataParallelP
   dist::GroupSpec spec("dp", plan.rank, plan.size);
   spec.timeout_s = timeout;
   spec.address = dist::host_ip(store_host);
+  // A rank whose group lost a peer fails its engine, and the process then exits 1; a collective
+  // that gloo leaves blocked after the loss must not hold it for the timeout instead.
+  spec.on_stuck = dist::exit_process_when_stuck;
   CP_ASSIGN_OR_RETURN(g.dp, dist::make_process_group(store, spec));
   if (plan.lmhead_size > 1) {
     const int group = plan.rank / plan.lmhead_size;
@@ -118,6 +121,7 @@ common::Result<DataParallelGroups> join_data_parallel_groups(const DataParallelP
                        plan.lmhead_size);
     lm.timeout_s = timeout;
     lm.address = spec.address;
+    lm.on_stuck = spec.on_stuck;
     CP_ASSIGN_OR_RETURN(g.lmhead, dist::make_process_group(store, lm));
   }
   return g;

@@ -3,8 +3,11 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
+#include "common/logging.h"
 #include "dist/gloo_group.h"
 #include "dist/shm_group.h"
 
@@ -48,6 +51,12 @@ common::Result<std::unique_ptr<ProcessGroup>> make_process_group(StoreClient& st
   o.address = spec.address;
   CP_ASSIGN_OR_RETURN(auto g, GlooGroup::create(store, spec.name + "/gloo/", o));
   return std::unique_ptr<ProcessGroup>(std::move(g));
+}
+
+void exit_process_when_stuck(const std::string& why) {
+  LOG(ERROR) << why << ": exiting";
+  std::fflush(nullptr);
+  std::_Exit(1);
 }
 
 }  // namespace dist

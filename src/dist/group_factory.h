@@ -35,4 +35,8 @@ std::string host_identity();
 common::Result<std::unique_ptr<ProcessGroup>> make_process_group(StoreClient& store,
                                                                  const GroupSpec& spec);
 
+// An on_stuck for a rank process that cannot serve once its group is dead: logs `why` and ends
+// the process with status 1 at once, the path a failed collective takes in such a process.
+void exit_process_when_stuck(const std::string& why);
+
 }  // namespace dist

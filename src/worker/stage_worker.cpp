@@ -122,11 +122,7 @@ common::Result<std::unique_ptr<dist::ProcessGroup>> join_stage_group(const Stage
   g.address = dist::host_ip(spec.store.substr(0, colon));  // where gloo peers dial this rank
   // A rank stuck in a collective with a dead peer cannot serve again: end the process, as a
   // failed collective would, so that the engine sees the stage fail.
-  g.on_stuck = [](const std::string& why) {
-    LOG(ERROR) << why << ": exiting";
-    std::fflush(nullptr);
-    std::_Exit(1);
-  };
+  g.on_stuck = dist::exit_process_when_stuck;
   return dist::make_process_group(store, g);
 }
 

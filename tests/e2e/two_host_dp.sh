@@ -5,7 +5,8 @@
 #     --data-parallel-start-rank 1) runs rank 1, and the experts are split over both ranks
 #     (lock step, collectives through gloo), each drafting 3 MTP tokens per step as the seed
 #     does. The seed's verification curl gets a 200 and the
-#     greedy texts equal a DP=1 server's. SIGTERM on node 0 stops both nodes with status 0.
+#     greedy texts equal a DP=1 server's. SIGTERM on node 0 stops both nodes with status 0;
+#     kill -9 of rank 1's engine mid-stream ends the stream with an error and both nodes with 1.
 #  2. The seed's D nodes, scaled to 4 ranks: `chunkpipe launch-dp` on each host runs
 #     ./run_dp_template.sh (the seed's 7 positional arguments, `vllm serve` through
 #     tools/vllm-shim on PATH) for 2 ranks on ports 7100-7101, one expert-parallel group of 4
@@ -39,14 +40,17 @@ seed=(--data-parallel-size 2 --data-parallel-size-local 1 --data-parallel-addres
       --trust-remote-code --no-enable-prefix-caching --gpu-memory-utilization 0.92
       --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}'
       --speculative-config '{"num_speculative_tokens": 3, "method": "mtp"}')
-ip netns exec "$ns_a" env VLLM_HOST_IP="$addr_a" "$bin" serve "$model" "${common[@]}" \
-  "${seed[@]}" --host 0.0.0.0 --port 8004 > "$work/node0.log" 2>&1 &
-node0=$!
-pids+=($node0)
-ip netns exec "$ns_b" env VLLM_HOST_IP="$addr_b" "$bin" serve "$model" "${common[@]}" \
-  "${seed[@]}" --port 8004 --headless --data-parallel-start-rank 1 > "$work/node1.log" 2>&1 &
-node1=$!
-pids+=($node1)
+start_pair() {  # log suffix; sets node0 and node1
+  ip netns exec "$ns_a" env VLLM_HOST_IP="$addr_a" "$bin" serve "$model" "${common[@]}" \
+    "${seed[@]}" --host 0.0.0.0 --port 8004 > "$work/node0$1.log" 2>&1 &
+  node0=$!
+  pids+=($node0)
+  ip netns exec "$ns_b" env VLLM_HOST_IP="$addr_b" "$bin" serve "$model" "${common[@]}" \
+    "${seed[@]}" --port 8004 --headless --data-parallel-start-rank 1 > "$work/node1$1.log" 2>&1 &
+  node1=$!
+  pids+=($node1)
+}
+start_pair ""
 wait_ready 8301
 wait_ready 8004
 
@@ -91,6 +95,13 @@ wait "$node1" || rc1=$?
 [[ $rc0 -eq 0 && $rc1 -eq 0 ]] ||
   { echo "FAIL: exit codes node0=$rc0 node1=$rc1"; tail -n 8 "$work"/node*.log; exit 1; }
 echo "SIGTERM on node 0: both nodes exited 0"
+# kill -9 of rank 1's engine mid-stream: rank 0's gloo group sees the loss at once (a send that
+# gloo leaves blocked ends the process a second later), the stream gets an error event, and both
+# nodes exit 1 instead of waiting out the collective timeout.
+pids=($ref)
+start_pair ".kill"
+wait_ready 8004
+kill_mid_stream 8004 "$node0" "$node1" "serve.*--data-parallel-rank 1 "
 pids=($ref)
 
 # 2. launch-dp: the seed's D nodes, 2 ranks per host.
