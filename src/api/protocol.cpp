@@ -160,6 +160,13 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
     }
     if (!present) max_tokens = 16, present = true;
   }
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto e = read_strict(body, "echo", &out->echo)) return e;
+    if (out->echo && present && max_tokens == 0) {
+      out->echo_without_generation = true;
+      max_tokens = 1;
+    }
+  }
   if (present) {
     if (max_tokens < 1)
       return bad_request("max_tokens must be at least 1, got " + std::to_string(max_tokens) + ".");
@@ -181,7 +188,8 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
     }
   }
   if (endpoint == Endpoint::kCompletions) {
-    if (auto e = read_strict(body, "echo", &out->echo)) return e;
+    if (body.contains("suffix") && !body["suffix"].is_null())
+      return bad_request("suffix is not currently supported");
     if (auto e = read_strict(body, "add_special_tokens", &out->add_special_tokens)) return e;
     int logprobs = 0;
     if (auto e = read(body, "logprobs", &logprobs, &present)) return e;
@@ -206,6 +214,22 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
                          ", got " + std::to_string(out->top_logprobs) + ".");
     }
     if (out->want_logprobs) s.logprobs = out->top_logprobs;
+  }
+  int prompt_logprobs = 0;
+  if (auto e = read(body, "prompt_logprobs", &prompt_logprobs, &present)) return e;
+  if (present) {
+    if (prompt_logprobs < 0) {
+      return bad_request("prompt_logprobs must be non-negative, got " +
+                         std::to_string(prompt_logprobs) +
+                         " (-1, the whole vocabulary, is not supported)");
+    }
+    if (prompt_logprobs > max_logprobs) {
+      return bad_request("Requested prompt logprobs of " + std::to_string(prompt_logprobs) +
+                         ", which is greater than max allowed: " + std::to_string(max_logprobs));
+    }
+    s.prompt_logprobs = prompt_logprobs;
+  } else if (out->echo && s.logprobs) {
+    s.prompt_logprobs = s.logprobs;  // echo with logprobs scores the echoed prompt (vLLM)
   }
   return std::nullopt;
 }

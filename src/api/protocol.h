@@ -32,6 +32,9 @@ struct CommonRequestFields {
   sched::SamplingParams sampling;
   std::optional<int64_t> max_tokens;  // null: fill to max_model_len (chat) or 16 (completions)
   bool echo = false;
+  // Completions with echo and max_tokens 0: the response is the prompt alone (its logprobs with
+  // logprobs set); one token is generated and dropped, as vLLM does.
+  bool echo_without_generation = false;
   bool add_special_tokens = true;
   int top_logprobs = 0;  // chat: with logprobs=true
   bool want_logprobs = false;

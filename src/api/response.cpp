@@ -1,6 +1,9 @@
 // Response JSON builders.
 #include "api/response.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace api {
 
 using nlohmann::json;
@@ -19,23 +22,64 @@ json chat_logprobs_json(const std::vector<sched::SampledToken>& lps, const Token
   return {{"content", content}};
 }
 
-json completion_logprobs_json(const std::vector<sched::SampledToken>& lps, const TokenText& text) {
+namespace {
+
+double clamped(float logprob) {
+  return std::max(static_cast<double>(logprob), -9999.0);
+}
+
+}  // namespace
+
+size_t utf8_length(const std::string& text) {
+  return static_cast<size_t>(std::count_if(
+      text.begin(), text.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; }));
+}
+
+json completion_logprobs_json(const std::vector<sched::SampledToken>& lps, const TokenText& text,
+                              size_t initial_offset) {
   json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
        offsets = json::array();
-  size_t offset = 0;  // bytes into the generated text
+  size_t offset = initial_offset;
   for (const auto& lp : lps) {
     tokens.push_back(text(lp.token));
-    token_logprobs.push_back(lp.logprob);
-    json t = json::object();
-    for (const auto& [id, v] : lp.top_logprobs) t[text(id)] = v;
-    top.push_back(t);
+    if (std::isnan(lp.logprob)) {
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+    } else {
+      token_logprobs.push_back(clamped(lp.logprob));
+      json t = json::object();
+      t[text(lp.token)] = clamped(lp.logprob);
+      for (const auto& [id, v] : lp.top_logprobs) t[text(id)] = clamped(v);
+      top.push_back(t);
+    }
     offsets.push_back(offset);
-    offset += tokens.back().get_ref<const std::string&>().size();
+    offset += utf8_length(tokens.back().get_ref<const std::string&>());
   }
   return {{"text_offset", offsets},
           {"token_logprobs", token_logprobs},
           {"tokens", tokens},
           {"top_logprobs", top}};
+}
+
+json prompt_logprobs_json(const std::vector<sched::SampledToken>& lps, const TokenText& text) {
+  json out = json::array({nullptr});
+  for (const auto& lp : lps) {
+    if (std::isnan(lp.logprob)) {
+      out.push_back(nullptr);
+      continue;
+    }
+    json entry = json::object();
+    auto add = [&](int32_t id, float logprob, int32_t rank) {
+      const std::string key = std::to_string(id);
+      if (entry.contains(key)) return;
+      entry[key] = {{"logprob", clamped(logprob)}, {"rank", rank}, {"decoded_token", text(id)}};
+    };
+    add(lp.token, lp.logprob, lp.rank);
+    for (size_t i = 0; i < lp.top_logprobs.size(); ++i)
+      add(lp.top_logprobs[i].first, lp.top_logprobs[i].second, static_cast<int32_t>(i + 1));
+    out.push_back(std::move(entry));
+  }
+  return out;
 }
 
 json tool_call_json(const ToolCall& c) {

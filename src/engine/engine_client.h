@@ -38,6 +38,9 @@ struct RequestOutput {
   std::string request_id;
   std::vector<int32_t> new_token_ids;
   std::vector<TokenLogprob> new_logprobs;  // when the request asked for logprobs
+  // With prompt_logprobs, on the first output only: entry p scores prompt token p + 1 (a NaN
+  // logprob where the engine did not compute that position, e.g. KV loaded from a peer).
+  std::vector<TokenLogprob> prompt_logprobs;
   std::string new_text;
   bool finished = false;
   sched::FinishReason finish_reason = sched::FinishReason::kNone;

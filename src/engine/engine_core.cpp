@@ -2,6 +2,7 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -282,6 +283,14 @@ void EngineCore::loop() {
       if (!sp.ignore_eos)
         sp.all_stop_token_ids.insert(sp.all_stop_token_ids.end(), eos_ids_.begin(), eos_ids_.end());
       t.num_prompt_tokens = req->num_prompt_tokens();
+      if (sp.prompt_logprobs) {
+        const auto& ids = req->prompt_token_ids;
+        for (size_t p = 1; p < ids.size(); ++p) {
+          t.prompt_logprobs.emplace_back();
+          t.prompt_logprobs.back().token = ids[p];
+          t.prompt_logprobs.back().logprob = std::numeric_limits<float>::quiet_NaN();
+        }
+      }
       t.arrival = req->arrival_time;
       const std::string id = req->request_id;
       tracked_.emplace(id, std::move(t));
@@ -634,6 +643,7 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     if (!predictor_->need_timing())
       LOG(INFO) << "[ProfilingChunk] Online calibration finished; step timing is off";
   }
+  collect_prompt_logprobs(so, result);
   std::vector<std::vector<int32_t>> sampled(so.scheduled.size());
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     if (!so.scheduled[i].samples) continue;
@@ -678,6 +688,8 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     out.request_id = id;
     out.num_prompt_tokens = t.num_prompt_tokens;
     out.num_cached_tokens = t.num_cached_tokens;
+    out.prompt_logprobs = std::move(t.prompt_logprobs);  // non-empty on the first output only
+    t.prompt_logprobs.clear();
     // The step's tokens in order, each through the stop checks: one that stops the request
     // drops the tokens after it (accepted drafts past a stop string, EOS or max_tokens).
     const size_t before = r->output_token_ids.size() - static_cast<size_t>(appended[i]);
@@ -698,6 +710,22 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     } else {
       out.num_output_tokens = static_cast<int64_t>(r->output_token_ids.size());
       t.callback(out);
+    }
+  }
+}
+
+void EngineCore::collect_prompt_logprobs(const sched::SchedulerOutput& so,
+                                         const sched::ModelRunnerOutput& out) {
+  for (size_t i = 0; i < so.scheduled.size() && i < out.prompt_logprobs.size(); ++i) {
+    const std::vector<SampledToken>& entries = out.prompt_logprobs[i];
+    if (entries.empty()) continue;
+    auto it = tracked_.find(so.scheduled[i].req_id);
+    if (it == tracked_.end()) continue;
+    std::vector<SampledToken>& filed = it->second.prompt_logprobs;  // empty once delivered
+    // Entry j scores position num_computed + j, that is prompt token num_computed + j + 1.
+    const size_t first = static_cast<size_t>(so.scheduled[i].num_computed_tokens);
+    for (size_t j = 0; j < entries.size() && first + j < filed.size(); ++j) {
+      if (entries[j].token == filed[first + j].token) filed[first + j] = entries[j];
     }
   }
 }

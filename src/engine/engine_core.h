@@ -73,6 +73,9 @@ class EngineCore : public EngineClient {
     int64_t num_prompt_tokens = 0;
     int64_t num_cached_tokens = 0;
     double arrival = 0, first_token = 0, last_token = 0;
+    // With prompt_logprobs: entry p scores prompt token p + 1 (NaN until computed); moved into
+    // the first output.
+    std::vector<SampledToken> prompt_logprobs;
   };
   struct InFlight {
     sched::SchedulerOutput output;
@@ -112,6 +115,9 @@ class EngineCore : public EngineClient {
   // The executor failed: finish every request with `why`, stop accepting work, report.
   void fail_engine(const std::string& why);
   void finish(const std::string& id, sched::FinishReason reason, RequestOutput* out);
+  // Files a step's prompt logprobs (ModelRunnerOutput::prompt_logprobs) by position.
+  void collect_prompt_logprobs(const sched::SchedulerOutput& so,
+                               const sched::ModelRunnerOutput& out);
   // Applies one sampled token, the request's n_out-th output: text, stop checks. Returns true
   // when the request finished.
   bool process_token(const sched::Request& r, Tracked& t, const SampledToken& s, int64_t n_out,

@@ -41,12 +41,8 @@ std::vector<uint8_t> encode_output(const RequestOutput& o) {
   dist::WireWriter w(&out);
   w.put_string(o.request_id);
   w.put_vector(o.new_token_ids);
-  w.put<uint64_t>(o.new_logprobs.size());
-  for (const auto& lp : o.new_logprobs) {
-    w.put(lp.token);
-    w.put(lp.logprob);
-    w.put_pairs(lp.top_logprobs);
-  }
+  sched::write_sampled_tokens(w, o.new_logprobs);
+  sched::write_sampled_tokens(w, o.prompt_logprobs);
   w.put_string(o.new_text);
   w.put<uint8_t>(o.finished ? 1 : 0);
   w.put<uint8_t>(static_cast<uint8_t>(o.finish_reason));
@@ -64,17 +60,12 @@ std::vector<uint8_t> encode_output(const RequestOutput& o) {
 common::Result<RequestOutput> decode_output(const std::vector<uint8_t>& bytes) {
   RequestOutput o;
   dist::WireReader r(bytes);
-  uint64_t n = 0;
   uint8_t finished = 0, reason = 0, stop_kind = 0;
   r.get_string(&o.request_id);
   r.get_vector(&o.new_token_ids);
-  if (!r.get(&n) || n > bytes.size()) return malformed("output");
-  o.new_logprobs.resize(n);
-  for (auto& lp : o.new_logprobs) {
-    r.get(&lp.token);
-    r.get(&lp.logprob);
-    if (!r.get_pairs(&lp.top_logprobs)) return malformed("output");
-  }
+  if (!sched::read_sampled_tokens(r, bytes.size(), &o.new_logprobs) ||
+      !sched::read_sampled_tokens(r, bytes.size(), &o.prompt_logprobs))
+    return malformed("output");
   r.get_string(&o.new_text);
   r.get(&finished);
   r.get(&reason);

@@ -174,8 +174,10 @@ common::Result<sched::ModelRunnerOutput> PipelineExecutor::take_oldest() {
   sched::ModelRunnerOutput out;
   out.sampled = std::move(step.sampled);
   out.draft_token_ids = std::move(step.draft_token_ids);
+  out.prompt_logprobs = std::move(step.prompt_logprobs);
   out.sampled.resize(f.samples.size());
   out.draft_token_ids.resize(f.samples.size());
+  out.prompt_logprobs.resize(f.samples.size());  // the engine bounds each by its prompt
   out.kv_transfers = kv_aggregator_.aggregate(step.transfers);
   for (size_t i = 0; i < out.sampled.size(); ++i) {
     const size_t n = out.sampled[i].size();

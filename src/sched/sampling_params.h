@@ -26,6 +26,9 @@ struct SamplingParams {
   bool include_stop_str_in_output = false;
   bool ignore_eos = false;
   std::optional<int32_t> logprobs;  // top-N logprobs per generated token
+  // Top-N logprobs per prompt token after the first, from the model's raw logits (vLLM's
+  // prompt_logprobs). Such a request reads no prefix-cache hits: every position is computed.
+  std::optional<int32_t> prompt_logprobs;
   bool skip_special_tokens = true;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
   // stop_token_ids plus EOS unless ignore_eos (resolved by the engine at intake): the ids the

@@ -1,11 +1,15 @@
-// SamplingParams on the wire, every field, for any writer / reader with dist/wire.h's
-// interface (put / put_vector / put_strings / put_pairs and their getters). A template so that
-// sched needs no dist: the engine's request codec and the workers' step messages share it.
+// SamplingParams and SampledTokens on the wire, every field, for any writer / reader with
+// dist/wire.h's interface (put / put_vector / put_strings / put_pairs and their getters).
+// Templates so that sched needs no dist: the engine's codecs and the workers' step messages
+// share them.
 #pragma once
 
 #include <cstdint>
 
+#include <vector>
+
 #include "sched/sampling_params.h"
+#include "sched/scheduler_output.h"
 
 namespace sched {
 
@@ -27,6 +31,7 @@ void write_sampling_params(Writer& w, const SamplingParams& p) {
   w.template put<uint8_t>((p.include_stop_str_in_output ? 1 : 0) | (p.ignore_eos ? 2 : 0) |
                           (p.skip_special_tokens ? 4 : 0));
   w.template put<int32_t>(p.logprobs.value_or(-1));
+  w.template put<int32_t>(p.prompt_logprobs.value_or(-1));
   w.put_pairs(p.logit_bias);
   w.put_vector(p.all_stop_token_ids);
 }
@@ -36,7 +41,7 @@ template <typename Reader>
 bool read_sampling_params(Reader& r, SamplingParams* p) {
   uint8_t has_seed = 0, flags = 0;
   uint64_t seed = 0;
-  int32_t logprobs = -1;
+  int32_t logprobs = -1, prompt_logprobs = -1;
   r.get(&p->temperature);
   r.get(&p->top_p);
   r.get(&p->top_k);
@@ -59,8 +64,37 @@ bool read_sampling_params(Reader& r, SamplingParams* p) {
   r.get(&logprobs);
   p->logprobs.reset();
   if (logprobs >= 0) p->logprobs = logprobs;
+  r.get(&prompt_logprobs);
+  p->prompt_logprobs.reset();
+  if (prompt_logprobs >= 0) p->prompt_logprobs = prompt_logprobs;
   r.get_pairs(&p->logit_bias);
   r.get_vector(&p->all_stop_token_ids);
+  return r.ok();
+}
+
+template <typename Writer>
+void write_sampled_tokens(Writer& w, const std::vector<SampledToken>& tokens) {
+  w.template put<uint64_t>(tokens.size());
+  for (const SampledToken& t : tokens) {
+    w.put(t.token);
+    w.put(t.logprob);
+    w.put_pairs(t.top_logprobs);
+    w.put(t.rank);
+  }
+}
+
+// False when the bytes run out; `limit` bounds the count (the message's size).
+template <typename Reader>
+bool read_sampled_tokens(Reader& r, size_t limit, std::vector<SampledToken>* tokens) {
+  uint64_t n = 0;
+  if (!r.get(&n) || n > limit) return false;
+  tokens->resize(n);
+  for (SampledToken& t : *tokens) {
+    r.get(&t.token);
+    r.get(&t.logprob);
+    if (!r.get_pairs(&t.top_logprobs)) return false;
+    r.get(&t.rank);
+  }
   return r.ok();
 }
 

@@ -268,7 +268,8 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
     const bool fresh = r->num_computed_tokens == 0 && kv_->block_table(r->request_id).empty();
     if (fresh) {
       const auto ids = r->all_token_ids();
-      hits = kv_->acquire_cached_prefix(r->request_id, ids);
+      // Prompt logprobs need every position's logits: no prefix hits (vLLM v1 does the same).
+      if (!r->sampling.prompt_logprobs) hits = kv_->acquire_cached_prefix(r->request_id, ids);
       if (connector_ != nullptr) {
         const auto matched = connector_->get_num_new_matched_tokens(*r, hits);
         if (!matched) break;  // the connector asks us to wait: keep the queue's order

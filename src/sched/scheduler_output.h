@@ -57,6 +57,7 @@ struct SampledToken {
   int32_t token = -1;
   float logprob = 0.0f;                                 // of the chosen token
   std::vector<std::pair<int32_t, float>> top_logprobs;  // when requested, best first
+  int32_t rank = 0;  // the token's 1-based rank in its distribution (prompt logprobs); 0: unset
 };
 
 // Counters of a worker's KV connector since its last report (summed over pipeline stages).
@@ -95,6 +96,10 @@ struct ModelRunnerOutput {
   // Entry i: scheduled[i]'s tokens: none when it does not sample, one, or with drafts the
   // accepted drafts and then the one sampled after them (1 .. spec_token_ids.size() + 1).
   std::vector<std::vector<SampledToken>> sampled;
+  // Entry i: for a request with prompt_logprobs, one entry per position p of its chunk whose
+  // next token is a prompt token (p + 1 < prompt length): that token, scored from the logits
+  // at p. The first entry is position num_computed_tokens. Empty for other requests.
+  std::vector<std::vector<SampledToken>> prompt_logprobs;
   // Entry i: speculative decoding's drafts for scheduled[i]'s next step (empty without).
   std::vector<std::vector<int32_t>> draft_token_ids;
   double last_stage_ms = 0;       // the last pipeline stage's own time for the step

@@ -456,6 +456,9 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   plan.stream = f.stream;
   plan.include_usage = f.include_usage;
   plan.want_logprobs = f.want_logprobs;
+  plan.want_prompt_logprobs = f.sampling.prompt_logprobs.has_value();
+  plan.echo = f.echo;
+  plan.echo_without_generation = f.echo_without_generation;
   if (auto e = read_bool(body, "return_token_ids", false, &plan.return_token_ids)) return fail(*e);
   plan.n = f.n;
   plan.response_id =
@@ -474,7 +477,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
       GenerateChoice c;
       c.engine_id = engine_prefix + std::to_string(i);
       c.prompt_tokens = static_cast<int64_t>(prompts[p].size());
-      if (plan.return_token_ids) c.prompt_token_ids = prompts[p];
+      if (plan.return_token_ids || (f.echo && f.want_logprobs)) c.prompt_token_ids = prompts[p];
       if (f.echo) c.echo = prompt_texts[p];
       if (use_reasoning) c.reasoning = std::make_unique<tokenizer::ReasoningParser>(thinking);
       if (!tool_parser.empty()) {

@@ -2,6 +2,8 @@
 // whole completion / chat.completion object, and the streamed chunks.
 #include "server/generate_session.h"
 
+#include <limits>
+
 #include "api/protocol.h"
 #include "api/response.h"
 
@@ -121,12 +123,24 @@ void GenerateSession::send_stream_error(const std::string& message, const char* 
   exchange_->end_stream();
 }
 
-json GenerateSession::logprobs_json(const std::vector<engine::TokenLogprob>& lps) const {
+api::TokenText GenerateSession::token_text() const {
+  return [this](int32_t id) { return tokenizer::sanitize_utf8(tokenizer_.token_bytes(id)); };
+}
+
+json GenerateSession::logprobs_json(const std::vector<engine::TokenLogprob>& lps,
+                                    size_t initial_offset) const {
   if (lps.empty() && !plan_.want_logprobs) return nullptr;
-  const api::TokenText text = [this](int32_t id) {
-    return tokenizer::sanitize_utf8(tokenizer_.token_bytes(id));
-  };
-  return plan_.chat ? api::chat_logprobs_json(lps, text) : api::completion_logprobs_json(lps, text);
+  return plan_.chat ? api::chat_logprobs_json(lps, token_text())
+                    : api::completion_logprobs_json(lps, token_text(), initial_offset);
+}
+
+void GenerateSession::add_echo_logprobs(GenerateChoice& c) const {
+  if (c.prompt_token_ids.empty()) return;
+  std::vector<engine::TokenLogprob> echoed(1);
+  echoed[0].token = c.prompt_token_ids[0];
+  echoed[0].logprob = std::numeric_limits<float>::quiet_NaN();
+  echoed.insert(echoed.end(), c.prompt_logprobs.begin(), c.prompt_logprobs.end());
+  c.logprobs.insert(c.logprobs.begin(), echoed.begin(), echoed.end());
 }
 
 void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
@@ -146,7 +160,7 @@ void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
       d.reasoning += tail.reasoning;
       d.content += tail.content;
     }
-  } else {
+  } else if (!plan_.echo_without_generation) {
     d.content = o.new_text;
   }
   api::ToolParseDelta tools;
@@ -173,7 +187,12 @@ void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
                             ? o.num_output_tokens
                             : c.completion_tokens + static_cast<int64_t>(o.new_token_ids.size());
   const size_t lp_before = c.logprobs.size();
-  if (plan_.want_logprobs)
+  if (!c.got_first_output) {
+    c.got_first_output = true;
+    c.prompt_logprobs = o.prompt_logprobs;
+    if (plan_.want_logprobs && plan_.echo) add_echo_logprobs(c);
+  }
+  if (plan_.want_logprobs && !plan_.echo_without_generation)
     c.logprobs.insert(c.logprobs.end(), o.new_logprobs.begin(), o.new_logprobs.end());
   if (o.finished) {
     c.kv_transfer_params = o.kv_transfer_params;
@@ -201,7 +220,7 @@ void GenerateSession::stream_delta(size_t index, const engine::RequestOutput& o,
                                    const api::ToolParseDelta& tools) {
   GenerateChoice& c = plan_.choices[index];
   std::vector<engine::TokenLogprob> new_lps(c.logprobs.begin() + logprobs_before, c.logprobs.end());
-  json lps = new_lps.empty() ? json(nullptr) : logprobs_json(new_lps);
+  json lps = new_lps.empty() ? json(nullptr) : logprobs_json(new_lps, c.chars_sent);
   json reason = nullptr;
   if (o.finished) {
     const char* fr = sched::finish_reason_name(c.finish_reason);
@@ -233,6 +252,7 @@ void GenerateSession::stream_delta(size_t index, const engine::RequestOutput& o,
     }
     const bool ids = plan_.return_token_ids && !o.new_token_ids.empty();
     if (text.empty() && new_lps.empty() && !ids && !o.finished) return;
+    c.chars_sent += api::utf8_length(text);
     choice = {{"index", index},
               {"text", text},
               {"logprobs", lps},
@@ -306,13 +326,16 @@ void GenerateSession::respond_whole() {
            {"stop_reason", c.stop_reason},
            {"token_ids", plan_.return_token_ids ? json(c.token_ids) : json(nullptr)}});
     } else {
+      const json prompt_logprobs = plan_.want_prompt_logprobs
+                                       ? api::prompt_logprobs_json(c.prompt_logprobs, token_text())
+                                       : json(nullptr);
       choices.push_back({{"index", i},
                          {"text", c.echo + c.text},
                          {"logprobs", logprobs_json(c.logprobs)},
                          {"finish_reason", fr ? json(fr) : json(nullptr)},
                          {"stop_reason", c.stop_reason},
                          {"token_ids", plan_.return_token_ids ? json(c.token_ids) : json(nullptr)},
-                         {"prompt_logprobs", nullptr},
+                         {"prompt_logprobs", prompt_logprobs},
                          {"prompt_token_ids",
                           plan_.return_token_ids ? json(c.prompt_token_ids) : json(nullptr)}});
     }
@@ -333,9 +356,13 @@ void GenerateSession::respond_whole() {
     json params = json::parse(handoff, nullptr, /*allow_exceptions=*/false);
     if (!params.is_discarded()) out["kv_transfer_params"] = std::move(params);
   }
-  if (plan_.chat)  // chat puts the prompt's ids at the top level
+  if (plan_.chat) {  // chat puts the prompt's ids and logprobs at the top level
     out["prompt_token_ids"] =
         plan_.return_token_ids ? json(plan_.choices.front().prompt_token_ids) : json(nullptr);
+    if (plan_.want_prompt_logprobs)
+      out["prompt_logprobs"] =
+          api::prompt_logprobs_json(plan_.choices.front().prompt_logprobs, token_text());
+  }
   HttpResponse r;
   r.body = dump(out);
   const std::string rid = exchange_->request().header("X-Request-Id");

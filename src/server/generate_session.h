@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/response.h"
 #include "api/tool_parser.h"
 #include "engine/engine_client.h"
 #include "server/http_server.h"
@@ -24,14 +25,19 @@ namespace server {
 struct GenerateChoice {
   std::string engine_id;  // unique per engine request, whatever the client's X-Request-Id
   int64_t prompt_tokens = 0;
-  std::vector<int32_t> prompt_token_ids;  // with return_token_ids
-  std::string echo;
+  std::vector<int32_t> prompt_token_ids;  // with return_token_ids, or echo with logprobs
+  std::string echo;                       // the prompt's text until it is sent (echo)
   std::unique_ptr<tokenizer::ReasoningParser> reasoning;
   std::unique_ptr<api::ToolCallParser> tools;  // chat with a tool parser and tool_choice != none
   // Filled as outputs arrive.
   std::string text;
   std::string reasoning_text;
+  // Echo with logprobs: the echoed prompt's tokens come first.
   std::vector<engine::TokenLogprob> logprobs;
+  // RequestOutput's, from the first output.
+  std::vector<engine::TokenLogprob> prompt_logprobs;
+  bool got_first_output = false;
+  size_t chars_sent = 0;           // streamed completions: characters of text sent (text_offset)
   std::vector<int32_t> token_ids;  // with return_token_ids: every generated id
   bool sent_prompt_ids = false;    // streamed completions: the first chunk carries them
   int64_t completion_tokens = 0;
@@ -47,7 +53,10 @@ struct GeneratePlan {
   bool stream = false;
   bool include_usage = false;
   bool want_logprobs = false;
-  bool return_token_ids = false;  // vLLM's: prompt and generated token ids in the response
+  bool want_prompt_logprobs = false;
+  bool echo = false;                     // completions: the prompt leads each choice
+  bool echo_without_generation = false;  // completions: the prompt alone is the answer
+  bool return_token_ids = false;         // vLLM's: prompt and generated token ids in the response
   int n = 1;
   std::string response_id;
   std::string model_name;
@@ -82,7 +91,12 @@ class GenerateSession : public std::enable_shared_from_this<GenerateSession> {
                     const tokenizer::ReasoningDelta& delta, const api::ToolParseDelta& tools);
   void send_stream_end();
   void respond_whole();
-  nlohmann::json logprobs_json(const std::vector<engine::TokenLogprob>& lps) const;
+  api::TokenText token_text() const;
+  nlohmann::json logprobs_json(const std::vector<engine::TokenLogprob>& lps,
+                               size_t initial_offset = 0) const;
+  // The first output's share of an echo with logprobs: the prompt's tokens, its first with no
+  // logprob (api::completion_logprobs_json's NaN), ahead of the generated ones.
+  void add_echo_logprobs(GenerateChoice& c) const;
   nlohmann::json chunk_envelope(nlohmann::json choices) const;
 
   engine::EngineClient& engine_;

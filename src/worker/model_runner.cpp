@@ -1,8 +1,9 @@
 // One forward per step over the worker's slice: all scheduled chunks batched, logits and
-// sampling only for the rows that sample.
+// sampling only for the rows that sample, and the prompt rows of requests with prompt_logprobs.
 #include "worker/model_runner.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "common/check.h"
 #include "common/timer.h"
@@ -139,8 +140,46 @@ common::Result<StepResult> ModelRunner::execute_model(const sched::SchedulerOutp
     result.sampled[i] = sample_request(*states[i], s.spec_token_ids, logits.data() + k * V);
     k += s.spec_token_ids.size() + 1;
   }
+  const bool use_normed = num_spec_ > 0;
+  CP_RETURN_IF_ERROR(
+      score_prompts(output, states, use_normed ? normed : hidden, use_normed, &result));
   if (num_spec_ > 0) CP_RETURN_IF_ERROR(propose_drafts(output, states, batch, normed, &result));
   return result;
+}
+
+common::Status ModelRunner::score_prompts(const sched::SchedulerOutput& output,
+                                          const std::vector<CachedRequestState*>& states,
+                                          const std::vector<float>& hidden, bool normed,
+                                          StepResult* result) {
+  // A collective head (the lm_head group over data-parallel ranks) must run the same calls on
+  // every rank, and the other ranks do not know of this request's extra rows.
+  if (model_.needs_lockstep()) return {};
+  constexpr int64_t kRowsPerCall = 32;  // bounds the logits held at once: 32 x vocab floats
+  const int64_t V = model_.config().vocab_size;
+  result->prompt_logprobs.resize(output.scheduled.size());
+  int64_t first_row = 0;
+  for (size_t i = 0; i < output.scheduled.size(); ++i) {
+    const sched::ScheduledRequest& s = output.scheduled[i];
+    const CachedRequestState& st = *states[i];
+    const int64_t chunk_row = first_row;
+    first_row += s.num_scheduled_tokens;
+    if (!st.sampling.prompt_logprobs) continue;
+    // Positions whose next token is a prompt token: the prompt's last position samples.
+    const int64_t begin = s.num_computed_tokens;
+    const int64_t end = std::min(begin + s.num_scheduled_tokens, st.num_prompt_tokens - 1);
+    std::vector<sched::SampledToken>& entries = result->prompt_logprobs[i];
+    for (int64_t p = begin; p < end; p += kRowsPerCall) {
+      const int64_t n = std::min(kRowsPerCall, end - p);
+      std::vector<int64_t> rows(static_cast<size_t>(n));
+      std::iota(rows.begin(), rows.end(), chunk_row + (p - begin));
+      CP_ASSIGN_OR_RETURN(const std::vector<float> logits, logits_of_rows(hidden, rows, normed));
+      for (int64_t j = 0; j < n; ++j) {
+        entries.push_back(score_token({logits.data() + j * V, static_cast<size_t>(V)},
+                                      st.token_ids[p + j + 1], *st.sampling.prompt_logprobs));
+      }
+    }
+  }
+  return {};
 }
 
 common::Status ModelRunner::execute_dummy_batch() {

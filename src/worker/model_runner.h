@@ -42,7 +42,8 @@ struct StepResult {
   // its drafts for the next step (speculative decoding).
   std::vector<std::vector<sched::SampledToken>> sampled;
   std::vector<std::vector<int32_t>> draft_token_ids;
-  FinishedTransfers transfers;  // the KV connector's, if any
+  std::vector<std::vector<sched::SampledToken>> prompt_logprobs;  // ModelRunnerOutput's
+  FinishedTransfers transfers;                                    // the KV connector's, if any
 };
 
 class ModelRunner {
@@ -89,6 +90,11 @@ class ModelRunner {
   common::Result<std::vector<float>> logits_of_rows(const std::vector<float>& hidden,
                                                     const std::vector<int64_t>& rows,
                                                     bool normed = false);
+  // Prompt logprobs (sched::ModelRunnerOutput::prompt_logprobs) of the requests that ask, from
+  // the step's final hidden rows (`normed` as for logits_of_rows).
+  common::Status score_prompts(const sched::SchedulerOutput& output,
+                               const std::vector<CachedRequestState*>& states,
+                               const std::vector<float>& hidden, bool normed, StepResult* result);
   // Verification of a request's rows (speculative_decoding.cpp): its accepted drafts and the
   // token after them, from `logits` [spec.size() + 1, V] (one row without drafts).
   std::vector<sched::SampledToken> sample_request(CachedRequestState& st,

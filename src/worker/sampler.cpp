@@ -154,22 +154,28 @@ int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-// Logprobs come from the processed logits, before temperature (vLLM's default).
-void add_logprobs(std::span<const float> logits, const sched::SamplingParams& p,
-                  SampledToken* out) {
-  if (!p.logprobs) return;  // logprobs cost a pass over the vocabulary: only on request
+// out->token's logprob and the top `num_top` alternatives (ties: the lower id first).
+void score(std::span<const float> logits, int32_t num_top, SampledToken* out) {
   const int64_t V = static_cast<int64_t>(logits.size());
   std::vector<float> logprobs;
   log_softmax(logits, &logprobs);
   out->logprob = logprobs[out->token];
-  if (*p.logprobs > 0) {
-    const int64_t n = std::min<int64_t>(*p.logprobs, V);
+  if (num_top > 0) {
+    const int64_t n = std::min<int64_t>(num_top, V);
     std::vector<int32_t> order(V);
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + n, order.end(),
-                      [&](int32_t a, int32_t b) { return logprobs[a] > logprobs[b]; });
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+      return logprobs[a] > logprobs[b] || (logprobs[a] == logprobs[b] && a < b);
+    });
     for (int64_t i = 0; i < n; ++i) out->top_logprobs.emplace_back(order[i], logprobs[order[i]]);
   }
+}
+
+// Logprobs come from the processed logits, before temperature (vLLM's default).
+void add_logprobs(std::span<const float> logits, const sched::SamplingParams& p,
+                  SampledToken* out) {
+  if (!p.logprobs) return;  // logprobs cost a pass over the vocabulary: only on request
+  score(logits, *p.logprobs, out);
 }
 
 }  // namespace
@@ -180,6 +186,17 @@ SampledToken sample_token(std::span<float> logits, const sched::SamplingParams& 
   SampledToken out;
   out.token = p.greedy() ? argmax(logits) : draw(random_candidates(logits, p), rng);
   add_logprobs(logits, p, &out);
+  return out;
+}
+
+SampledToken score_token(std::span<const float> logits, int32_t token, int32_t num_top) {
+  SampledToken out;
+  out.token = token;
+  score(logits, num_top, &out);
+  const float mine = logits[token];
+  const auto higher =
+      std::count_if(logits.begin(), logits.end(), [&](float v) { return v > mine; });
+  out.rank = 1 + static_cast<int32_t>(higher);
   return out;
 }
 

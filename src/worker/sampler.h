@@ -30,6 +30,11 @@ struct TokenHistory {
 SampledToken sample_token(std::span<float> logits, const sched::SamplingParams& params,
                           const TokenHistory& history, std::mt19937_64& rng);
 
+// Prompt logprobs: `token` (in the vocabulary) scored under the raw `logits`, with no logits
+// processor and no temperature, as vLLM scores prompts: its logprob, its 1-based rank (1 + the
+// ids with a strictly larger logit) and the top `num_top` ids, best first.
+SampledToken score_token(std::span<const float> logits, int32_t token, int32_t num_top);
+
 // Speculative decoding: one draft position checked against the target's logits, by rejection
 // sampling with a one-hot draft distribution (vLLM's rejection sampler without draft probs).
 // The draft is accepted with probability p(draft) under the distribution sample_token draws

@@ -88,14 +88,9 @@ dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload) 
   put_output(w, step.output);
   w.put_vector(step.timings);
   w.put<uint64_t>(step.sampled.size());
-  for (const auto& tokens : step.sampled) {
-    w.put<uint64_t>(tokens.size());
-    for (const auto& t : tokens) {
-      w.put(t.token);
-      w.put(t.logprob);
-      w.put_pairs(t.top_logprobs);
-    }
-  }
+  for (const auto& tokens : step.sampled) sched::write_sampled_tokens(w, tokens);
+  w.put<uint64_t>(step.prompt_logprobs.size());
+  for (const auto& tokens : step.prompt_logprobs) sched::write_sampled_tokens(w, tokens);
   w.put<uint64_t>(step.draft_token_ids.size());
   for (const auto& drafts : step.draft_token_ids) w.put_vector(drafts);
   const sched::KvTransferReport& t = step.transfers;
@@ -122,16 +117,13 @@ common::Status decode_step(const dist::Message& m, StepEnvelope* step) {
   uint64_t num_sampled = 0;
   if (!r.get(&num_sampled) || num_sampled > m.meta.size()) return truncated("step");
   step->sampled.resize(num_sampled);
-  for (auto& tokens : step->sampled) {
-    uint64_t n = 0;
-    if (!r.get(&n) || n > m.meta.size()) return truncated("step");
-    tokens.resize(n);
-    for (auto& tok : tokens) {
-      r.get(&tok.token);
-      r.get(&tok.logprob);
-      if (!r.get_pairs(&tok.top_logprobs)) return truncated("step");
-    }
-  }
+  for (auto& tokens : step->sampled)
+    if (!sched::read_sampled_tokens(r, m.meta.size(), &tokens)) return truncated("step");
+  uint64_t num_prompt = 0;
+  if (!r.get(&num_prompt) || num_prompt > m.meta.size()) return truncated("step");
+  step->prompt_logprobs.resize(num_prompt);
+  for (auto& tokens : step->prompt_logprobs)
+    if (!sched::read_sampled_tokens(r, m.meta.size(), &tokens)) return truncated("step");
   uint64_t num_drafts = 0;
   if (!r.get(&num_drafts) || num_drafts > m.meta.size()) return truncated("step");
   step->draft_token_ids.resize(num_drafts);

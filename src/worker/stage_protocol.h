@@ -30,6 +30,7 @@ struct StepEnvelope {
   // Set by the last stage: entry i is sequence i's tokens (sched::ModelRunnerOutput::sampled)
   // and its drafts for the next step (speculative decoding).
   std::vector<std::vector<sched::SampledToken>> sampled;
+  std::vector<std::vector<sched::SampledToken>> prompt_logprobs;  // ModelRunnerOutput's
   std::vector<std::vector<int32_t>> draft_token_ids;
   // Set by the last stage: its KV connector's completed transfers.
   sched::KvTransferReport transfers;  // every stage appends its connector's report

@@ -256,6 +256,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
         if (result.ok()) {
           step.sampled = std::move(result->sampled);
           step.draft_token_ids = std::move(result->draft_token_ids);
+          step.prompt_logprobs = std::move(result->prompt_logprobs);
           append_report(std::move(result->transfers), &step.transfers);
           // Only the tokens go back to the engine, which remembers its own steps.
           if (spec.stage + 1 == spec.num_stages) step.output = {};

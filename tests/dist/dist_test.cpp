@@ -177,11 +177,17 @@ TEST(StageProtocolTest, StepRoundTripsAndTruncationIsRejected) {
       {sched::SampledToken{5, -0.5f, {{5, -0.5f}, {7, -1.5f}}}, sched::SampledToken{6, -0.25f, {}}},
       {}};
   step.draft_token_ids = {{13, 14}, {}};
+  step.prompt_logprobs = {{sched::SampledToken{2, -4.0f, {{8, -0.75f}}, 17}}, {}};
   dist::Message m = worker::encode_step(step, {1.0f, 2.0f});
   ASSERT_EQ(worker::message_kind(m).value(), worker::StageMessageKind::kStep);
   worker::StepEnvelope back;
   ASSERT_TRUE(worker::decode_step(m, &back).ok());
   EXPECT_EQ(back.step_id, 42);
+  ASSERT_EQ(back.prompt_logprobs.size(), 2u);
+  ASSERT_EQ(back.prompt_logprobs[0].size(), 1u);
+  EXPECT_EQ(back.prompt_logprobs[0][0].rank, 17);
+  EXPECT_EQ(back.prompt_logprobs[0][0].top_logprobs, step.prompt_logprobs[0][0].top_logprobs);
+  EXPECT_TRUE(back.prompt_logprobs[1].empty());
   EXPECT_EQ(back.predicted_ms, 12.5);
   ASSERT_EQ(back.output.scheduled.size(), 2u);
   const sched::ScheduledRequest& a = back.output.scheduled[0];

@@ -457,6 +457,104 @@ TEST_F(ServeTest, SpeculativeDecodingKeepsGreedyOutputs) {
   }
 }
 
+// Prompt logprobs (and echo with logprobs, lm-eval's loglikelihood request) score each prompt
+// token as generation scored it, over any chunking, the pipeline and prefix-cache hits.
+TEST_F(ServeTest, PromptLogprobsScoreThePromptAsGenerationDid) {
+  ASSERT_TRUE(server_->ready());
+  json prompt = json::array();
+  for (int i = 0; i < 300; ++i) prompt.push_back(1000 + (i * 37) % 5000);
+  const Response gen = post(*server_, "/v1/completions",
+                            json{{"prompt", prompt},
+                                 {"max_tokens", 4},
+                                 {"temperature", 0},
+                                 {"logprobs", 0},
+                                 {"return_token_ids", true}}
+                                .dump());
+  ASSERT_EQ(gen.status, 200) << gen.raw;
+  const json toks = gen.body["choices"][0]["token_ids"];
+  const json gen_lps = gen.body["choices"][0]["logprobs"]["token_logprobs"];
+  ASSERT_EQ(toks.size(), 4u);
+  json whole = prompt;
+  for (const json& t : toks) whole.push_back(t);
+  const std::string echo_body =
+      json{{"prompt", whole}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}}.dump();
+  auto check = [&](const Response& r, const char* what) {
+    ASSERT_EQ(r.status, 200) << what << ": " << r.raw;
+    const json& c = r.body["choices"][0];
+    const json& lps = c["logprobs"]["token_logprobs"];
+    const json& plp = c["prompt_logprobs"];
+    ASSERT_EQ(lps.size(), whole.size()) << what;
+    ASSERT_EQ(plp.size(), whole.size()) << what;
+    EXPECT_TRUE(lps[0].is_null() && plp[0].is_null()) << what;
+    for (size_t p = 1; p < whole.size(); ++p) {
+      ASSERT_TRUE(lps[p].is_number()) << what << ": position " << p;
+      const json& entry = plp[p][std::to_string(whole[p].get<int>())];
+      ASSERT_TRUE(entry.is_object()) << what << ": position " << p;
+      EXPECT_EQ(entry["logprob"].get<double>(), lps[p].get<double>());
+      EXPECT_GE(entry["rank"].get<int>(), 1);
+      EXPECT_LE(plp[p].size(), 2u);  // the token and the top one
+    }
+    for (size_t k = 0; k < 4; ++k) {  // the generated tail, scored as generation scored it
+      const size_t p = prompt.size() + k;
+      EXPECT_NEAR(lps[p].get<double>(), gen_lps[k].get<double>(), 1e-3) << what << " " << k;
+      EXPECT_EQ(plp[p][std::to_string(toks[k].get<int>())]["rank"], 1) << "greedy: rank 1";
+    }
+    EXPECT_EQ(c["finish_reason"], "length");
+  };
+  const Response first = post(*server_, "/v1/completions", echo_body);
+  check(first, "one chunk");
+  // Again: the prompt's blocks are cached now, but every position must still be scored.
+  const Response again = post(*server_, "/v1/completions", echo_body);
+  check(again, "after a prefix-cache fill");
+  EXPECT_EQ(again.body["choices"][0]["logprobs"], first.body["choices"][0]["logprobs"]);
+  EXPECT_EQ(again.body["choices"][0]["text"], first.body["choices"][0]["text"]);
+  // Chunks of 64 tokens, in one process and over two pipeline stages.
+  for (const char* pp : {"1", "2"}) {
+    auto flags = base_flags();
+    flags.insert(flags.end(), {"--api-key", kKey, "--max-num-batched-tokens", "64",
+                               "--pipeline-parallel-size", pp});
+    e2e::ServerProcess chunked(model_dir(), flags,
+                               std::string("/tmp/chunkpipe_e2e_plp_pp") + pp + ".log");
+    ASSERT_TRUE(chunked.ready());
+    const Response r = post(chunked, "/v1/completions", echo_body);
+    check(r, pp[0] == '1' ? "chunks of 64" : "chunks of 64 over two stages");
+    const json& a = r.body["choices"][0]["logprobs"]["token_logprobs"];
+    const json& b = first.body["choices"][0]["logprobs"]["token_logprobs"];
+    for (size_t p = 1; p < whole.size(); ++p)
+      EXPECT_NEAR(a[p].get<double>(), b[p].get<double>(), 1e-3) << "position " << p;
+    EXPECT_EQ(chunked.stop(), 0);
+  }
+  // Streamed echo: the first event holds the prompt's tokens; text_offset runs on in characters.
+  const Response st = post(*server_, "/v1/completions",
+                           R"({"prompt":"hi there","max_tokens":3,"echo":true,"logprobs":1,
+                               "stream":true,"ignore_eos":true})");
+  ASSERT_EQ(st.status, 200);
+  int done = 0;
+  const auto events = sse_events(st.raw, &done);
+  ASSERT_GE(events.size(), 2u);
+  const json& e0 = events[0]["choices"][0];
+  EXPECT_EQ(e0["text"].get<std::string>().rfind("hi there", 0), 0u) << e0.dump();
+  EXPECT_TRUE(e0["logprobs"]["token_logprobs"][0].is_null());
+  const std::string text0 = e0["text"].get<std::string>();
+  const size_t chars = static_cast<size_t>(std::count_if(  // UTF-8 code points
+      text0.begin(), text0.end(),
+      [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; }));
+  EXPECT_EQ(events[1]["choices"][0]["logprobs"]["text_offset"][0].get<size_t>(), chars);
+  // Chat puts prompt_logprobs at the top level; bad values are refused by name.
+  const Response chat = post(*server_, "/v1/chat/completions",
+                             R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,
+                                 "prompt_logprobs":2})");
+  ASSERT_EQ(chat.status, 200) << chat.raw;
+  EXPECT_TRUE(chat.body["prompt_logprobs"].is_array());
+  EXPECT_TRUE(chat.body["prompt_logprobs"][0].is_null());
+  for (const char* bad :
+       {R"({"prompt":"a","prompt_logprobs":21})", R"({"prompt":"a","prompt_logprobs":-1})",
+        R"({"prompt":"a","max_tokens":0})", R"({"prompt":"a","suffix":"b"})"}) {
+    const Response r = post(*server_, "/v1/completions", bad);
+    EXPECT_EQ(r.status, 400) << bad;
+  }
+}
+
 TEST_F(ServeTest, RepeatedPromptHitsThePrefixCache) {
   ASSERT_TRUE(server_->ready());
   std::string prompt;

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace {
 
 TEST(EngineWireTest, RequestAndOutputRoundTrip) {
@@ -19,6 +21,7 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   q.sampling.ignore_eos = true;
   q.sampling.skip_special_tokens = false;
   q.sampling.logprobs = 2;
+  q.sampling.prompt_logprobs = 0;
   q.sampling.logit_bias = {{5, -100.0f}};
   q.sampling_key = "cmpl-abc-0";
   const auto bytes = engine::encode_request(q);
@@ -31,6 +34,7 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   EXPECT_TRUE(back->sampling.ignore_eos);
   EXPECT_FALSE(back->sampling.skip_special_tokens);
   EXPECT_EQ(back->sampling.logprobs, std::optional<int32_t>(2));
+  EXPECT_EQ(back->sampling.prompt_logprobs, std::optional<int32_t>(0));
   EXPECT_EQ(back->sampling.logit_bias, q.sampling.logit_bias);
   EXPECT_EQ(back->sampling_key, "cmpl-abc-0");
   for (size_t cut : {size_t{0}, bytes.size() / 2, bytes.size() - 1}) {
@@ -42,6 +46,7 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   o.new_token_ids = {7};
   o.new_logprobs = {{7, -0.25f, {{7, -0.25f}, {8, -2.0f}}}};
   o.new_text = "hé";
+  o.prompt_logprobs = {{2, -3.5f, {{9, -0.5f}}, 4}, {3, std::nanf(""), {}, 0}};
   o.finished = true;
   o.finish_reason = sched::FinishReason::kStop;
   o.stop_reason = std::string("END");
@@ -54,6 +59,10 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   EXPECT_EQ(oback->new_logprobs.size(), 1u);
   EXPECT_EQ(oback->new_logprobs[0].top_logprobs.size(), 2u);
   EXPECT_EQ(oback->new_text, "hé");
+  ASSERT_EQ(oback->prompt_logprobs.size(), 2u);
+  EXPECT_EQ(oback->prompt_logprobs[0].rank, 4);
+  EXPECT_EQ(oback->prompt_logprobs[0].top_logprobs, o.prompt_logprobs[0].top_logprobs);
+  EXPECT_TRUE(std::isnan(oback->prompt_logprobs[1].logprob));
   EXPECT_EQ(oback->finish_reason, sched::FinishReason::kStop);
   EXPECT_EQ(std::get<std::string>(oback->stop_reason), "END");
   EXPECT_EQ(oback->kv_transfer_params, o.kv_transfer_params);

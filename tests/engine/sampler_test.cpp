@@ -114,6 +114,28 @@ TEST(SamplerTest, TopLogprobsAreNormalizedAndSorted) {
   EXPECT_NEAR(s.logprob, std::log(0.5), 1e-6);
 }
 
+// Prompt scoring against a naive reference: softmax in double, rank by counting, top by sort.
+TEST(SamplerTest, ScoreTokenMatchesTheNaiveReference) {
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 0.25f, -3.0f, 1.0f};
+  double z = 0;
+  for (float v : logits) z += std::exp(double(v));
+  for (int32_t token = 0; token < int32_t(logits.size()); ++token) {
+    const sched::SampledToken s = worker::score_token(logits, token, 3);
+    EXPECT_EQ(s.token, token);
+    EXPECT_NEAR(s.logprob, std::log(std::exp(double(logits[token])) / z), 1e-6);
+    int higher = 0;
+    for (float v : logits) higher += v > logits[token];
+    EXPECT_EQ(s.rank, higher + 1) << token;
+    ASSERT_EQ(s.top_logprobs.size(), 3u);
+    // Ties keep the lower id first: 1 and 3 share the top logit.
+    EXPECT_EQ(s.top_logprobs[0].first, 1);
+    EXPECT_EQ(s.top_logprobs[1].first, 3);
+    EXPECT_EQ(s.top_logprobs[2].first, 6);
+    EXPECT_NEAR(s.top_logprobs[2].second, std::log(std::exp(1.0) / z), 1e-6);
+  }
+  EXPECT_TRUE(worker::score_token(logits, 2, 0).top_logprobs.empty());
+}
+
 }  // namespace
 
 namespace spec {

@@ -2,6 +2,8 @@
 // logprobs layouts.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "api/prompt_input.h"
 #include "api/protocol.h"
 #include "api/response.h"
@@ -81,6 +83,65 @@ TEST(ResponseTest, LogprobLayouts) {
 }  // namespace
 
 namespace {
+
+// prompt_logprobs, echo's share of it, and echo with max_tokens 0 (lm-eval's loglikelihood).
+TEST(PromptLogprobsRequestTest, FieldsAndErrors) {
+  auto parse = [](const json& body, api::Endpoint e, api::CommonRequestFields* f) {
+    return api::parse_common_fields(body, e, 20, 1000, f);
+  };
+  api::CommonRequestFields f;
+  ASSERT_FALSE(parse({{"prompt_logprobs", 3}}, api::Endpoint::kChat, &f));
+  EXPECT_EQ(f.sampling.prompt_logprobs, std::optional<int32_t>(3));
+  f = {};
+  ASSERT_FALSE(parse({{"echo", true}, {"logprobs", 2}}, api::Endpoint::kCompletions, &f));
+  EXPECT_EQ(f.sampling.prompt_logprobs, std::optional<int32_t>(2)) << "echo scores the prompt";
+  EXPECT_FALSE(f.echo_without_generation);
+  f = {};
+  ASSERT_FALSE(parse({{"echo", true}}, api::Endpoint::kCompletions, &f));
+  EXPECT_FALSE(f.sampling.prompt_logprobs) << "echo without logprobs scores nothing";
+  f = {};
+  ASSERT_FALSE(
+      parse({{"echo", true}, {"max_tokens", 0}, {"logprobs", 1}}, api::Endpoint::kCompletions, &f));
+  EXPECT_TRUE(f.echo_without_generation);
+  EXPECT_EQ(f.max_tokens, std::optional<int64_t>(1));
+  f = {};
+  auto e = parse({{"max_tokens", 0}}, api::Endpoint::kCompletions, &f);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "max_tokens must be at least 1, got 0.");
+  e = parse({{"prompt_logprobs", 21}}, api::Endpoint::kCompletions, &f);
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("greater than max allowed: 20"), std::string::npos);
+  e = parse({{"prompt_logprobs", -1}}, api::Endpoint::kCompletions, &f);
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("prompt_logprobs must be non-negative"), std::string::npos);
+  e = parse({{"prompt_logprobs", "2"}}, api::Endpoint::kCompletions, &f);
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("prompt_logprobs"), std::string::npos);
+  e = parse({{"suffix", "x"}}, api::Endpoint::kCompletions, &f);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "suffix is not currently supported");
+}
+
+TEST(ResponseTest, EchoedAndPromptLogprobLayouts) {
+  const api::TokenText text = [](int32_t id) { return id == 5 ? std::string("é!") : "t"; };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<sched::SampledToken> lps = {
+      {5, nan, {}}, {6, -2.0f, {{9, -0.5f}}}, {7, -std::numeric_limits<float>::infinity(), {}}};
+  const json c = api::completion_logprobs_json(lps, text, 10);
+  EXPECT_EQ(c["text_offset"], json::parse("[10, 12, 13]")) << "offsets count characters";
+  EXPECT_TRUE(c["token_logprobs"][0].is_null());
+  EXPECT_TRUE(c["top_logprobs"][0].is_null());
+  EXPECT_EQ(c["token_logprobs"][2], -9999.0) << "-inf is clamped as vLLM does";
+  const json p = api::prompt_logprobs_json({{6, -2.0f, {{9, -0.5f}, {6, -2.0f}}, 2}, {7, nan, {}}},
+                                           [](int32_t id) { return "t" + std::to_string(id); });
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_TRUE(p[0].is_null());
+  EXPECT_EQ(p[1]["6"], json::parse(R"({"logprob": -2.0, "rank": 2, "decoded_token": "t6"})"));
+  EXPECT_EQ(p[1]["9"]["rank"], 1);
+  EXPECT_EQ(p[1].size(), 2u) << "the token appears once";
+  EXPECT_TRUE(p[2].is_null()) << "a position not computed";
+  EXPECT_EQ(api::utf8_length("héé"), 3u);
+}
 
 TEST(PromptBytesTest, RefusesOnlyWhatMustExceedTheContext) {
   EXPECT_FALSE(api::check_prompt_bytes(1000, 2, 512));  // at least 500 tokens: tokenize it
