@@ -8,6 +8,7 @@
 //   chunkpipe_bench [--model small|tiny] [--threads 1,2] [--prefill 512] [--decode 128]
 //                   [--long-prefill 4096] [--skip-gemm] [--skip-model] [--dtype bf16|f32|w8a8]
 //                   [--lm-head-int8]  (the lm_head in int8, model::LoadOptions::lm_head_int8)
+//                   [--activations f32|bf16]  (kernels::ActivationPrecision of the model run)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -80,6 +81,34 @@ __attribute__((target("avx512f"))) double fma_peak_gflops_avx512(int threads) {
   for (auto& w : workers) w.join();
   const double secs = common::now_seconds() - t0;
   return threads * iters * 10.0 * 32.0 / secs / 1e9 + 0.0 * sink[0];
+}
+
+// vdpbf16ps peak: ten independent chains per thread, 64 FLOP each (16 lanes of two bf16
+// products). Call only when cpu_features().avx512_bf16.
+__attribute__((target("avx512f,avx512bf16"))) double dpbf16_peak_gflops(int threads) {
+  const int64_t iters = 50'000'000;
+  std::vector<std::thread> workers;
+  std::vector<float> sink(threads);
+  const double t0 = common::now_seconds();
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t ]() __attribute__((target("avx512f,avx512bf16"))) {
+      __m512 acc[10];
+      for (int i = 0; i < 10; ++i) acc[i] = _mm512_set1_ps(0.001f * (i + t));
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80);
+      const __m512bh b = (__m512bh)_mm512_set1_epi32(0x38003800);
+      for (int64_t it = 0; it < iters; ++it) {
+        for (int i = 0; i < 10; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+      }
+      __m512 s = acc[0];
+      for (int i = 1; i < 10; ++i) s = _mm512_add_ps(s, acc[i]);
+      alignas(64) float out[16];
+      _mm512_store_ps(out, s);
+      sink[t] = out[0];
+    });
+  }
+  for (auto& w : workers) w.join();
+  const double secs = common::now_seconds() - t0;
+  return threads * iters * 10.0 * 64.0 / secs / 1e9 + 0.0 * sink[0];
 }
 
 // AMX-BF16 tile peak: four independent tdpbf16ps chains per thread (16×16 f32 tiles, 32 bf16
@@ -216,7 +245,8 @@ void bench_gemv_from_memory(const std::vector<int>& thread_counts,
   }
 }
 
-void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>& peaks) {
+void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>& peaks,
+                const std::vector<double>& dpbf16_peaks) {
   struct Shape {
     int64_t n, k;
     const char* what;
@@ -225,10 +255,12 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
                           {1024, 2048, "expert gate_up (small)"},
                           {512, 512, "expert gate_up (cpp)"},
                           {2048, 7168, "K=7168"}};
-  std::printf("\n== GEMM y[M,N] = x[M,K]·W[N,K]^T, f32 activations (GFLOP/s, %% of FMA peak) ==\n");
+  std::printf(
+      "\n== GEMM y[M,N] = x[M,K]·W[N,K]^T, f32 activations (GFLOP/s, %% of FMA peak; bf16-act-dot: "
+      "activations rounded to bf16, %% of the vdpbf16ps peak) ==\n");
   std::printf("%-24s %-5s %5s %7s %7s | %-8s", "shape", "W", "M", "N", "K", "threads");
-  std::printf(" %17s %17s %17s %17s %17s\n", "streaming(ours)", "openblas-tiles", "amx-packed",
-              "amx-row-major", "linear()");
+  std::printf(" %17s %17s %17s %17s %17s %17s\n", "streaming(ours)", "openblas-tiles", "amx-packed",
+              "amx-row-major", "linear()", "bf16-act-dot");
   for (const Shape& s : shapes) {
     for (tensor::DType dt : {tensor::DType::kBF16, tensor::DType::kF32, tensor::DType::kI8}) {
       tensor::WeightMatrix w(dt == tensor::DType::kI8 ? tensor::DType::kF32 : dt, s.n, s.k);
@@ -273,17 +305,25 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
                 [&] { kernels::linear_amx_row_major(x.data(), m, w.view(), y.data(), s.n, pool); });
           }
           double g_auto = run([&] { kernels::linear(x.data(), m, w.view(), y.data(), pool); });
-          auto cell = [&](double g) {
+          // Activations rounded to bf16 (ActivationPrecision::kBf16), vdpbf16ps.
+          const double g_dot =
+              dt == tensor::DType::kBF16 && kernels::cpu_features().avx512_bf16 ? run([&] {
+                kernels::linear_bf16_dot(x.data(), m, w.view(), y.data(), s.n, pool);
+              })
+                                                                                : 0;
+          auto cell = [&](double g, double peak) {
             char buf[32];
             if (g == 0) return std::string("-");
-            std::snprintf(buf, sizeof(buf), "%7.1f (%3.0f%%)", g, 100 * g / peaks[ti]);
+            std::snprintf(buf, sizeof(buf), "%7.1f (%3.0f%%)", g, 100 * g / peak);
             return std::string(buf);
           };
-          std::printf("%-24s %-5s %5lld %7lld %7lld | %-8d %17s %17s %17s %17s %17s\n", s.what,
+          const double p = peaks[ti];
+          std::printf("%-24s %-5s %5lld %7lld %7lld | %-8d %17s %17s %17s %17s %17s %17s\n", s.what,
                       std::string(tensor::dtype_name(dt)).c_str(), static_cast<long long>(m),
                       static_cast<long long>(s.n), static_cast<long long>(s.k), thread_counts[ti],
-                      cell(g_stream).c_str(), cell(g_blas).c_str(), cell(g_amx_packed).c_str(),
-                      cell(g_amx_row_major).c_str(), cell(g_auto).c_str());
+                      cell(g_stream, p).c_str(), cell(g_blas, p).c_str(),
+                      cell(g_amx_packed, p).c_str(), cell(g_amx_row_major, p).c_str(),
+                      cell(g_auto, p).c_str(), cell(g_dot, dpbf16_peaks[ti]).c_str());
         }
       }
     }
@@ -379,9 +419,13 @@ void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8
   if (lm_head_int8) model::quantize_lm_head_int8(weights);
   model::DeepseekV3Model m(c, std::move(weights));
   std::printf(
-      "\n== model '%s' (%s weights%s, random), built in %.1f s ==\n", name.c_str(),
+      "\n== model '%s' (%s weights%s%s, random), built in %.1f s ==\n", name.c_str(),
       dtype == tensor::DType::kBF16 ? "bf16" : (dtype == tensor::DType::kI8 ? "w8a8" : "f32"),
-      lm_head_int8 ? ", int8 lm_head" : "", common::now_seconds() - t0);
+      lm_head_int8 ? ", int8 lm_head" : "",
+      kernels::activation_precision() == kernels::ActivationPrecision::kBf16
+          ? ", activations rounded to bf16 before BF16 weights"
+          : "",
+      common::now_seconds() - t0);
   const int bs = 128;
   const int64_t max_tokens = std::max(prefill + decode, long_prefill);
   const int64_t nb = (max_tokens + bs - 1) / bs;
@@ -460,7 +504,7 @@ std::vector<int> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_name = "small", dtype_name = "bf16";
+  std::string model_name = "small", dtype_name = "bf16", activations = "f32";
   std::vector<int> threads = {1, 2};
   int prefill = 512, decode = 128, long_prefill = 0;
   bool skip_gemm = false, skip_model = false, lm_head_int8 = false;
@@ -485,6 +529,8 @@ int main(int argc, char** argv) {
       long_prefill = std::stoi(next());
     else if (a == "--dtype")
       dtype_name = next();
+    else if (a == "--activations")
+      activations = next();
     else if (a == "--skip-gemm")
       skip_gemm = true;
     else if (a == "--skip-model")
@@ -497,15 +543,21 @@ int main(int argc, char** argv) {
     }
   }
   if ((model_name != "small" && model_name != "tiny") ||
-      (dtype_name != "bf16" && dtype_name != "f32" && dtype_name != "w8a8")) {
-    std::fprintf(stderr, "error: --model small|tiny, --dtype bf16|f32|w8a8\n");
+      (dtype_name != "bf16" && dtype_name != "f32" && dtype_name != "w8a8") ||
+      (activations != "f32" && activations != "bf16")) {
+    std::fprintf(stderr,
+                 "error: --model small|tiny, --dtype bf16|f32|w8a8, --activations f32|bf16\n");
     return 2;
   }
   bench::print_cpu_line();
   std::printf("%s\n", kernels::kernel_paths_line().c_str());
   const bool avx512 = kernels::cpu_features().avx512;
   const bool amx_bf16 = kernels::amx_bf16_active();
-  std::vector<double> peaks, bf16_peaks, bandwidths;
+  const bool dpbf16 = kernels::cpu_features().avx512_bf16;
+  const bool bf16_activations = activations == "bf16";
+  const kernels::ScopedActivationPrecision precision(
+      bf16_activations ? kernels::ActivationPrecision::kBf16 : kernels::ActivationPrecision::kF32);
+  std::vector<double> peaks, bf16_peaks, dpbf16_peaks, bandwidths;
   std::printf(
       "== roofs: FP32 FMA peak (10 independent chains per thread), memory read "
       "bandwidth ==\n");
@@ -515,10 +567,14 @@ int main(int argc, char** argv) {
     peaks.push_back(std::max(avx2_peak, avx512_peak));
     // BF16 weights on AMX: three bf16 terms per f32 activation, so a third of the tile peak.
     const double amx_peak = amx_bf16 ? amx_bf16_peak_gflops(t) : 0;
-    bf16_peaks.push_back(std::max(peaks.back(), amx_peak / 3));
+    dpbf16_peaks.push_back(dpbf16 ? dpbf16_peak_gflops(t) : 0);
+    // With activations rounded to bf16, BF16 weights run vdpbf16ps (AMX keeps its three terms).
+    bf16_peaks.push_back(std::max(
+        {peaks.back(), amx_peak / 3, bf16_activations && !amx_bf16 ? dpbf16_peaks.back() : 0.0}));
     bandwidths.push_back(read_bandwidth_gbs(t));
     std::printf("threads %d: FMA peak AVX2 %.1f GFLOP/s", t, avx2_peak);
     if (avx512) std::printf(", AVX-512 %.1f GFLOP/s", avx512_peak);
+    if (dpbf16) std::printf(", vdpbf16ps %.1f GFLOP/s", dpbf16_peaks.back());
     if (amx_bf16) {
       std::printf(", AMX-BF16 %.1f GFLOP/s (%.1f with f32 activations as three terms)", amx_peak,
                   amx_peak / 3);
@@ -527,9 +583,10 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "(prefill percentages are of the f32 FMA peak, or for BF16 weights on AMX of a third of "
-      "the AMX-BF16 peak; int8 dot products can pass them)\n");
+      "the AMX-BF16 peak, or with --activations bf16 without AMX of the vdpbf16ps peak; int8 dot "
+      "products can pass them)\n");
   if (!skip_gemm) {
-    bench_gemm(threads, peaks);
+    bench_gemm(threads, peaks, dpbf16_peaks);
     bench_gemv_from_memory(threads, bandwidths);
   }
   if (!skip_model) {

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/logging.h"
+#include "kernels/gemm.h"
 
 namespace kernels {
 namespace {
@@ -90,6 +91,10 @@ std::string kernel_paths_line() {
   s += f.amx_bf16 ? "amx_bf16 (bf16 weights, f32 activations as three exact bf16 terms, weights "
                     "read in place from 8 to 256 tokens; f32 weights openblas)"
                   : "openblas";
+  s += ", linear bf16 activations (--dtype bfloat16) ";
+  s += f.amx_bf16      ? std::string("amx_bf16")
+       : f.avx512_bf16 ? "avx512_bf16 from " + std::to_string(kBf16DotMinRows) + " tokens"
+                       : std::string("rounded, then as f32");
   s += ", mla prefill attention ";
   s += f.avx512 && f.amx_bf16 ? "amx_bf16 (f32 operands as three exact bf16 terms)"
                               : (f.avx512 ? "avx512" : "avx2");

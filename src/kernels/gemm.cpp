@@ -101,6 +101,7 @@ tensor::AlignedBuffer<float>& tile_scratch(size_t size) {
 }
 
 bool g_reference_linear = false;
+ActivationPrecision g_activation_precision = ActivationPrecision::kF32;
 
 }  // namespace
 
@@ -109,6 +110,57 @@ ScopedReferenceLinear::ScopedReferenceLinear() : saved_(g_reference_linear) {
 }
 ScopedReferenceLinear::~ScopedReferenceLinear() {
   g_reference_linear = saved_;
+}
+
+void set_activation_precision(ActivationPrecision precision) {
+  g_activation_precision = precision;
+}
+ActivationPrecision activation_precision() {
+  return g_activation_precision;
+}
+ScopedActivationPrecision::ScopedActivationPrecision(ActivationPrecision precision)
+    : saved_(g_activation_precision) {
+  g_activation_precision = precision;
+}
+ScopedActivationPrecision::~ScopedActivationPrecision() {
+  g_activation_precision = saved_;
+}
+
+void round_to_bf16(const float* x, int64_t n, float* out) {
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i quiet = _mm256_set1_epi32(0x00400000);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+    const __m256i rounded =
+        _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), high);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    const __m256i kept = _mm256_and_si256(_mm256_or_si256(u, quiet), high);
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, kept, nan)));
+  }
+  for (; i < n; ++i) out[i] = tensor::bf16_to_f32(tensor::f32_to_bf16(x[i]));
+}
+
+void linear_bf16_dot(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
+                     common::ThreadPool& pool) {
+  CHECK(w.dtype == DType::kBF16 && w.cols % 2 == 0 && cpu_features().avx512_bf16)
+      << "linear_bf16_dot: needs BF16 weights with an even K and AVX512_BF16";
+  if (m <= 0 || w.rows == 0) return;
+  const int64_t k = w.cols, blocks = (m + 15) / 16;
+  // The caller's scratch, reached by the workers through a pointer (see linear_amx_row_major).
+  thread_local tensor::AlignedBuffer<uint32_t> packed_scratch;
+  const size_t size = size_t(blocks * 8 * k);
+  if (packed_scratch.size() < size) packed_scratch.resize(size);
+  uint32_t* packed = packed_scratch.data();
+  pool.parallel_for(blocks, 1, [&](int64_t b, int64_t e, int) {
+    detail::pack_bf16_pairs_avx512(x, k, m, k, b, e, packed);
+  });
+  pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) {
+    detail::bf16_pairs_range_avx512(packed, m, w.bf16(), k, y, ldy, b, e);
+  });
 }
 
 void detail::streaming_range_avx2(const float* x, int64_t m, const WeightView& w, float* y,
@@ -241,6 +293,16 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
   }
   CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear: unsupported weight dtype";
   if (m <= 0 || w.rows == 0) return;
+  if (w.dtype == DType::kBF16 && g_activation_precision == ActivationPrecision::kBf16) {
+    if (m >= kBf16DotMinRows && w.cols % 2 == 0 && cpu_features().avx512_bf16 && !amx_bf16_active())
+      return linear_bf16_dot(x, m, w, y, ldy, pool);
+    // Every other path takes the rounded rows: the products are then the same.
+    thread_local tensor::AlignedBuffer<float> rounded_scratch;
+    const size_t size = size_t(m * w.cols);
+    if (rounded_scratch.size() < size) rounded_scratch.resize(size);
+    round_to_bf16(x, m * w.cols, rounded_scratch.data());
+    x = rounded_scratch.data();
+  }
   if (w.dtype == DType::kBF16 && w.cols % 32 == 0 && m >= kAmxRowMajorMinRows &&
       m <= kAmxRowMajorMaxRows && amx_bf16_active()) {
     linear_amx_row_major(x, m, w, y, ldy, pool);

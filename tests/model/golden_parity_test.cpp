@@ -2,6 +2,7 @@
 // logits for 3 checkpoints x 3 sequences, whole, chunked through the paged cache, and batched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <numeric>
 
 #include "golden.h"
+#include "kernels/gemm.h"
 #include "model/deepseek_v3.h"
 #include "model/sequence_runner.h"
 
@@ -197,6 +199,43 @@ TEST(GoldenParityTest, MixedBatchOfThreeSequencesMatchesReference) {
       EXPECT_LT(worst, kTolerance) << model_name << " expanded cache " << expanded_cache;
       EXPECT_LT(worst_draft, kTolerance) << model_name << " expanded cache " << expanded_cache;
     }
+}
+
+// ActivationPrecision::kBf16 (serve's --dtype bfloat16) on the BF16 checkpoint. The rounding must
+// show in the logits and stay bf16-sized (within 0.05 of the f32 reference) over the first four
+// positions. Further on, this random model's near-tied expert scores make rounding flip some
+// tokens' expert choices, which moves their logits by up to ~2 and, through their keys, the
+// later positions a little (measured: 83-100% greedy agreement); a wrong kernel would leave
+// almost none, so at least 75% must agree. The test binary also runs under CHUNKPIPE_ISA=avx2:
+// both the vdpbf16ps kernel and the rounded f32 paths are checked.
+TEST(GoldenParityTest, Bf16ActivationsStayWithinBf16RoundingOfTheReference) {
+  const kernels::ScopedActivationPrecision precision(kernels::ActivationPrecision::kBf16);
+  for (const char* seq : {"short", "s64", "s200"}) {
+    const Golden& g = load_golden("tiny-bf16", seq);
+    auto& m = get_model("tiny-bf16");
+    model::SequenceLogitsOptions opts;
+    opts.all_logits = true;
+    auto r = model::compute_sequence_logits(m, g.ids, opts, pool());
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const int64_t T = g.num_tokens(), V = g.vocab_size;
+    const double diff = max_abs_diff(r->all_logits.data(), g.all_logits, 0, T, V);
+    double scale = 0;
+    for (float v : g.all_logits) scale = std::max(scale, double(std::abs(v)));
+    int64_t agree = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const float* got = r->all_logits.data() + t * V;
+      const float* want = g.all_logits.data() + t * V;
+      agree += std::max_element(got, got + V) - got == std::max_element(want, want + V) - want;
+    }
+    const double head_diff = max_abs_diff(r->all_logits.data(), g.all_logits, 0, 4, V);
+    std::printf(
+        "    bf16 activations %-5s max|logits diff| %.3g over the first 4 positions, %.3g "
+        "over all (logits up to %.3g), greedy agreement %lld/%lld\n",
+        seq, head_diff, diff, scale, static_cast<long long>(agree), static_cast<long long>(T));
+    EXPECT_GT(head_diff, 1e-4) << seq << ": the activations were not rounded";
+    EXPECT_LT(head_diff, 0.05) << seq;
+    EXPECT_GE(agree * 4, T * 3) << seq;
+  }
 }
 
 TEST(GoldenParityTest, RejectsOutOfVocabularyIds) {

@@ -52,6 +52,71 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{49, 40, 70}, Shape{97, 65, 300},
                                          Shape{130, 96, 64})));
 
+// ActivationPrecision::kBf16: every path linear() takes (the vdpbf16ps kernel from
+// kBf16DotMinRows rows with an even K, the rounded rows through the f32 kernels otherwise) must
+// equal the reference on x rounded to bf16 up to summation order, on every ISA path here; the
+// rounding itself must show (the unrounded reference is far off).
+class GemmBf16ActivationsTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(GemmBf16ActivationsTest, EveryPathMatchesTheReferenceOnRoundedActivations) {
+  const Shape s = GetParam();
+  auto w = testutil::random_matrix(DType::kBF16, s.n, s.k, 5);
+  auto x = testutil::random_vector(static_cast<size_t>(s.m * s.k), 6);
+  std::vector<float> rounded(x.size()), ref(s.m * s.n), unrounded(s.m * s.n);
+  kernels::round_to_bf16(x.data(), static_cast<int64_t>(x.size()), rounded.data());
+  kernels::linear_reference(rounded.data(), s.m, w.view(), ref.data(), s.n);
+  kernels::linear_reference(x.data(), s.m, w.view(), unrounded.data(), s.n);
+  EXPECT_GT(testutil::max_rel_error(unrounded, ref), 1e-4) << "rounding to bf16 left no trace";
+  common::ThreadPool pool(2);
+  const kernels::ScopedActivationPrecision precision(kernels::ActivationPrecision::kBf16);
+  for (const auto& path : testutil::supported_isa_paths()) {
+    kernels::ScopedCpuFeatures isa(path.features);
+    std::vector<float> y(s.m * (s.n + 3), 99.0f);
+    kernels::linear(x.data(), s.m, w.view(), y.data(), s.n + 3, pool);
+    double worst = 0;
+    for (int64_t t = 0; t < s.m; ++t) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        const double want = ref[t * s.n + j];
+        worst = std::max(worst, std::abs(y[t * (s.n + 3) + j] - want) / (1 + std::abs(want)));
+      }
+      for (int64_t j = s.n; j < s.n + 3; ++j) ASSERT_EQ(y[t * (s.n + 3) + j], 99.0f) << "past N";
+    }
+    EXPECT_LT(worst, 1e-5) << path.name;
+    if (kernels::cpu_features().avx512_bf16 && s.k % 2 == 0) {
+      std::vector<float> d(s.m * s.n, -1.0f);
+      kernels::linear_bf16_dot(x.data(), s.m, w.view(), d.data(), s.n, pool);
+      EXPECT_LT(testutil::max_rel_error(d, ref), 1e-5) << path.name << " linear_bf16_dot";
+    }
+  }
+}
+
+// M around the 16-token blocks and kBf16DotMinRows, N around the six-row tiles, K around the
+// 32-value packing step (odd K takes the rounded-f32 path); 100 × 4096 spans two L2 passes.
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmBf16ActivationsTest,
+                         ::testing::Values(Shape{1, 37, 64}, Shape{7, 13, 34}, Shape{8, 6, 32},
+                                           Shape{17, 19, 66}, Shape{33, 64, 130}, Shape{64, 7, 2},
+                                           Shape{70, 25, 31}, Shape{100, 13, 4096}));
+
+TEST(GemmBf16ActivationsTest, RoundingMatchesTheScalarConversion) {
+  std::vector<float> x = testutil::random_vector(1000, 9, 100.0f);
+  const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00001u,
+                               0x7f800001u, 0xffbfffffu, 0x00000001u, 0x00018000u, 0x3f808000u,
+                               0x3f818000u, 0x7f7fffffu, 0x3f80ffffu, 0xbf807fffu};
+  for (uint32_t bits : specials) {
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    x.push_back(f);
+  }
+  std::vector<float> got(x.size());
+  kernels::round_to_bf16(x.data(), static_cast<int64_t>(x.size()), got.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t g;
+    std::memcpy(&g, &got[i], sizeof(g));
+    const uint32_t want = uint32_t{tensor::f32_to_bf16(x[i])} << 16;
+    ASSERT_EQ(g, want) << "element " << i;
+  }
+}
+
 // The largest error of got (row stride ldy) against ref ([m, n]) relative to Σ|x·w| per output:
 // the cancellation in these sums would make a plain relative error measure the data, not the
 // kernel (sgemm's own is ~1e-7 here).

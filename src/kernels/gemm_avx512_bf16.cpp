@@ -1,0 +1,162 @@
+// AVX512_BF16 linear kernel for bf16 activations (ActivationPrecision::kBf16): x is rounded to
+// bf16 and packed once per call as 16-token blocks of K pairs; each weight row's pairs are
+// broadcast from the row-major BF16 weight in place (no weight packing) into vdpbf16ps, which
+// multiplies the bf16 pairs exactly and accumulates in f32. Compiled for AVX512_BF16 by a target
+// pragma over this file's own functions; runs only when cpu_features().avx512_bf16 is set.
+// Pure functions of their arguments; thread-safe for disjoint outputs.
+#include "kernels/gemm_paths.h"
+#include "kernels/simd.h"
+
+#if defined(__clang__)
+#pragma clang attribute push( \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
+#endif
+
+namespace kernels::detail {
+namespace {
+
+// Weight rows per tile; with four 16-token vectors that is 24 accumulators, 4 activation
+// registers and one broadcast of the 32 zmm registers.
+constexpr int kTileRows = 6;
+constexpr int kMaxTokenVectors = 4;
+
+// Round-to-nearest-even to bf16 (NaN kept quiet), as tensor::f32_to_bf16, for 16 lanes; the
+// result is in the low half of each 32-bit lane.
+inline __m512i round16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_mask_blend_epi32(nan, rounded, quiet);
+}
+
+// One token row's 32 values from i (masked past k) as 16 pair words: even k in the low half.
+inline __m512i pairs16(const float* row, int64_t i, int64_t k) {
+  const int64_t left = k - i;
+  const __mmask16 lo_mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
+  const __mmask16 hi_mask = left >= 32
+                                ? __mmask16(0xffff)
+                                : (left <= 16 ? __mmask16(0) : __mmask16((1u << (left - 16)) - 1u));
+  const __m512i lo = round16(_mm512_maskz_loadu_ps(lo_mask, row + i));       // values i..i+15
+  const __m512i hi = round16(_mm512_maskz_loadu_ps(hi_mask, row + i + 16));  // i+16..i+31
+  // Words 0..15 of the packed result hold values (i+2j, i+2j+1): gather the 16-bit halves.
+  const __m512i idx =
+      _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26,
+                       24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  return _mm512_permutex2var_epi16(lo, idx, hi);
+}
+
+// acc[r][v] += pairs of weight row n0 + r against token vector v, over all K pairs; then the
+// outputs of tokens below `m_left` (counted from this group's first token) are stored.
+template <int NR, int TV>
+inline void tile(const uint32_t* xt, int64_t block_words, int64_t kp2, const uint16_t* w, int64_t k,
+                 int64_t n0, int64_t m_left, float* y, int64_t ldy) {
+  const uint32_t* rows[NR];
+  for (int r = 0; r < NR; ++r) rows[r] = reinterpret_cast<const uint32_t*>(w + (n0 + r) * k);
+  __m512 acc[NR][TV];
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kp2; ++p) {
+    __m512bh xv[TV];
+    for (int v = 0; v < TV; ++v) xv[v] = (__m512bh)_mm512_load_si512(xt + v * block_words + p * 16);
+    for (int r = 0; r < NR; ++r) {
+      const __m512bh wv = (__m512bh)_mm512_set1_epi32(static_cast<int>(rows[r][p]));
+      for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xv[v], wv);
+    }
+  }
+  alignas(64) float out[16];
+  for (int v = 0; v < TV; ++v) {
+    const int64_t tokens = std::min<int64_t>(16, m_left - v * 16);
+    for (int r = 0; r < NR; ++r) {
+      _mm512_store_ps(out, acc[r][v]);
+      for (int64_t t = 0; t < tokens; ++t) y[(v * 16 + t) * ldy + n0 + r] = out[t];
+    }
+  }
+}
+
+template <int NR>
+inline void tile_any(int tv, const uint32_t* xt, int64_t block_words, int64_t kp2,
+                     const uint16_t* w, int64_t k, int64_t n0, int64_t m_left, float* y,
+                     int64_t ldy) {
+  switch (tv) {
+    case 4:
+      return tile<NR, 4>(xt, block_words, kp2, w, k, n0, m_left, y, ldy);
+    case 3:
+      return tile<NR, 3>(xt, block_words, kp2, w, k, n0, m_left, y, ldy);
+    case 2:
+      return tile<NR, 2>(xt, block_words, kp2, w, k, n0, m_left, y, ldy);
+    default:
+      return tile<NR, 1>(xt, block_words, kp2, w, k, n0, m_left, y, ldy);
+  }
+}
+
+}  // namespace
+
+void pack_bf16_pairs_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin,
+                            int64_t block_end, uint32_t* out) {
+  const int64_t kp2 = k / 2;
+  for (int64_t b = block_begin; b < block_end; ++b) {
+    uint32_t* block = out + b * kp2 * 16;
+    for (int64_t i = 0; i < k; i += 32) {
+      // 16 tokens × 16 pairs, transposed so that each stored vector is one pair of 16 tokens.
+      alignas(64) uint32_t words[16][16];
+      for (int t = 0; t < 16; ++t) {
+        const int64_t token = b * 16 + t;
+        const __m512i v = token < m ? pairs16(x + token * ldx, i, k) : _mm512_setzero_si512();
+        _mm512_store_si512(words[t], v);
+      }
+      const int64_t pairs = std::min<int64_t>(16, (k - i) / 2);
+      for (int64_t j = 0; j < pairs; ++j) {
+        const __m512i column =
+            _mm512_i32gather_epi32(_mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96,
+                                                    80, 64, 48, 32, 16, 0),
+                                   &words[0][j], 4);
+        _mm512_store_si512(block + (i / 2 + j) * 16, column);
+      }
+    }
+  }
+}
+
+void bf16_pairs_range_avx512(const uint32_t* blocks, int64_t m, const uint16_t* w, int64_t k,
+                             float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
+  const int64_t kp2 = k / 2;
+  const int64_t block_words = kp2 * 16;
+  const int64_t num_blocks = (m + 15) / 16;
+  // Token blocks per pass: their packed pairs (32 · k bytes a block) stay in L2 while every
+  // weight row of the range streams past them once.
+  const int64_t pass_blocks = std::max<int64_t>(
+      kMaxTokenVectors, (int64_t{512} << 10) / (32 * k) / kMaxTokenVectors * kMaxTokenVectors);
+  for (int64_t pb = 0; pb < num_blocks; pb += pass_blocks) {
+    const int64_t pe = std::min(num_blocks, pb + pass_blocks);
+    int64_t n = n_begin;
+    for (; n < n_end; n += kTileRows) {
+      const bool full = n + kTileRows <= n_end;
+      for (int64_t b = pb; b < pe; b += kMaxTokenVectors) {
+        const int tv = static_cast<int>(std::min<int64_t>(kMaxTokenVectors, pe - b));
+        const uint32_t* xt = blocks + b * block_words;
+        float* yb = y + b * 16 * ldy;
+        const int64_t m_left = m - b * 16;
+        if (full) {
+          tile_any<kTileRows>(tv, xt, block_words, kp2, w, k, n, m_left, yb, ldy);
+        } else {
+          for (int64_t r = n; r < n_end; ++r)
+            tile_any<1>(tv, xt, block_words, kp2, w, k, r, m_left, yb, ldy);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kernels::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
