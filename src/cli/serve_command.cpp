@@ -34,6 +34,7 @@
 #include "engine/pipeline_executor.h"
 #include "engine/uniproc_executor.h"
 #include "kernels/cpu_features.h"
+#include "kernels/gemm.h"
 #include "model/deepseek_v3.h"
 #include "model/quant_description.h"
 #include "model/tensor_parallel.h"
@@ -108,7 +109,10 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("tokenizer", "tokenizer directory (default: the model directory)");
   p.add_option("max-logprobs", "maximum logprobs / top_logprobs per token", "20");
   p.add_option("swap-space", "CPU swap space in GiB (no meaning on CPU)");
-  p.add_option("dtype", "activation dtype (CPU computes in float32)", "auto");
+  p.add_option("dtype",
+               "activation dtype: auto and float32 keep f32 activations (exact to the reference); "
+               "bfloat16 rounds the activations entering BF16-weight linears to bf16",
+               "auto");
   p.add_option("generation-config", "auto or vllm", "auto");
   p.add_option("tool-call-parser", "tool call parser: deepseek_v3 or deepseek_v31");
   p.add_flag("enable-auto-tool-choice", "let the model call tools (tool_choice \"auto\")");
@@ -206,6 +210,7 @@ struct ServePlan {
   std::vector<int> layer_partition;     // empty: even split
   std::optional<SpeculativeConfig> speculative;  // --speculative-config (MTP)
   bool lm_head_int8 = false;                     // additional_config.lm_head_int8
+  bool bf16_activations = false;                 // --dtype bfloat16
   worker::PipelineTopology topology;             // hosts of a multi-node pipeline
   bool headless = false;                         // this node runs stages only (node_rank > 0)
   std::string kv_transfer_config;                // --kv-transfer-config as given (empty: none)
@@ -450,8 +455,21 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
                                       ". Must be one of ['ascend', 'fp8'].");
     }
   }
-  if (p.given("dtype") && *p.option("dtype") != "auto")
-    LOG(INFO) << "--dtype " << *p.option("dtype") << ": activations are float32 on CPU";
+  {
+    const std::string dtype = *p.option("dtype");
+    if (dtype == "bfloat16") {
+      plan->bf16_activations = true;
+      LOG(INFO) << "--dtype bfloat16: activations are rounded to bf16 before every BF16-weight "
+                   "linear layer (attention and norms stay float32)";
+    } else if (dtype == "half" || dtype == "float16") {
+      return common::invalid_argument("--dtype " + dtype +
+                                      " is not supported on CPU; use bfloat16 or float32");
+    } else if (dtype != "auto" && dtype != "float" && dtype != "float32") {
+      return common::invalid_argument(
+          "argument --dtype: invalid choice: '" + dtype +
+          "' (choose from 'auto', 'half', 'float16', 'bfloat16', 'float', 'float32')");
+    }
+  }
 
   auto& s = plan->server;
   s.host = *p.option("host");
@@ -584,6 +602,7 @@ worker::PipelineOptions pipeline_options(const ServePlan& plan) {
   o.expanded_kv_cache = plan.engine.expanded_kv_cache;
   o.num_speculative_tokens = plan.engine.scheduler.num_lookahead_tokens;
   o.lm_head_int8 = plan.lm_head_int8;
+  o.bf16_activations = plan.bf16_activations;
   o.topology = plan.topology;
   o.kv_transfer_config = plan.kv_transfer_config;
   o.kv_dp_rank = plan.data_parallel_rank;
@@ -858,6 +877,9 @@ int run_serve_command(int argc, char** argv) {
     }
     return usage_error(st.message());
   }
+  // Process-wide, before any engine thread runs a forward (stage processes get it by flag).
+  kernels::set_activation_precision(plan.bf16_activations ? kernels::ActivationPrecision::kBf16
+                                                          : kernels::ActivationPrecision::kF32);
   {
     std::string args_line;
     for (const auto& [k, v] : p.given_values())

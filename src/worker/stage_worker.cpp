@@ -16,6 +16,7 @@
 #include "common/timer.h"
 #include "dist/group_factory.h"
 #include "dist/host_ip.h"
+#include "kernels/gemm.h"
 #include "model/deepseek_v3.h"
 #include "model/tensor_parallel.h"
 #include "worker/model_runner.h"
@@ -165,6 +166,9 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
   opts.load_head = spec.stage + 1 == spec.num_stages;
   opts.load_mtp = spec.num_speculative_tokens > 0;
   opts.lm_head_int8 = spec.lm_head_int8;
+  // Before any forward runs on the stage's threads.
+  kernels::set_activation_precision(spec.bf16_activations ? kernels::ActivationPrecision::kBf16
+                                                          : kernels::ActivationPrecision::kF32);
   auto model = model::DeepseekV3Model::load(spec.model_dir, opts);
   if (!model.ok()) {
     LOG(ERROR) << name << ": " << model.status().message();

@@ -555,6 +555,54 @@ TEST_F(ServeTest, PromptLogprobsScoreThePromptAsGenerationDid) {
   }
 }
 
+// --dtype bfloat16 rounds the activations of every BF16-weight linear, in the serving process
+// and in each pipeline stage's process: the prompt's scores must move off the float32 server's,
+// and two stages must score exactly as one process does (same chunks, same kernels). float16 is
+// refused by name.
+TEST_F(ServeTest, Bf16DtypeReachesEveryStage) {
+  ASSERT_TRUE(server_->ready());
+  json prompt = json::array();
+  for (int i = 0; i < 100; ++i) prompt.push_back(500 + (i * 53) % 4000);
+  const std::string body =
+      json{{"prompt", prompt}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 0}}.dump();
+  auto scores = [&](const e2e::ServerProcess& s, const char* what) {
+    const Response r = post(s, "/v1/completions", body);
+    EXPECT_EQ(r.status, 200) << what << ": " << r.raw;
+    std::vector<double> out;
+    if (r.status != 200) return out;
+    const json& lps = r.body["choices"][0]["logprobs"]["token_logprobs"];
+    for (size_t p = 1; p < lps.size(); ++p) out.push_back(lps[p].get<double>());
+    return out;
+  };
+  const std::vector<double> f32 = scores(*server_, "float32");
+  std::vector<std::vector<double>> bf16;
+  for (const char* pp : {"1", "2"}) {
+    auto flags = base_flags();
+    flags.insert(flags.end(),
+                 {"--api-key", kKey, "--dtype", "bfloat16", "--pipeline-parallel-size", pp});
+    e2e::ServerProcess s(model_dir(), flags,
+                         std::string("/tmp/chunkpipe_e2e_bf16_pp") + pp + ".log");
+    ASSERT_TRUE(s.ready());
+    bf16.push_back(scores(s, pp));
+    EXPECT_EQ(s.stop(), 0);
+  }
+  ASSERT_EQ(f32.size(), prompt.size() - 1);
+  ASSERT_EQ(bf16[0].size(), f32.size());
+  ASSERT_EQ(bf16[1].size(), f32.size());
+  double moved = 0;
+  for (size_t p = 0; p < f32.size(); ++p) {
+    moved = std::max(moved, std::abs(bf16[0][p] - f32[p]));
+    EXPECT_EQ(bf16[1][p], bf16[0][p]) << "position " << p + 1 << ": two stages differ";
+  }
+  EXPECT_GT(moved, 1e-4) << "--dtype bfloat16 did not change the arithmetic";
+  const auto refused = e2e::run_shell("timeout 60 " + std::string(CHUNKPIPE_BINARY) + " serve " +
+                                      model_dir() + " --dtype float16");
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("--dtype float16 is not supported on CPU; use bfloat16 or float32"),
+            std::string::npos)
+      << refused.out;
+}
+
 TEST_F(ServeTest, RepeatedPromptHitsThePrefixCache) {
   ASSERT_TRUE(server_->ready());
   std::string prompt;
