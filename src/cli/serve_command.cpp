@@ -116,6 +116,8 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("generation-config", "auto or vllm", "auto");
   p.add_option("tool-call-parser", "tool call parser: deepseek_v3 or deepseek_v31");
   p.add_flag("enable-auto-tool-choice", "let the model call tools (tool_choice \"auto\")");
+  p.add_flag("trust-request-chat-template",
+             "render a request's own chat_template (refused without this flag)");
   p.add_flag("enable-force-include-usage", "usage in every stream");
   p.add_flag("enable-prompt-tokens-details", "prompt_tokens_details in usage");
   p.add_flag("disable-log-requests", "no per-request logs");
@@ -522,6 +524,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   CP_ASSIGN_OR_RETURN(int64_t drain_s, p.int_option("shutdown-drain-timeout", 0));
   s.drain_timeout = std::chrono::seconds(drain_s);
   s.enable_auto_tool_choice = p.flag("enable-auto-tool-choice");
+  s.trust_request_chat_template = p.flag("trust-request-chat-template");
   if (auto tp = p.option("tool-call-parser")) {
     if (*tp != "deepseek_v3" && *tp != "deepseek_v31") {
       return common::invalid_argument("argument --tool-call-parser: invalid choice: '" + *tp +

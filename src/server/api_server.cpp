@@ -90,6 +90,29 @@ std::optional<api::ApiError> read_template_kwargs(const json& body, json* out) {
 
 }  // namespace
 
+common::Result<std::string> ApiServer::render_chat(
+    const json& body, const tokenizer::ChatRenderOptions& options) const {
+  const json* source = nullptr;
+  if (body.contains("chat_template") && !body["chat_template"].is_null()) {
+    source = &body["chat_template"];
+  } else if (options.chat_template_kwargs.contains("chat_template") &&
+             !options.chat_template_kwargs["chat_template"].is_null()) {
+    source = &options.chat_template_kwargs["chat_template"];
+  }
+  if (source == nullptr) return chat_template_.render(body["messages"], options);
+  if (!config_.trust_request_chat_template) {
+    return common::invalid_argument(
+        "Chat template is passed with request, but --trust-request-chat-template is not set. "
+        "Refused request with untrusted chat template.");
+  }
+  if (!source->is_string() || source->get_ref<const std::string&>().empty())
+    return common::invalid_argument("'chat_template' must be a non-empty string");
+  auto own = tokenizer::ChatTemplate::create(source->get<std::string>());
+  if (!own.ok())
+    return common::invalid_argument("the request's chat_template: " + own.status().message());
+  return (*own)->render(body["messages"], options);
+}
+
 ApiServer::ApiServer(ServerConfig config, engine::EngineClient& engine,
                      const tokenizer::Tokenizer& tokenizer,
                      const tokenizer::ChatTemplate& chat_template)
@@ -292,7 +315,7 @@ HttpResponse ApiServer::handle_tokenize(const HttpRequest& req) const {
     bool add_special = false;
     if (auto e = read_bool(body, "add_special_tokens", false, &add_special))
       return error_response(*e);
-    auto text = chat_template_.render(body["messages"], o);
+    auto text = render_chat(body, o);
     if (!text.ok()) return error_response(api::bad_request(text.status().message()));
     ids = tokenizer_.encode(*text, add_special);
   } else if (body.contains("prompt") && body["prompt"].is_string()) {
@@ -399,7 +422,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
     const json& kw = o.chat_template_kwargs;
     thinking = (kw.contains("thinking") && kw["thinking"] == true) ||
                (kw.contains("enable_thinking") && kw["enable_thinking"] == true);
-    auto text = chat_template_.render(body["messages"], o);
+    auto text = render_chat(body, o);
     if (!text.ok()) return fail(api::bad_request(text.status().message()));
     if (auto e = api::check_prompt_bytes(text->size(), tokenizer_.max_token_bytes(),
                                          config_.max_model_len))

@@ -38,8 +38,11 @@ struct ServerConfig {
   std::string reasoning_parser;  // "", "deepseek_v3" or "deepseek_r1"
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;  // "", "deepseek_v3" or "deepseek_v31"
-  int http_threads = 2;          // I/O threads of the event loop
-  int worker_threads = 2;        // parse, tokenize, format
+  // --trust-request-chat-template: a request's own `chat_template` renders its messages;
+  // without it such a request is refused, as vLLM refuses it.
+  bool trust_request_chat_template = false;
+  int http_threads = 2;    // I/O threads of the event loop
+  int worker_threads = 2;  // parse, tokenize, format
   size_t max_body_bytes = 32 << 20;
   size_t max_stream_buffer_bytes = 4 << 20;    // a stream this far behind its client is dropped
   int64_t max_completions_per_request = 1024;  // prompts x n
@@ -66,6 +69,10 @@ class ApiServer {
   void handle(std::shared_ptr<HttpExchange> exchange);
   void handle_generate(const std::shared_ptr<HttpExchange>& exchange, bool chat);
   HttpResponse handle_tokenize(const HttpRequest& request) const;
+  // The request's messages through the server's template, or through the request's own
+  // `chat_template` (top level or in chat_template_kwargs) when the server trusts those.
+  common::Result<std::string> render_chat(const nlohmann::json& body,
+                                          const tokenizer::ChatRenderOptions& options) const;
   HttpResponse handle_detokenize(const HttpRequest& request) const;
   HttpResponse models_response() const;
   bool authorized(const HttpRequest& request) const;

@@ -603,6 +603,46 @@ TEST_F(ServeTest, Bf16DtypeReachesEveryStage) {
       << refused.out;
 }
 
+// A request's own chat template is refused, in both places a client can put it, unless the
+// server runs with --trust-request-chat-template, which then renders the messages with it.
+TEST_F(ServeTest, RequestChatTemplateNeedsTrust) {
+  ASSERT_TRUE(server_->ready());
+  const std::string own = "{% for m in messages %}{{ m['content'] }}{% endfor %}";
+  const json messages = json::array({{{"role", "user"}, {"content", "hello world"}}});
+  const json top = {{"messages", messages}, {"chat_template", own}, {"max_tokens", 2}};
+  const json nested = {{"messages", messages},
+                       {"chat_template_kwargs", {{"chat_template", own}}},
+                       {"max_tokens", 2}};
+  const std::string refusal =
+      "Chat template is passed with request, but --trust-request-chat-template is not set. "
+      "Refused request with untrusted chat template.";
+  for (const auto& [path, body] :
+       {std::pair{"/v1/chat/completions", top}, std::pair{"/v1/chat/completions", nested},
+        std::pair{"/tokenize", top}}) {
+    const Response r = post(*server_, path, body.dump());
+    EXPECT_EQ(r.status, 400) << path << ": " << r.raw;
+    EXPECT_EQ(r.body["error"]["message"], refusal) << path;
+  }
+  auto flags = base_flags();
+  flags.insert(flags.end(), {"--api-key", kKey, "--trust-request-chat-template"});
+  e2e::ServerProcess trusted(model_dir(), flags, "/tmp/chunkpipe_e2e_trusted_template.log");
+  ASSERT_TRUE(trusted.ready());
+  const Response rendered = post(trusted, "/tokenize", top.dump());
+  const Response plain = post(
+      trusted, "/tokenize", json{{"prompt", "hello world"}, {"add_special_tokens", false}}.dump());
+  ASSERT_EQ(rendered.status, 200) << rendered.raw;
+  ASSERT_EQ(plain.status, 200) << plain.raw;
+  EXPECT_EQ(rendered.body["tokens"], plain.body["tokens"]);
+  const Response chat = post(trusted, "/v1/chat/completions", nested.dump());
+  EXPECT_EQ(chat.status, 200) << chat.raw;
+  EXPECT_EQ(chat.body["usage"]["prompt_tokens"], plain.body["tokens"].size());
+  const Response broken = post(trusted, "/v1/chat/completions",
+                               json{{"messages", messages}, {"chat_template", "{% for %}"}}.dump());
+  EXPECT_EQ(broken.status, 400) << broken.raw;
+  EXPECT_NE(broken.raw.find("the request's chat_template"), std::string::npos) << broken.raw;
+  EXPECT_EQ(trusted.stop(), 0);
+}
+
 TEST_F(ServeTest, RepeatedPromptHitsThePrefixCache) {
   ASSERT_TRUE(server_->ready());
   std::string prompt;
