@@ -310,7 +310,9 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
     thread_local Bf16x3Activations split;
     split_bf16x3(x, w.cols, m, w.cols, split, pool);
     linear_amx(split, AmxWeightRows{w.bf16(), nullptr}, w.rows, AmxOutput{y, ldy}, pool);
-  } else if (m <= (w.dtype == DType::kBF16 ? kStreamingMaxRowsBf16 : kStreamingMaxRowsF32)) {
+  } else if (m <= (w.dtype == DType::kF32  ? kStreamingMaxRowsF32
+                   : cpu_features().avx512 ? kStreamingMaxRowsBf16Avx512
+                                           : kStreamingMaxRowsBf16)) {
     linear_streaming(x, m, w, y, ldy, pool);
   } else {
     linear_blas(x, m, w, y, ldy, pool);

@@ -19,6 +19,10 @@ namespace kernels {
 // conversion to f32 costs the BLAS path), f32 weights ~16.
 inline constexpr int64_t kStreamingMaxRowsBf16 = 48;
 inline constexpr int64_t kStreamingMaxRowsF32 = 16;
+// The AVX-512 streaming kernel (4 weight rows × 4 tokens, 16 lanes) keeps 90-97% of the FMA peak
+// on BF16 weights up to 256 rows, where sgemm on weights converted per tile reaches 73-76% (2
+// cores of a Zen 4 EPYC, chunkpipe_bench, N 1024-2048, K 2048-7168; at K 512 they tie at 256).
+inline constexpr int64_t kStreamingMaxRowsBf16Avx512 = 256;
 // With AMX-BF16, bf16 weights take the tiles from this many rows: one core, N 512, K 2048 (an
 // expert of the `small` model), the tiles run 144 GFLOP/s at 24 rows against the streaming
 // kernel's 110, and 97 against 105 at 16 (docs/ARCHITECTURE.md, "Kernel paths").
