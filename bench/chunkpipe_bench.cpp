@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -32,84 +33,75 @@
 
 namespace {
 
+// Runs body(t) on `threads` threads at once and returns the GFLOP/s of flops_per_thread each;
+// body returns a value of its chains so that the compiler keeps them.
+double gflops_on_threads(int threads, double flops_per_thread,
+                         const std::function<float(int)>& body) {
+  std::vector<std::thread> workers;
+  std::vector<float> sink(threads);
+  const double t0 = common::now_seconds();
+  for (int t = 0; t < threads; ++t) workers.emplace_back([&, t] { sink[t] = body(t); });
+  for (auto& w : workers) w.join();
+  const double secs = common::now_seconds() - t0;
+  return threads * flops_per_thread / secs / 1e9 + 0.0 * sink[0];
+}
+
 // Ten independent FMA chains per thread keep both FMA ports busy.
 double fma_peak_gflops(int threads) {
   const int64_t iters = 100'000'000;
-  std::vector<std::thread> workers;
-  std::vector<float> sink(threads);
-  const double t0 = common::now_seconds();
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      __m256 acc[10];
-      for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_ps(0.001f * (i + t));
-      const __m256 a = _mm256_set1_ps(0.9999f), b = _mm256_set1_ps(0.0001f);
-      for (int64_t it = 0; it < iters; ++it) {
-        for (int i = 0; i < 10; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-      }
-      __m256 s = acc[0];
-      for (int i = 1; i < 10; ++i) s = _mm256_add_ps(s, acc[i]);
-      float out[8];
-      _mm256_storeu_ps(out, s);
-      sink[t] = out[0];
-    });
-  }
-  for (auto& w : workers) w.join();
-  const double secs = common::now_seconds() - t0;
-  return threads * iters * 10.0 * 16.0 / secs / 1e9 + 0.0 * sink[0];
+  return gflops_on_threads(threads, iters * 10.0 * 16.0, [&](int t) {
+    __m256 acc[10];
+    for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_ps(0.001f * (i + t));
+    const __m256 a = _mm256_set1_ps(0.9999f), b = _mm256_set1_ps(0.0001f);
+    for (int64_t it = 0; it < iters; ++it) {
+      for (int i = 0; i < 10; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+    }
+    __m256 s = acc[0];
+    for (int i = 1; i < 10; ++i) s = _mm256_add_ps(s, acc[i]);
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    return out[0];
+  });
 }
 
 // The same with 512-bit registers (two FMA units on most AVX-512 server parts, one on some).
-__attribute__((target("avx512f"))) double fma_peak_gflops_avx512(int threads) {
+double fma_peak_gflops_avx512(int threads) {
   const int64_t iters = 100'000'000;
-  std::vector<std::thread> workers;
-  std::vector<float> sink(threads);
-  const double t0 = common::now_seconds();
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t ]() __attribute__((target("avx512f"))) {
-      __m512 acc[10];
-      for (int i = 0; i < 10; ++i) acc[i] = _mm512_set1_ps(0.001f * (i + t));
-      const __m512 a = _mm512_set1_ps(0.9999f), b = _mm512_set1_ps(0.0001f);
-      for (int64_t it = 0; it < iters; ++it) {
-        for (int i = 0; i < 10; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-      }
-      __m512 s = acc[0];
-      for (int i = 1; i < 10; ++i) s = _mm512_add_ps(s, acc[i]);
-      float out[16];
-      _mm512_storeu_ps(out, s);
-      sink[t] = out[0];
-    });
-  }
-  for (auto& w : workers) w.join();
-  const double secs = common::now_seconds() - t0;
-  return threads * iters * 10.0 * 32.0 / secs / 1e9 + 0.0 * sink[0];
+  return gflops_on_threads(
+      threads, iters * 10.0 * 32.0, [&](int t) __attribute__((target("avx512f"))) {
+        __m512 acc[10];
+        for (int i = 0; i < 10; ++i) acc[i] = _mm512_set1_ps(0.001f * (i + t));
+        const __m512 a = _mm512_set1_ps(0.9999f), b = _mm512_set1_ps(0.0001f);
+        for (int64_t it = 0; it < iters; ++it) {
+          for (int i = 0; i < 10; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+        }
+        __m512 s = acc[0];
+        for (int i = 1; i < 10; ++i) s = _mm512_add_ps(s, acc[i]);
+        alignas(64) float out[16];
+        _mm512_store_ps(out, s);
+        return out[0];
+      });
 }
 
 // vdpbf16ps peak: ten independent chains per thread, 64 FLOP each (16 lanes of two bf16
 // products). Call only when cpu_features().avx512_bf16.
-__attribute__((target("avx512f,avx512bf16"))) double dpbf16_peak_gflops(int threads) {
+double dpbf16_peak_gflops(int threads) {
   const int64_t iters = 50'000'000;
-  std::vector<std::thread> workers;
-  std::vector<float> sink(threads);
-  const double t0 = common::now_seconds();
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t ]() __attribute__((target("avx512f,avx512bf16"))) {
-      __m512 acc[10];
-      for (int i = 0; i < 10; ++i) acc[i] = _mm512_set1_ps(0.001f * (i + t));
-      const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80);
-      const __m512bh b = (__m512bh)_mm512_set1_epi32(0x38003800);
-      for (int64_t it = 0; it < iters; ++it) {
-        for (int i = 0; i < 10; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-      }
-      __m512 s = acc[0];
-      for (int i = 1; i < 10; ++i) s = _mm512_add_ps(s, acc[i]);
-      alignas(64) float out[16];
-      _mm512_store_ps(out, s);
-      sink[t] = out[0];
-    });
-  }
-  for (auto& w : workers) w.join();
-  const double secs = common::now_seconds() - t0;
-  return threads * iters * 10.0 * 64.0 / secs / 1e9 + 0.0 * sink[0];
+  return gflops_on_threads(
+      threads, iters * 10.0 * 64.0, [&](int t) __attribute__((target("avx512f,avx512bf16"))) {
+        __m512 acc[10];
+        for (int i = 0; i < 10; ++i) acc[i] = _mm512_set1_ps(0.001f * (i + t));
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80);
+        const __m512bh b = (__m512bh)_mm512_set1_epi32(0x38003800);
+        for (int64_t it = 0; it < iters; ++it) {
+          for (int i = 0; i < 10; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+        }
+        __m512 s = acc[0];
+        for (int i = 1; i < 10; ++i) s = _mm512_add_ps(s, acc[i]);
+        alignas(64) float out[16];
+        _mm512_store_ps(out, s);
+        return out[0];
+      });
 }
 
 // AMX-BF16 tile peak: four independent tdpbf16ps chains per thread (16×16 f32 tiles, 32 bf16
@@ -288,7 +280,7 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
           double g_stream = m <= 256 && !int8 ? run([&] {
             kernels::linear_streaming(x.data(), m, w.view(), y.data(), s.n, pool);
           })
-                                             : 0;
+                                              : 0;
           double g_blas =
               int8 ? 0
                    : run([&] { kernels::linear_blas(x.data(), m, w.view(), y.data(), s.n, pool); });
