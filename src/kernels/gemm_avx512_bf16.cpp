@@ -23,33 +23,19 @@ namespace {
 constexpr int kTileRows = 6;
 constexpr int kMaxTokenVectors = 4;
 
-// Round-to-nearest-even to bf16 (NaN kept quiet), as tensor::f32_to_bf16, for 16 lanes; the
-// result is in the low half of each 32-bit lane.
-inline __m512i round16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-  return _mm512_mask_blend_epi32(nan, rounded, quiet);
-}
-
-// One token row's 32 values from i (masked past k) as 16 pair words: even k in the low half.
+// One token row's 32 values from i (masked past k), rounded to bf16 to nearest even by
+// vcvtne2ps2bf16, as 16 pair words: values (i+2j, i+2j+1), the even one in the low half. The
+// instruction treats f32 denormals as zero, where tensor::f32_to_bf16 keeps them as bf16
+// denormals; vdpbf16ps treats those as zero, so the products agree.
 inline __m512i pairs16(const float* row, int64_t i, int64_t k) {
   const int64_t left = k - i;
   const __mmask16 lo_mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
   const __mmask16 hi_mask = left >= 32
                                 ? __mmask16(0xffff)
                                 : (left <= 16 ? __mmask16(0) : __mmask16((1u << (left - 16)) - 1u));
-  const __m512i lo = round16(_mm512_maskz_loadu_ps(lo_mask, row + i));       // values i..i+15
-  const __m512i hi = round16(_mm512_maskz_loadu_ps(hi_mask, row + i + 16));  // i+16..i+31
-  // Words 0..15 of the packed result hold values (i+2j, i+2j+1): gather the 16-bit halves.
-  const __m512i idx =
-      _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26,
-                       24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  return _mm512_permutex2var_epi16(lo, idx, hi);
+  const __m512 lo = _mm512_maskz_loadu_ps(lo_mask, row + i);       // values i..i+15
+  const __m512 hi = _mm512_maskz_loadu_ps(hi_mask, row + i + 16);  // i+16..i+31
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lo fills the low 16 bf16 values
 }
 
 // acc[r][v] += pairs of weight row n0 + r against token vector v, over all K pairs; then the
@@ -112,13 +98,8 @@ void pack_bf16_pairs_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, i
         _mm512_store_si512(words[t], v);
       }
       const int64_t pairs = std::min<int64_t>(16, (k - i) / 2);
-      for (int64_t j = 0; j < pairs; ++j) {
-        const __m512i column =
-            _mm512_i32gather_epi32(_mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96,
-                                                    80, 64, 48, 32, 16, 0),
-                                   &words[0][j], 4);
-        _mm512_store_si512(block + (i / 2 + j) * 16, column);
-      }
+      for (int64_t j = 0; j < pairs; ++j)
+        for (int t = 0; t < 16; ++t) block[(i / 2 + j) * 16 + t] = words[t][j];
     }
   }
 }

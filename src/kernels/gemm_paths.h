@@ -57,8 +57,8 @@ void bf16x3_row_major_range_amx(const uint16_t* tiles, int64_t m, const uint16_t
 
 // The bf16-activation path (gemm_avx512_bf16.cpp; call only when cpu_features().avx512_bf16).
 // x rows [16 · block_begin, 16 · block_end) of [m, k] (row stride ldx, k even) rounded to bf16
-// as tensor::f32_to_bf16 does, packed as blocks of [k / 2][16 tokens] 32-bit pair words (the
-// even k in the low half), block b at out + b · 8 · k; rows at or past m are zero.
+// to nearest even (f32 denormals to zero), packed as blocks of [k / 2][16 tokens] 32-bit pair
+// words (the even k in the low half), block b at out + b · 8 · k; rows at or past m are zero.
 void pack_bf16_pairs_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin,
                             int64_t block_end, uint32_t* out);
 // y (row stride ldy) = packed x · Wᵀ for rows [n_begin, n_end) of the row-major BF16 w [N, k].
