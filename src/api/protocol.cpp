@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 
 #include "api/json_fields.h"
 
@@ -59,6 +61,46 @@ std::optional<ApiError> parse_logit_bias(const json& body, int64_t vocab_size,
   return std::nullopt;
 }
 
+// allowed_token_ids: every other token is masked. vLLM v1's checks and words.
+std::optional<ApiError> parse_allowed_token_ids(const json& body, int64_t vocab_size,
+                                                sched::SamplingParams* s) {
+  if (!body.contains("allowed_token_ids") || body["allowed_token_ids"].is_null())
+    return std::nullopt;
+  const json& a = body["allowed_token_ids"];
+  if (!a.is_array() ||
+      !std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_number_integer(); })) {
+    return bad_request("'allowed_token_ids' must be a list of token ids");
+  }
+  if (a.empty()) return bad_request("allowed_token_ids is not None and empty!");
+  for (const json& x : a) {
+    const bool in_vocab = !(x.is_number_unsigned() &&
+                            x.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) &&
+                          x.get<int64_t>() >= 0 && x.get<int64_t>() < vocab_size;
+    if (!in_vocab) return bad_request("allowed_token_ids contains out-of-vocab token id!");
+    s->allowed_token_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  std::sort(s->allowed_token_ids.begin(), s->allowed_token_ids.end());
+  s->allowed_token_ids.erase(std::unique(s->allowed_token_ids.begin(), s->allowed_token_ids.end()),
+                             s->allowed_token_ids.end());
+  return std::nullopt;
+}
+
+// Fields vLLM honours that chunkpipe cannot: refused by name rather than silently ignored.
+std::optional<ApiError> refuse_unsupported(const json& body) {
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                          "structural_tag", "structured_outputs"}) {
+    if (body.contains(key) && !body[key].is_null()) {
+      return bad_request(std::string("'") + key +
+                         "' is not supported: chunkpipe has no constrained decoding yet");
+    }
+  }
+  if (body.contains("logits_processors") && !body["logits_processors"].is_null()) {
+    return bad_request(
+        "'logits_processors' is not supported: chunkpipe runs no request-supplied code");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 json ApiError::body() const {
@@ -82,6 +124,9 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
     if (!so.is_object()) return bad_request("'stream_options' must be an object");
     if (!out->stream) return bad_request("Stream options can only be defined when `stream=True`.");
     if (auto e = read(so, "include_usage", &out->include_usage)) return e;
+    bool continuous = false;
+    if (auto e = read(so, "continuous_usage_stats", &continuous)) return e;
+    out->continuous_usage = continuous && out->include_usage;
   }
   if (auto e = read(body, "n", &out->n)) return e;
   if (out->n < 1) return bad_request("n must be at least 1, got " + std::to_string(out->n) + ".");
@@ -218,6 +263,8 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
   int prompt_logprobs = 0;
   if (auto e = read(body, "prompt_logprobs", &prompt_logprobs, &present)) return e;
   if (present) {
+    if (out->stream && (prompt_logprobs > 0 || prompt_logprobs == -1))
+      return bad_request("`prompt_logprobs` are not available when `stream=True`.");
     if (prompt_logprobs < 0) {
       return bad_request("prompt_logprobs must be non-negative, got " +
                          std::to_string(prompt_logprobs) +
@@ -231,7 +278,44 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
   } else if (out->echo && s.logprobs) {
     s.prompt_logprobs = s.logprobs;  // echo with logprobs scores the echoed prompt (vLLM)
   }
+  int64_t truncate = 0;
+  if (auto e = read(body, "truncate_prompt_tokens", &truncate, &present)) return e;
+  if (present) {
+    if (truncate == 0 || truncate < -1) {
+      return bad_request("truncate_prompt_tokens must be an integer >= 1 or -1, got " +
+                         std::to_string(truncate));
+    }
+    out->truncate_prompt_tokens = truncate;
+  }
+  if (auto e = parse_allowed_token_ids(body, vocab_size, &s)) return e;
+  if (body.contains("bad_words") && !body["bad_words"].is_null()) {
+    const json& bw = body["bad_words"];
+    if (!bw.is_array() ||
+        !std::all_of(bw.begin(), bw.end(), [](const json& x) { return x.is_string(); })) {
+      return bad_request("'bad_words' must be a list of strings");
+    }
+    out->bad_words = bw.get<std::vector<std::string>>();
+  }
+  return refuse_unsupported(body);
+}
+
+std::optional<ApiError> resolve_truncation(int64_t max_model_len, CommonRequestFields* out) {
+  if (!out->truncate_prompt_tokens) return std::nullopt;
+  int64_t& k = *out->truncate_prompt_tokens;
+  if (k == -1) k = max_model_len;
+  if (k > max_model_len) {
+    return bad_request("truncate_prompt_tokens value (" + std::to_string(k) +
+                       ") is greater than max_model_len (" + std::to_string(max_model_len) +
+                       "). Please, select a smaller truncation size.");
+  }
   return std::nullopt;
+}
+
+void truncate_prompt(int64_t keep, bool had_bos, std::vector<int32_t>* ids) {
+  const int64_t n = static_cast<int64_t>(ids->size());
+  if (keep <= 0 || n <= keep) return;
+  const int64_t first = had_bos ? 1 : 0;  // the BOS stays and counts toward keep
+  ids->erase(ids->begin() + first, ids->begin() + first + (n - keep));
 }
 
 std::optional<ApiError> resolve_max_tokens(int64_t n_prompt, int64_t max_model_len,

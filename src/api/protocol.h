@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,6 +29,8 @@ struct CommonRequestFields {
   std::string model;  // empty: the served model
   bool stream = false;
   bool include_usage = false;
+  // stream_options.continuous_usage_stats with include_usage: every chunk carries usage.
+  bool continuous_usage = false;
   int n = 1;
   sched::SamplingParams sampling;
   std::optional<int64_t> max_tokens;  // null: fill to max_model_len (chat) or 16 (completions)
@@ -38,6 +41,10 @@ struct CommonRequestFields {
   bool add_special_tokens = true;
   int top_logprobs = 0;  // chat: with logprobs=true
   bool want_logprobs = false;
+  // vLLM's truncate_prompt_tokens: keep the prompt's last k ids; -1 means max_model_len.
+  std::optional<int64_t> truncate_prompt_tokens;
+  std::vector<std::string>
+      bad_words;  // tokenized by the caller (SamplingParams.bad_words_token_ids)
 };
 
 enum class Endpoint { kCompletions, kChat };
@@ -58,6 +65,13 @@ std::optional<ApiError> resolve_max_tokens(int64_t num_prompt_tokens, int64_t ma
 // once (a long hostile prompt costs no tokenizer time; vLLM's message, with "at least").
 std::optional<ApiError> check_prompt_bytes(size_t text_bytes, size_t max_token_bytes,
                                            int64_t max_model_len);
+
+// truncate_prompt_tokens against the context (vLLM's message past it); -1 becomes max_model_len.
+std::optional<ApiError> resolve_truncation(int64_t max_model_len, CommonRequestFields* out);
+
+// Keeps a tokenized prompt's last `keep` ids. A BOS the tokenizer added stays first and counts
+// toward `keep`, as Hugging Face's left truncation leaves special tokens (`had_bos`).
+void truncate_prompt(int64_t keep, bool had_bos, std::vector<int32_t>* ids);
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 

@@ -31,6 +31,11 @@ struct SamplingParams {
   std::optional<int32_t> prompt_logprobs;
   bool skip_special_tokens = true;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
+  // Non-empty: every other token is masked (sorted, unique, in the vocabulary).
+  std::vector<int32_t> allowed_token_ids;
+  // vLLM's bad words as token sequences: a sequence's last token is masked whenever the output
+  // so far ends with the rest of it (a one-token word is always masked).
+  std::vector<std::vector<int32_t>> bad_words_token_ids;
   // stop_token_ids plus EOS unless ignore_eos (resolved by the engine at intake): the ids the
   // sampler masks while the output is shorter than min_tokens.
   std::vector<int32_t> all_stop_token_ids;

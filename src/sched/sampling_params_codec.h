@@ -34,6 +34,15 @@ void write_sampling_params(Writer& w, const SamplingParams& p) {
   w.template put<int32_t>(p.prompt_logprobs.value_or(-1));
   w.put_pairs(p.logit_bias);
   w.put_vector(p.all_stop_token_ids);
+  w.put_vector(p.allowed_token_ids);
+  // Bad words as their lengths, then every id in order.
+  std::vector<int32_t> lengths, ids;
+  for (const auto& word : p.bad_words_token_ids) {
+    lengths.push_back(static_cast<int32_t>(word.size()));
+    ids.insert(ids.end(), word.begin(), word.end());
+  }
+  w.put_vector(lengths);
+  w.put_vector(ids);
 }
 
 // False when the bytes run out or do not fit together.
@@ -69,7 +78,19 @@ bool read_sampling_params(Reader& r, SamplingParams* p) {
   if (prompt_logprobs >= 0) p->prompt_logprobs = prompt_logprobs;
   r.get_pairs(&p->logit_bias);
   r.get_vector(&p->all_stop_token_ids);
-  return r.ok();
+  r.get_vector(&p->allowed_token_ids);
+  std::vector<int32_t> lengths, ids;
+  r.get_vector(&lengths);
+  r.get_vector(&ids);
+  if (!r.ok()) return false;
+  p->bad_words_token_ids.clear();
+  size_t at = 0;
+  for (int32_t n : lengths) {
+    if (n < 0 || size_t(n) > ids.size() - at) return false;
+    p->bad_words_token_ids.emplace_back(ids.begin() + at, ids.begin() + at + n);
+    at += size_t(n);
+  }
+  return at == ids.size();
 }
 
 template <typename Writer>

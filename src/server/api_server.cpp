@@ -88,6 +88,24 @@ std::optional<api::ApiError> read_template_kwargs(const json& body, json* out) {
   return std::nullopt;
 }
 
+// vLLM's bad words as token sequences: each word without its leading whitespace, plus the
+// form after a space when that tokenizes to as many ids with a different first id.
+std::vector<std::vector<int32_t>> bad_words_token_ids(const tokenizer::Tokenizer& tokenizer,
+                                                      const std::vector<std::string>& words) {
+  std::vector<std::vector<int32_t>> out;
+  for (const std::string& word : words) {
+    const size_t start = word.find_first_not_of(" \t\n\r\f\v");
+    const std::string bare = start == std::string::npos ? "" : word.substr(start);
+    std::vector<int32_t> plain = tokenizer.encode(bare, false);
+    if (plain.empty()) continue;  // nothing to ban
+    std::vector<int32_t> spaced = tokenizer.encode(" " + bare, false);
+    const bool add_spaced = spaced.size() == plain.size() && spaced.front() != plain.front();
+    out.push_back(std::move(plain));
+    if (add_spaced) out.push_back(std::move(spaced));
+  }
+  return out;
+}
+
 }  // namespace
 
 common::Result<std::string> ApiServer::render_chat(
@@ -376,6 +394,14 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   if (!f.model.empty() && std::find(names.begin(), names.end(), f.model) == names.end()) {
     return fail(api::not_found_error("The model `" + f.model + "` does not exist."));
   }
+  if (auto e = api::resolve_truncation(config_.max_model_len, &f)) return fail(*e);
+  f.sampling.bad_words_token_ids = bad_words_token_ids(tokenizer_, f.bad_words);
+  // A prompt past the context by its bytes alone is refused before tokenizing, unless the
+  // request truncates it (the body-size limit bounds the tokenizer's work then).
+  auto check_prompt_bytes = [&](size_t bytes) -> std::optional<api::ApiError> {
+    if (f.truncate_prompt_tokens) return std::nullopt;
+    return api::check_prompt_bytes(bytes, tokenizer_.max_token_bytes(), config_.max_model_len);
+  };
 
   // Tool calling (chat only): which parser reads the output, if any.
   std::string tool_parser;
@@ -424,10 +450,11 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
                (kw.contains("enable_thinking") && kw["enable_thinking"] == true);
     auto text = render_chat(body, o);
     if (!text.ok()) return fail(api::bad_request(text.status().message()));
-    if (auto e = api::check_prompt_bytes(text->size(), tokenizer_.max_token_bytes(),
-                                         config_.max_model_len))
-      return fail(*e);
-    prompts.push_back(tokenizer_.encode(*text, f.add_special_tokens && tokenizer_.add_bos_token()));
+    if (auto e = check_prompt_bytes(text->size())) return fail(*e);
+    const bool bos = f.add_special_tokens && tokenizer_.add_bos_token();
+    prompts.push_back(tokenizer_.encode(*text, bos));
+    if (f.truncate_prompt_tokens)
+      api::truncate_prompt(*f.truncate_prompt_tokens, bos, &prompts.back());
     prompt_texts.push_back(*text);
   } else {
     std::vector<api::PromptInput> inputs;
@@ -437,19 +464,22 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
     if (auto e = api::parse_completion_prompts(body, vocab, &inputs)) return fail(*e);
     for (const api::PromptInput& in : inputs) {
       if (!in.is_text) continue;
-      if (auto e = api::check_prompt_bytes(in.text.size(), tokenizer_.max_token_bytes(),
-                                           config_.max_model_len))
-        return fail(*e);
+      if (auto e = check_prompt_bytes(in.text.size())) return fail(*e);
     }
+    const bool bos = f.add_special_tokens && tokenizer_.add_bos_token();
     for (api::PromptInput& in : inputs) {
       if (in.is_text) {
-        prompts.push_back(
-            tokenizer_.encode(in.text, f.add_special_tokens && tokenizer_.add_bos_token()));
-        prompt_texts.push_back(std::move(in.text));
+        prompts.push_back(tokenizer_.encode(in.text, bos));
       } else {
-        prompt_texts.push_back(tokenizer::sanitize_utf8(tokenizer_.decode(in.token_ids)));
         prompts.push_back(std::move(in.token_ids));
       }
+      if (f.truncate_prompt_tokens) {
+        api::truncate_prompt(*f.truncate_prompt_tokens, in.is_text && bos, &prompts.back());
+      }
+      // Echo repeats a text prompt as sent, truncated or not (vLLM); ids are decoded.
+      prompt_texts.push_back(in.is_text
+                                 ? std::move(in.text)
+                                 : tokenizer::sanitize_utf8(tokenizer_.decode(prompts.back())));
     }
   }
   // Validate every prompt before queueing anything.
@@ -478,6 +508,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   plan.chat = chat;
   plan.stream = f.stream;
   plan.include_usage = f.include_usage;
+  plan.continuous_usage = f.continuous_usage;
   plan.want_logprobs = f.want_logprobs;
   plan.want_prompt_logprobs = f.sampling.prompt_logprobs.has_value();
   plan.echo = f.echo;

@@ -72,6 +72,7 @@ void GenerateSession::begin() {
       }
       for (size_t i = 0; i < choices.size(); ++i) {
         json chunk = chunk_envelope(json::array({choices[i]}));
+        if (plan_.continuous_usage) chunk["usage"] = chunk_usage(i);
         // vLLM's return_token_ids: the stream's first chunk carries the prompt's ids.
         if (plan_.return_token_ids && i == 0)
           chunk["prompt_token_ids"] = plan_.choices[0].prompt_token_ids;
@@ -264,7 +265,18 @@ void GenerateSession::stream_delta(size_t index, const engine::RequestOutput& o,
       c.sent_prompt_ids = true;
     }
   }
-  send_chunk(chunk_envelope(json::array({choice})));
+  json chunk = chunk_envelope(json::array({choice}));
+  if (plan_.continuous_usage) chunk["usage"] = chunk_usage(index);
+  send_chunk(chunk);
+}
+
+json GenerateSession::chunk_usage(size_t index) const {
+  // vLLM: the choice's prompt and its tokens so far. Completion chunks are dumped with unset
+  // fields, so their usage keeps "prompt_tokens_details": null; chat chunks drop it.
+  const GenerateChoice& c = plan_.choices[index];
+  json usage = api::usage_json(c.prompt_tokens, c.completion_tokens);
+  if (plan_.chat) usage.erase("prompt_tokens_details");
+  return usage;
 }
 
 void GenerateSession::send_stream_end() {

@@ -52,6 +52,7 @@ struct GeneratePlan {
   bool chat = false;
   bool stream = false;
   bool include_usage = false;
+  bool continuous_usage = false;  // usage on every chunk (stream_options.continuous_usage_stats)
   bool want_logprobs = false;
   bool want_prompt_logprobs = false;
   bool echo = false;                     // completions: the prompt leads each choice
@@ -98,6 +99,8 @@ class GenerateSession : public std::enable_shared_from_this<GenerateSession> {
   // logprob (api::completion_logprobs_json's NaN), ahead of the generated ones.
   void add_echo_logprobs(GenerateChoice& c) const;
   nlohmann::json chunk_envelope(nlohmann::json choices) const;
+  // The usage a chunk of choice `index` carries under continuous_usage_stats.
+  nlohmann::json chunk_usage(size_t index) const;
 
   engine::EngineClient& engine_;
   const tokenizer::Tokenizer& tokenizer_;

@@ -19,11 +19,38 @@ void log_softmax(std::span<const float> logits, std::vector<float>* out) {
   for (size_t i = 0; i < logits.size(); ++i) (*out)[i] = logits[i] - lse;
 }
 
-// logit_bias (a logits processor, before the penalties, as in vLLM v1), the penalties and the
-// min_tokens masking of stop tokens, in place.
+// allowed_token_ids: everything else becomes -inf. The ids are sorted.
+void mask_all_but(std::span<float> logits, const std::vector<int32_t>& allowed) {
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  int64_t next = 0;
+  for (int32_t id : allowed) {
+    const int64_t end = std::min<int64_t>(id, static_cast<int64_t>(logits.size()));
+    for (; next < end; ++next) logits[next] = kMasked;
+    next = std::max<int64_t>(next, int64_t(id) + 1);
+  }
+  for (; next < static_cast<int64_t>(logits.size()); ++next) logits[next] = kMasked;
+}
+
+// vLLM v1's bad words: a word's last token is masked when the output ends with the rest of it.
+void mask_bad_words(std::span<float> logits, const std::vector<std::vector<int32_t>>& words,
+                    std::span<const int32_t> output) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  for (const auto& word : words) {
+    if (word.empty() || word.size() > output.size() + 1) continue;
+    const size_t prefix = word.size() - 1;
+    if (!std::equal(word.begin(), word.begin() + prefix, output.end() - prefix)) continue;
+    const int32_t last = word.back();
+    if (last >= 0 && last < V) logits[last] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+// allowed_token_ids and bad words (masks), logit_bias (a logits processor, before the
+// penalties, as in vLLM v1), the penalties and the min_tokens masking of stop tokens, in place.
 void apply_logits_processors(std::span<float> logits, const sched::SamplingParams& p,
                              const TokenHistory& history) {
   const int64_t V = static_cast<int64_t>(logits.size());
+  if (!p.allowed_token_ids.empty()) mask_all_but(logits, p.allowed_token_ids);
+  mask_bad_words(logits, p.bad_words_token_ids, history.output_token_ids);
   for (const auto& [t, bias] : p.logit_bias) {
     if (t >= 0 && t < V) logits[t] += bias;
   }
@@ -43,9 +70,24 @@ void apply_logits_processors(std::span<float> logits, const sched::SamplingParam
       logits[t] -= static_cast<float>(p.frequency_penalty * c + p.presence_penalty);
     }
   }
-  if (static_cast<int64_t>(history.output_token_ids.size()) < p.min_tokens) {
+  const bool masking_stops = static_cast<int64_t>(history.output_token_ids.size()) < p.min_tokens;
+  if (masking_stops) {
     for (int32_t t : p.all_stop_token_ids) {
       if (t >= 0 && t < V) logits[t] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  // Masks that contradict each other (allowed_token_ids = [EOS] under min_tokens, an allowed
+  // token that is also a bad word) leave nothing to sample: fall back to a uniform choice
+  // among the allowed tokens (the whole vocabulary without a list) instead of NaN weights.
+  const bool masked =
+      !p.allowed_token_ids.empty() || !p.bad_words_token_ids.empty() || masking_stops;
+  if (masked &&
+      *std::max_element(logits.begin(), logits.end()) == -std::numeric_limits<float>::infinity()) {
+    if (p.allowed_token_ids.empty()) {
+      std::fill(logits.begin(), logits.end(), 0.0f);
+    } else {
+      for (int32_t t : p.allowed_token_ids)
+        if (t >= 0 && t < V) logits[t] = 0.0f;
     }
   }
 }

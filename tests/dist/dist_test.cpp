@@ -157,6 +157,8 @@ TEST(StageProtocolTest, StepRoundTripsAndTruncationIsRejected) {
   p.seed = 0xfeedbeefcafeULL;
   p.all_stop_token_ids = {2};
   p.logit_bias = {{7, -1.5f}};
+  p.allowed_token_ids = {2, 7, 9};
+  p.bad_words_token_ids = {{1, 2}, {3}};
   fresh.new_block_ids = {4, 5};
   fresh.num_scheduled_tokens = 3;
   fresh.samples = true;
@@ -200,6 +202,8 @@ TEST(StageProtocolTest, StepRoundTripsAndTruncationIsRejected) {
   EXPECT_EQ(a.new_request->sampling.seed, std::optional<uint64_t>(0xfeedbeefcafeULL));
   EXPECT_EQ(a.new_request->sampling.all_stop_token_ids, (std::vector<int32_t>{2}));
   ASSERT_EQ(a.new_request->sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(a.new_request->sampling.allowed_token_ids, p.allowed_token_ids);
+  EXPECT_EQ(a.new_request->sampling.bad_words_token_ids, p.bad_words_token_ids);
   EXPECT_EQ(a.new_block_ids, (std::vector<int32_t>{4, 5}));
   EXPECT_TRUE(a.samples);
   EXPECT_FALSE(a.resumed_from_preemption);

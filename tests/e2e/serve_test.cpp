@@ -603,6 +603,112 @@ TEST_F(ServeTest, Bf16DtypeReachesEveryStage) {
       << refused.out;
 }
 
+// allowed_token_ids, bad_words and truncate_prompt_tokens act on the tokens (through a
+// two-stage pipeline, so the step message carries them), and continuous_usage_stats puts each
+// choice's usage on every chunk.
+TEST_F(ServeTest, SamplingFieldsActThroughThePipeline) {
+  auto flags = base_flags();
+  flags.insert(flags.end(), {"--api-key", kKey, "--pipeline-parallel-size", "2"});
+  e2e::ServerProcess s(model_dir(), flags, "/tmp/chunkpipe_e2e_sampling_fields.log");
+  ASSERT_TRUE(s.ready());
+  auto ids_of = [&](const json& body) {
+    const Response r = post(s, "/v1/completions", body.dump());
+    EXPECT_EQ(r.status, 200) << body.dump() << ": " << r.raw;
+    return r.status == 200 ? r.body["choices"][0]["token_ids"].get<std::vector<int32_t>>()
+                           : std::vector<int32_t>{};
+  };
+  const json base = {{"prompt", "The future of AI is"},
+                     {"max_tokens", 6},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"return_token_ids", true}};
+  const std::vector<int32_t> greedy = ids_of(base);
+  ASSERT_EQ(greedy.size(), 6u);
+
+  json allowed = base;
+  allowed["allowed_token_ids"] = {300, 301, 302};
+  allowed["temperature"] = 1.0;
+  allowed["seed"] = 5;
+  for (int32_t id : ids_of(allowed)) EXPECT_TRUE(id >= 300 && id <= 302) << id;
+
+  // Ban a greedy token by its text, as vLLM reads bad words (the word without its leading
+  // spaces, and after one space when that is as many ids): the output departs right there.
+  auto tokenize = [&](const std::string& text) {
+    const Response r =
+        post(s, "/tokenize", json{{"prompt", text}, {"add_special_tokens", false}}.dump());
+    return r.body["tokens"].get<std::vector<int32_t>>();
+  };
+  bool banned_one = false;
+  for (size_t j = 0; j < greedy.size() && !banned_one; ++j) {
+    const Response word = post(s, "/detokenize", json{{"tokens", {greedy[j]}}}.dump());
+    ASSERT_EQ(word.status, 200) << word.raw;
+    const std::string text = word.body["prompt"];
+    const size_t start = text.find_first_not_of(' ');
+    if (start == std::string::npos) continue;
+    const auto bare = tokenize(text.substr(start)), spaced = tokenize(" " + text.substr(start));
+    const std::vector<int32_t> one = {greedy[j]};
+    if (bare != one && !(spaced == one && bare.size() == 1)) continue;
+    banned_one = true;
+    json banned = base;
+    banned["bad_words"] = {text};
+    const std::vector<int32_t> without = ids_of(banned);
+    ASSERT_EQ(without.size(), greedy.size());
+    EXPECT_EQ(std::vector<int32_t>(without.begin(), without.begin() + long(j)),
+              std::vector<int32_t>(greedy.begin(), greedy.begin() + long(j)));
+    for (int32_t id : without) EXPECT_NE(id, greedy[j]) << "the bad word was generated";
+  }
+  EXPECT_TRUE(banned_one) << "no greedy token is a one-token word: pick another prompt";
+
+  // Truncation keeps the BOS and the prompt's last ids: the same as sending those ids.
+  const Response full =
+      post(s, "/tokenize", json{{"prompt", "one two three four five six"}}.dump());
+  ASSERT_EQ(full.status, 200);
+  const auto all = full.body["tokens"].get<std::vector<int32_t>>();
+  ASSERT_GE(all.size(), 5u);
+  json cut = base;
+  cut["prompt"] = "one two three four five six";
+  cut["truncate_prompt_tokens"] = 3;
+  json kept = base;
+  kept["prompt"] = {all[0], all[all.size() - 2], all.back()};
+  const Response truncated = post(s, "/v1/completions", cut.dump());
+  ASSERT_EQ(truncated.status, 200) << truncated.raw;
+  EXPECT_EQ(truncated.body["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(truncated.body["choices"][0]["token_ids"].get<std::vector<int32_t>>(), ids_of(kept));
+  cut["truncate_prompt_tokens"] = 100000;
+  EXPECT_EQ(post(s, "/v1/completions", cut.dump()).status, 400);
+
+  // Continuous usage: each choice's count so far on every chunk, then the total.
+  const Response streamed =
+      post(s, "/v1/chat/completions",
+           json{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                {"max_tokens", 3},
+                {"ignore_eos", true},
+                {"n", 2},
+                {"stream", true},
+                {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}}
+               .dump());
+  ASSERT_EQ(streamed.status, 200) << streamed.raw;
+  int done = 0;
+  const auto events = sse_events(streamed.raw, &done);
+  ASSERT_EQ(events.size(), 2u + 2u * 3u + 1u);  // role chunks, tokens, usage
+  std::map<int, int> seen;
+  int64_t prompt_tokens = 0;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json& e = events[i];
+    ASSERT_TRUE(e["usage"].is_object()) << e.dump();
+    const int index = e["choices"][0]["index"];
+    if (i >= 2) ++seen[index];  // a token chunk counts its own token; role chunks count 0
+    EXPECT_EQ(e["usage"]["completion_tokens"], seen[index]) << e.dump();
+    prompt_tokens = e["usage"]["prompt_tokens"];
+    EXPECT_EQ(e["usage"]["total_tokens"], prompt_tokens + seen[index]);
+  }
+  EXPECT_EQ(seen[0], 3);
+  EXPECT_EQ(seen[1], 3);
+  EXPECT_TRUE(events.back()["choices"].empty());
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(s.stop(), 0);
+}
+
 // A request's own chat template is refused, in both places a client can put it, unless the
 // server runs with --trust-request-chat-template, which then renders the messages with it.
 TEST_F(ServeTest, RequestChatTemplateNeedsTrust) {

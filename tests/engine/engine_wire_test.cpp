@@ -23,6 +23,8 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   q.sampling.logprobs = 2;
   q.sampling.prompt_logprobs = 0;
   q.sampling.logit_bias = {{5, -100.0f}};
+  q.sampling.allowed_token_ids = {4, 9};
+  q.sampling.bad_words_token_ids = {{7}, {1, 2, 3}};
   q.sampling_key = "cmpl-abc-0";
   const auto bytes = engine::encode_request(q);
   auto back = engine::decode_request(bytes);
@@ -36,6 +38,8 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   EXPECT_EQ(back->sampling.logprobs, std::optional<int32_t>(2));
   EXPECT_EQ(back->sampling.prompt_logprobs, std::optional<int32_t>(0));
   EXPECT_EQ(back->sampling.logit_bias, q.sampling.logit_bias);
+  EXPECT_EQ(back->sampling.allowed_token_ids, q.sampling.allowed_token_ids);
+  EXPECT_EQ(back->sampling.bad_words_token_ids, q.sampling.bad_words_token_ids);
   EXPECT_EQ(back->sampling_key, "cmpl-abc-0");
   for (size_t cut : {size_t{0}, bytes.size() / 2, bytes.size() - 1}) {
     EXPECT_FALSE(engine::decode_request({bytes.begin(), bytes.begin() + long(cut)}).ok()) << cut;

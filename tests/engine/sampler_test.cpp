@@ -1,5 +1,5 @@
 // Sampler semantics: greedy, seeded reproducibility, top-k / top-p / min-p cuts, penalties,
-// min_tokens masking and top logprobs.
+// min_tokens masking, allowed_token_ids and bad words, and top logprobs.
 #include "worker/sampler.h"
 
 #include <gtest/gtest.h>
@@ -97,6 +97,54 @@ TEST(SamplerTest, PenaltiesAndMinTokens) {
   logits = {0.0f, 5.0f, 1.0f, 0.0f};
   const std::vector<int32_t> eos = {1};
   EXPECT_EQ(sample(logits, r, eos, rng).token, 2);  // EOS masked before min_tokens
+}
+
+TEST(SamplerTest, AllowedTokenIdsLimitTheSupport) {
+  sched::SamplingParams p;
+  p.temperature = 1.0;
+  p.allowed_token_ids = {2, 5};
+  auto r = request_with(p);
+  std::mt19937_64 rng(3);
+  std::set<int32_t> seen;
+  for (int i = 0; i < 200; ++i) {
+    std::vector<float> logits = {9.0f, 8.0f, 0.0f, 7.0f, 6.0f, 0.5f, 5.0f};
+    seen.insert(sample(logits, r, {}, rng).token);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{2, 5})) << "only the allowed ids, and both of them";
+  p.temperature = 0;
+  r = request_with(p);
+  std::vector<float> logits = {9.0f, 8.0f, 0.0f, 7.0f, 6.0f, 0.5f, 5.0f};
+  EXPECT_EQ(sample(logits, r, {}, rng).token, 5);
+  EXPECT_TRUE(std::isinf(logits[0]) && logits[0] < 0) << "the others are masked in place";
+  // Masks that leave nothing (the only allowed id is EOS, under min_tokens): a uniform choice
+  // among the allowed ids, not NaN weights.
+  p.temperature = 1.0;
+  p.allowed_token_ids = {1};
+  p.min_tokens = 3;
+  r = request_with(p);
+  logits = {0.0f, 5.0f, 1.0f, 0.0f};
+  EXPECT_EQ(sample(logits, r, {1}, rng).token, 1);
+}
+
+TEST(SamplerTest, BadWordsMaskTheirLastTokenAfterTheirPrefix) {
+  sched::SamplingParams p;
+  p.temperature = 0;
+  p.bad_words_token_ids = {{3}, {1, 2}};  // 3 always; 2 only right after a 1
+  auto r = request_with(p);
+  std::mt19937_64 rng(1);
+  std::vector<float> logits = {0.0f, 0.5f, 2.0f, 3.0f};
+  EXPECT_EQ(sample(logits, r, {}, rng).token, 2) << "no 1 before: 2 stays allowed";
+  r.output_token_ids = {0, 1};
+  logits = {0.0f, 0.5f, 2.0f, 3.0f};
+  EXPECT_EQ(sample(logits, r, {}, rng).token, 1) << "after a 1, both 3 and 2 are banned";
+  r.output_token_ids = {1, 0};
+  logits = {0.0f, 0.5f, 2.0f, 3.0f};
+  EXPECT_EQ(sample(logits, r, {}, rng).token, 2) << "the prefix must end the output";
+  // The prompt is not the output: a prefix only in the prompt bans nothing.
+  r.prompt_token_ids = {0, 1};
+  r.output_token_ids = {};
+  logits = {0.0f, 0.5f, 2.0f, 3.0f};
+  EXPECT_EQ(sample(logits, r, {}, rng).token, 2);
 }
 
 TEST(SamplerTest, TopLogprobsAreNormalizedAndSorted) {

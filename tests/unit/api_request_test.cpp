@@ -122,6 +122,84 @@ TEST(PromptLogprobsRequestTest, FieldsAndErrors) {
   EXPECT_EQ(e->message, "suffix is not currently supported");
 }
 
+// Fields vLLM honours that used to be ignored: streaming refusals, continuous usage,
+// truncate_prompt_tokens, allowed_token_ids, bad words and the constrained-decoding fields.
+TEST(SamplingFieldsRequestTest, ParsedOrRefusedByName) {
+  auto parse = [](const json& body, api::CommonRequestFields* f) {
+    return api::parse_common_fields(body, api::Endpoint::kCompletions, 20, 1000, f);
+  };
+  auto refusal = [&](const json& body) {
+    api::CommonRequestFields f;
+    auto e = parse(body, &f);
+    return e ? e->message : std::string("accepted");
+  };
+  EXPECT_EQ(refusal({{"stream", true}, {"prompt_logprobs", 1}}),
+            "`prompt_logprobs` are not available when `stream=True`.");
+  EXPECT_EQ(refusal({{"stream", true}, {"prompt_logprobs", 0}}), "accepted");
+  api::CommonRequestFields f;
+  ASSERT_FALSE(
+      parse({{"stream", true},
+             {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}},
+            &f));
+  EXPECT_TRUE(f.continuous_usage);
+  f = {};
+  ASSERT_FALSE(
+      parse({{"stream", true}, {"stream_options", {{"continuous_usage_stats", true}}}}, &f));
+  EXPECT_FALSE(f.continuous_usage) << "continuous usage needs include_usage, as in vLLM";
+
+  EXPECT_EQ(refusal({{"truncate_prompt_tokens", 0}}),
+            "truncate_prompt_tokens must be an integer >= 1 or -1, got 0");
+  EXPECT_EQ(refusal({{"truncate_prompt_tokens", -2}}),
+            "truncate_prompt_tokens must be an integer >= 1 or -1, got -2");
+  f = {};
+  ASSERT_FALSE(parse({{"truncate_prompt_tokens", -1}}, &f));
+  ASSERT_FALSE(api::resolve_truncation(64, &f));
+  EXPECT_EQ(f.truncate_prompt_tokens, std::optional<int64_t>(64)) << "-1 is max_model_len";
+  f = {};
+  ASSERT_FALSE(parse({{"truncate_prompt_tokens", 65}}, &f));
+  auto e = api::resolve_truncation(64, &f);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message,
+            "truncate_prompt_tokens value (65) is greater than max_model_len (64). Please, "
+            "select a smaller truncation size.");
+
+  f = {};
+  ASSERT_FALSE(parse({{"allowed_token_ids", {9, 3, 9}}}, &f));
+  EXPECT_EQ(f.sampling.allowed_token_ids, (std::vector<int32_t>{3, 9}));
+  EXPECT_EQ(refusal({{"allowed_token_ids", json::array()}}),
+            "allowed_token_ids is not None and empty!");
+  EXPECT_EQ(refusal({{"allowed_token_ids", {1000}}}),
+            "allowed_token_ids contains out-of-vocab token id!");
+  EXPECT_EQ(refusal({{"allowed_token_ids", {-1}}}),
+            "allowed_token_ids contains out-of-vocab token id!");
+  EXPECT_EQ(refusal({{"allowed_token_ids", "1"}}),
+            "'allowed_token_ids' must be a list of token ids");
+  f = {};
+  ASSERT_FALSE(parse({{"bad_words", {"foo", " bar"}}}, &f));
+  EXPECT_EQ(f.bad_words, (std::vector<std::string>{"foo", " bar"}));
+  EXPECT_EQ(refusal({{"bad_words", {1}}}), "'bad_words' must be a list of strings");
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                          "structural_tag", "structured_outputs"}) {
+    EXPECT_EQ(
+        refusal({{key, {{"type", "object"}}}}),
+        std::string("'") + key + "' is not supported: chunkpipe has no constrained decoding yet");
+    EXPECT_EQ(refusal({{key, nullptr}}), "accepted") << key;
+  }
+  EXPECT_NE(refusal({{"logits_processors", {"x"}}}).find("logits_processors"), std::string::npos);
+}
+
+TEST(SamplingFieldsRequestTest, TruncationKeepsTheLastIdsAndTheBos) {
+  std::vector<int32_t> ids = {0, 10, 11, 12, 13};
+  api::truncate_prompt(3, /*had_bos=*/true, &ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 12, 13}));
+  ids = {10, 11, 12, 13};
+  api::truncate_prompt(3, /*had_bos=*/false, &ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{11, 12, 13}));
+  ids = {10, 11};
+  api::truncate_prompt(3, false, &ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{10, 11})) << "shorter prompts are left alone";
+}
+
 TEST(ResponseTest, EchoedAndPromptLogprobLayouts) {
   const api::TokenText text = [](int32_t id) { return id == 5 ? std::string("é!") : "t"; };
   const float nan = std::numeric_limits<float>::quiet_NaN();
