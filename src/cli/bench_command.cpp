@@ -22,6 +22,7 @@
 #include "bench/report.h"
 #include "bench/serve_run.h"
 #include "bench/summary.h"
+#include "cli/activation_dtype.h"
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
 #include "cli/engine_sizing.h"
@@ -378,11 +379,14 @@ void add_engine_flags(ArgParser& p) {
   p.add_option("threads", "CPU threads",
                std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   p.add_option("seed", "random seed", "0");
+  add_dtype_option(p);
   p.add_option("output-json", "write the figures as JSON here");
 }
 
-common::Result<LocalEngine> start_engine(const ArgParser& p) {
+common::Result<LocalEngine> start_engine(const ArgParser& p,
+                                         kernels::ActivationPrecision precision) {
   LocalEngine e;
+  kernels::set_activation_precision(precision);  // process-wide, before the first forward
   CP_ASSIGN_OR_RETURN(e.model,
                       model::DeepseekV3Model::load(p.positional("MODEL"), {.load_mtp = false}));
   CP_ASSIGN_OR_RETURN(
@@ -477,7 +481,9 @@ int run_bench_latency(int argc, char** argv) {
   for (const auto* r : {&in, &out, &batch, &warm, &iters}) {
     if (!r->ok()) return fail(p, "latency", r->status(), true);
   }
-  auto e = start_engine(p);
+  auto precision = parse_dtype_option(p);
+  if (!precision.ok()) return fail(p, "latency", precision.status(), true);
+  auto e = start_engine(p, *precision);
   if (!e.ok()) return fail(p, "latency", e.status(), false);
   const auto prompts = random_prompts(
       *batch, *in, static_cast<int32_t>(std::min<int64_t>(e->model->config().vocab_size, 128000)),
@@ -529,7 +535,9 @@ int run_bench_throughput(int argc, char** argv) {
   for (const auto* r : {&in, &out, &n}) {
     if (!r->ok()) return fail(p, "throughput", r->status(), true);
   }
-  auto e = start_engine(p);
+  auto precision = parse_dtype_option(p);
+  if (!precision.ok()) return fail(p, "throughput", precision.status(), true);
+  auto e = start_engine(p, *precision);
   if (!e.ok()) return fail(p, "throughput", e.status(), false);
   const auto prompts = random_prompts(
       *n, *in, static_cast<int32_t>(std::min<int64_t>(e->model->config().vocab_size, 128000)), 1);

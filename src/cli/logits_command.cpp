@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/activation_dtype.h"
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
 #include "common/thread_pool.h"
@@ -72,6 +73,7 @@ int run_logits_command(int argc, char** argv) {
   p.add_option("threads", "worker threads",
                std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   p.add_option("out", "write the JSON here instead of stdout");
+  add_dtype_option(p);
   if (auto st = p.parse(argc, argv, 2); !st.ok()) {
     std::fprintf(stderr, "%s\nchunkpipe logits: error: %s\n", p.usage().c_str(),
                  st.message().c_str());
@@ -94,6 +96,9 @@ int run_logits_command(int argc, char** argv) {
   if (!chunk.ok()) return fail(chunk.status(), 2);
   if (!threads.ok()) return fail(threads.status(), 2);
   if (!block_size.ok()) return fail(block_size.status(), 2);
+  auto precision = parse_dtype_option(p);
+  if (!precision.ok()) return fail(precision.status(), 2);
+  kernels::set_activation_precision(*precision);
   model::SequenceLogitsOptions opts;
   opts.chunk_size = *chunk;
   opts.all_logits = p.flag("all");
@@ -122,7 +127,7 @@ int run_logits_command(int argc, char** argv) {
   out["ids"] = *ids;
   out["n_tokens"] = ids->size();
   out["vocab_size"] = r.vocab_size;
-  out["dtype"] = "float32";
+  out["dtype"] = dtype_name(*precision);  // of the activations; the logits are f32
   out["last_argmax"] = argmax(r.last_logits);
   std::vector<int> order(r.last_logits.size());
   std::iota(order.begin(), order.end(), 0);

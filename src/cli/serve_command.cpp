@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/activation_dtype.h"
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
 #include "cli/data_parallel.h"
@@ -109,10 +110,7 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("tokenizer", "tokenizer directory (default: the model directory)");
   p.add_option("max-logprobs", "maximum logprobs / top_logprobs per token", "20");
   p.add_option("swap-space", "CPU swap space in GiB (no meaning on CPU)");
-  p.add_option("dtype",
-               "activation dtype: auto and float32 keep f32 activations (exact to the reference); "
-               "bfloat16 rounds the activations entering BF16-weight linears to bf16",
-               "auto");
+  add_dtype_option(p);
   p.add_option("generation-config", "auto or vllm", "auto");
   p.add_option("tool-call-parser", "tool call parser: deepseek_v3 or deepseek_v31");
   p.add_flag("enable-auto-tool-choice", "let the model call tools (tool_choice \"auto\")");
@@ -458,18 +456,11 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     }
   }
   {
-    const std::string dtype = *p.option("dtype");
-    if (dtype == "bfloat16") {
-      plan->bf16_activations = true;
+    CP_ASSIGN_OR_RETURN(const kernels::ActivationPrecision precision, parse_dtype_option(p));
+    plan->bf16_activations = precision == kernels::ActivationPrecision::kBf16;
+    if (plan->bf16_activations) {
       LOG(INFO) << "--dtype bfloat16: activations are rounded to bf16 before every BF16-weight "
                    "linear layer (attention and norms stay float32)";
-    } else if (dtype == "half" || dtype == "float16") {
-      return common::invalid_argument("--dtype " + dtype +
-                                      " is not supported on CPU; use bfloat16 or float32");
-    } else if (dtype != "auto" && dtype != "float" && dtype != "float32") {
-      return common::invalid_argument(
-          "argument --dtype: invalid choice: '" + dtype +
-          "' (choose from 'auto', 'half', 'float16', 'bfloat16', 'float', 'float32')");
     }
   }
 

@@ -4,7 +4,9 @@
 
 #include "command.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -56,6 +58,37 @@ TEST(LogitsCommandTest, UsageErrorsNameTheProblem) {
   r = run("serve-nothing");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.out.find("unknown command 'serve-nothing'"), std::string::npos);
+}
+
+// --dtype means the same on every command that builds an engine: bfloat16 rounds what enters
+// the BF16 checkpoint's linears (the logits move, a little), float16 is refused by name.
+TEST(LogitsCommandTest, DtypeIsSharedWithServe) {
+  CommandResult f32 = run("logits " + kModel + " --ids 0,5,17,42 --threads 1");
+  CommandResult bf16 = run("logits " + kModel + " --ids 0,5,17,42 --threads 1 --dtype bfloat16");
+  ASSERT_EQ(f32.exit_code, 0) << f32.out;
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.out;
+  const auto a = nlohmann::json::parse(f32.out), b = nlohmann::json::parse(bf16.out);
+  EXPECT_EQ(a["dtype"], "float32");
+  EXPECT_EQ(b["dtype"], "bfloat16");
+  double moved = 0;
+  for (size_t i = 0; i < a["last_logits"].size(); ++i) {
+    moved = std::max(
+        moved, std::abs(a["last_logits"][i].get<double>() - b["last_logits"][i].get<double>()));
+  }
+  EXPECT_GT(moved, 1e-5) << "--dtype bfloat16 did not reach the kernels";
+  EXPECT_LT(moved, 0.1) << "bf16 rounding moves logits by far less than this";
+  for (const std::string& cmd :
+       {"logits " + kModel + " --ids 1", "bench latency " + kModel, "bench throughput " + kModel}) {
+    CommandResult r = run(cmd + " --dtype float16");
+    EXPECT_EQ(r.exit_code, 2) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("--dtype float16 is not supported on CPU; use bfloat16 or float32"),
+              std::string::npos)
+        << cmd << ": " << r.out;
+    r = run(cmd + " --dtype fp64");
+    EXPECT_EQ(r.exit_code, 2) << cmd;
+    EXPECT_NE(r.out.find("argument --dtype: invalid choice: 'fp64'"), std::string::npos)
+        << cmd << ": " << r.out;
+  }
 }
 
 // `input` is piped to the command's stdin (printf %s keeps it byte-exact).
