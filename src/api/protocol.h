@@ -43,8 +43,8 @@ struct CommonRequestFields {
   bool want_logprobs = false;
   // vLLM's truncate_prompt_tokens: keep the prompt's last k ids; -1 means max_model_len.
   std::optional<int64_t> truncate_prompt_tokens;
-  std::vector<std::string>
-      bad_words;  // tokenized by the caller (SamplingParams.bad_words_token_ids)
+  // vLLM's bad_words as sent; the caller tokenizes them into sampling.bad_words_token_ids.
+  std::vector<std::string> bad_words;
 };
 
 enum class Endpoint { kCompletions, kChat };
