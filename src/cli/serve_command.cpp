@@ -116,6 +116,10 @@ void add_serve_flags(ArgParser& p) {
   p.add_flag("enable-auto-tool-choice", "let the model call tools (tool_choice \"auto\")");
   p.add_flag("trust-request-chat-template",
              "render a request's own chat_template (refused without this flag)");
+  p.add_option("allowed-origins", "CORS: allowed origins, a JSON list", "[\"*\"]");
+  p.add_flag("allow-credentials", "CORS: allow credentials");
+  p.add_option("allowed-methods", "CORS: allowed methods, a JSON list", "[\"*\"]");
+  p.add_option("allowed-headers", "CORS: allowed headers, a JSON list", "[\"*\"]");
   p.add_flag("enable-force-include-usage", "usage in every stream");
   p.add_flag("enable-prompt-tokens-details", "prompt_tokens_details in usage");
   p.add_flag("disable-log-requests", "no per-request logs");
@@ -516,6 +520,13 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   s.drain_timeout = std::chrono::seconds(drain_s);
   s.enable_auto_tool_choice = p.flag("enable-auto-tool-choice");
   s.trust_request_chat_template = p.flag("trust-request-chat-template");
+  CP_ASSIGN_OR_RETURN(s.cors.allowed_origins,
+                      server::parse_cors_list("allowed-origins", *p.option("allowed-origins")));
+  CP_ASSIGN_OR_RETURN(s.cors.allowed_methods,
+                      server::parse_cors_list("allowed-methods", *p.option("allowed-methods")));
+  CP_ASSIGN_OR_RETURN(s.cors.allowed_headers,
+                      server::parse_cors_list("allowed-headers", *p.option("allowed-headers")));
+  s.cors.allow_credentials = p.flag("allow-credentials");
   if (auto tp = p.option("tool-call-parser")) {
     if (*tp != "deepseek_v3" && *tp != "deepseek_v31") {
       return common::invalid_argument("argument --tool-call-parser: invalid choice: '" + *tp +

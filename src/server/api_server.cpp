@@ -152,6 +152,9 @@ ApiServer::ApiServer(ServerConfig config, engine::EngineClient& engine,
   o.error_response = [](int status, const std::string& message) {
     return error_response(api::ApiError{status, message, "BadRequestError"});
   };
+  o.response_headers = [this](const HttpRequest& request) {
+    return cors_response_headers(config_.cors, request);
+  };
   http_ = std::make_unique<HttpServer>(std::move(o),
                                        [this](std::shared_ptr<HttpExchange> ex) { handle(ex); });
 }
@@ -224,15 +227,20 @@ bool ApiServer::authorized(const HttpRequest& request) const {
 
 void ApiServer::handle(std::shared_ptr<HttpExchange> ex) {
   const HttpRequest& req = ex->request();
+  // CORS preflights are answered before the key check, as vLLM's key middleware lets OPTIONS
+  // through to its CORS middleware.
+  if (is_cors_preflight(req)) return ex->respond(cors_preflight_response(config_.cors, req));
   const Route* route = nullptr;
   bool path_known = false;
   for (const Route& r : kRoutes) {
     if (req.path != r.path) continue;
     path_known = true;
-    if (req.method == r.method) route = &r;
+    // HEAD is served by GET routes (the transport drops the body), as Starlette's routes do.
+    const std::string_view method = req.method == "HEAD" ? "GET" : req.method;
+    if (method == r.method) route = &r;
   }
-  // vLLM's middleware checks the key on every /v1 path before routing.
-  if (req.path.rfind("/v1", 0) == 0 && !authorized(req)) {
+  // vLLM's middleware checks the key on every /v1 path before routing (OPTIONS excepted).
+  if (req.path.rfind("/v1", 0) == 0 && req.method != "OPTIONS" && !authorized(req)) {
     return ex->respond(json_response(401, {{"error", "Unauthorized"}}));
   }
   if (!route) {

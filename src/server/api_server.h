@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/engine_client.h"
+#include "server/cors.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
@@ -41,6 +42,7 @@ struct ServerConfig {
   // --trust-request-chat-template: a request's own `chat_template` renders its messages;
   // without it such a request is refused, as vLLM refuses it.
   bool trust_request_chat_template = false;
+  CorsPolicy cors;         // --allowed-origins, --allow-credentials, --allowed-methods/-headers
   int http_threads = 2;    // I/O threads of the event loop
   int worker_threads = 2;  // parse, tokenize, format
   size_t max_body_bytes = 32 << 20;

@@ -336,16 +336,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
     for (;;) {
       Work w = exchange_->take();
       if (w.closed || closing_) co_return false;
+      const HttpRequest& request = exchange_->request();
       if (w.full) {
         http::response<http::string_body> res{static_cast<http::status>(w.full->status), version_};
         res.set(http::field::content_type, w.full->content_type);
         for (const auto& [k, v] : w.full->headers) res.insert(k, v);
+        if (o.response_headers) {
+          for (const auto& [k, v] : o.response_headers(request)) res.insert(k, v);
+        }
         reuse_ = reuse_ && !server_.draining;
         res.keep_alive(reuse_);
         res.body() = std::move(w.full->body);
         res.prepare_payload();
         stream_.expires_after(o.write_timeout);
-        auto [ec, n] = co_await http::async_write(stream_, res, kNoThrow);
+        http::response_serializer<http::string_body> sr{res};
+        // A response to HEAD is the GET response's header alone, Content-Length included.
+        auto [ec, n] = request.method == "HEAD"
+                           ? co_await http::async_write_header(stream_, sr, kNoThrow)
+                           : co_await http::async_write(stream_, sr, kNoThrow);
         if (ec) co_return false;
         exchange_->mark_complete();
         co_return true;
@@ -355,6 +363,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
         http::response<http::empty_body> res{static_cast<http::status>(w.status), version_};
         res.set(http::field::content_type, w.content_type);
         for (const auto& [k, v] : w.headers) res.insert(k, v);
+        if (o.response_headers) {
+          for (const auto& [k, v] : o.response_headers(request)) res.insert(k, v);
+        }
         chunked = version_ >= 11;  // an HTTP/1.0 client gets the bytes, then the close
         reuse_ = reuse_ && chunked;
         res.keep_alive(reuse_);

@@ -72,6 +72,8 @@ struct HttpServerOptions {
   std::chrono::milliseconds write_timeout{60000};      // one write's progress
   // Builds the body of a transport-level error (malformed request, body too large).
   std::function<HttpResponse(int status, const std::string& message)> error_response;
+  // Headers added to every response to a request, whole or streamed (CORS). Optional.
+  std::function<HttpHeaders(const HttpRequest&)> response_headers;
 };
 
 using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;

@@ -397,6 +397,56 @@ TEST_F(AbuseTest, RoutingErrorsFollowVllm) {
   expect_alive(port());
 }
 
+// CORS and HEAD as vLLM's server answers them: a browser's preflight needs no key, every
+// response to a cross-origin request (whole, streamed, refused) allows the origin, and HEAD is
+// a GET without the body.
+TEST_F(AbuseTest, CorsPreflightAndHeadFollowVllm) {
+  ASSERT_TRUE(server_->ready());
+  const Reply pre = request(port(),
+                            "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                            "Origin: http://ui.example\r\nAccess-Control-Request-Method: POST\r\n"
+                            "Access-Control-Request-Headers: authorization, content-type\r\n"
+                            "Connection: close\r\n\r\n");
+  EXPECT_EQ(pre.status, 200) << pre.headers;
+  EXPECT_EQ(pre.body, "OK");
+  EXPECT_NE(pre.headers.find("Access-Control-Allow-Origin: *"), std::string::npos) << pre.headers;
+  EXPECT_NE(pre.headers.find("Access-Control-Allow-Headers: authorization, content-type"),
+            std::string::npos)
+      << pre.headers;
+  const std::string origin = "Origin: http://ui.example\r\n";
+  const Reply whole =
+      post(port(), "/v1/completions", R"({"prompt":"x","max_tokens":2})", true, origin);
+  EXPECT_EQ(whole.status, 200);
+  EXPECT_NE(whole.headers.find("Access-Control-Allow-Origin: *"), std::string::npos);
+  const Reply streamed = post(port(), "/v1/completions",
+                              R"({"prompt":"x","max_tokens":2,"stream":true})", true, origin);
+  EXPECT_EQ(streamed.status, 200);
+  EXPECT_NE(streamed.headers.find("Access-Control-Allow-Origin: *"), std::string::npos);
+  const Reply refused = post(port(), "/v1/completions", "{}", false, origin);
+  EXPECT_EQ(refused.status, 401);
+  EXPECT_NE(refused.headers.find("Access-Control-Allow-Origin: *"), std::string::npos)
+      << "a browser must be able to read the 401";
+  const Reply same_origin = post(port(), "/v1/completions", R"({"prompt":"x","max_tokens":2})");
+  EXPECT_EQ(same_origin.headers.find("Access-Control"), std::string::npos);
+  // OPTIONS that is no preflight reaches the router: 405, as vLLM (no key needed for that).
+  EXPECT_EQ(
+      request(port(), "OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").status,
+      405);
+
+  const Reply head =
+      request(port(), "HEAD /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 10000);
+  EXPECT_EQ(head.status, 200);
+  EXPECT_NE(head.headers.find("Content-Length: 22"), std::string::npos) << head.headers;
+  EXPECT_TRUE(head.body.empty()) << head.body;
+  EXPECT_EQ(
+      request(port(),
+              "HEAD /v1/completions HTTP/1.1\r\nHost: x\r\n" + kAuth + "Connection: close\r\n\r\n",
+              10000)
+          .status,
+      405);
+  expect_alive(port());
+}
+
 // 15. Tool calling: flags, tool_choice, and the response shape.
 TEST_F(AbuseTest, ToolChoiceIsValidated) {
   ASSERT_TRUE(server_->ready());
