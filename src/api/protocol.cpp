@@ -115,7 +115,8 @@ ApiError not_found_error(const std::string& message) {
 }
 
 std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint, int max_logprobs,
-                                            int64_t vocab_size, CommonRequestFields* out) {
+                                            int64_t vocab_size, CommonRequestFields* out,
+                                            const SamplingDefaults& defaults) {
   if (!body.is_object()) return bad_request("the request body must be a JSON object");
   if (auto e = read(body, "model", &out->model)) return e;
   if (auto e = read(body, "stream", &out->stream)) return e;
@@ -124,31 +125,34 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
     if (!so.is_object()) return bad_request("'stream_options' must be an object");
     if (!out->stream) return bad_request("Stream options can only be defined when `stream=True`.");
     if (auto e = read(so, "include_usage", &out->include_usage)) return e;
-    bool continuous = false;
-    if (auto e = read(so, "continuous_usage_stats", &continuous)) return e;
-    out->continuous_usage = continuous && out->include_usage;
+    if (auto e = read(so, "continuous_usage_stats", &out->continuous_usage_stats)) return e;
   }
   if (auto e = read(body, "n", &out->n)) return e;
   if (out->n < 1) return bad_request("n must be at least 1, got " + std::to_string(out->n) + ".");
   if (out->n > 16) return bad_request("n must be at most 16, got " + std::to_string(out->n) + ".");
   sched::SamplingParams& s = out->sampling;
   bool present = false;
+  // A field the request leaves out (or sends as null) takes the model's default, if any.
   if (auto e = read(body, "temperature", &s.temperature, &present)) return e;
-  if (!present) s.temperature = 1.0;
+  if (!present) s.temperature = defaults.temperature.value_or(1.0);
   if (s.temperature < 0)
     return bad_request("temperature must be non-negative, got " + fmt_float(s.temperature) + ".");
-  if (auto e = read(body, "top_p", &s.top_p)) return e;
+  if (auto e = read(body, "top_p", &s.top_p, &present)) return e;
+  if (!present && defaults.top_p) s.top_p = *defaults.top_p;
   if (s.top_p <= 0 || s.top_p > 1)
     return bad_request("top_p must be in (0, 1], got " + fmt_float(s.top_p) + ".");
-  if (auto e = read(body, "top_k", &s.top_k)) return e;
+  if (auto e = read(body, "top_k", &s.top_k, &present)) return e;
+  if (!present && defaults.top_k) s.top_k = *defaults.top_k;
   if (s.top_k < -1)
     return bad_request("top_k must be -1 (disable), or at least 1, got " + std::to_string(s.top_k) +
                        ".");
   if (s.top_k == -1) s.top_k = 0;
-  if (auto e = read(body, "min_p", &s.min_p)) return e;
+  if (auto e = read(body, "min_p", &s.min_p, &present)) return e;
+  if (!present && defaults.min_p) s.min_p = *defaults.min_p;
   if (s.min_p < 0 || s.min_p > 1)
     return bad_request("min_p must be in [0, 1], got " + fmt_float(s.min_p) + ".");
-  if (auto e = read(body, "repetition_penalty", &s.repetition_penalty)) return e;
+  if (auto e = read(body, "repetition_penalty", &s.repetition_penalty, &present)) return e;
+  if (!present && defaults.repetition_penalty) s.repetition_penalty = *defaults.repetition_penalty;
   if (s.repetition_penalty <= 0)
     return bad_request("repetition_penalty must be greater than zero, got " +
                        fmt_float(s.repetition_penalty) + ".");
@@ -222,6 +226,7 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
           ", got " + std::to_string(s.min_tokens) + ".");
     }
   }
+  out->generation_max_tokens = defaults.max_tokens;
   if (auto e = parse_logit_bias(body, vocab_size, &s)) return e;
   if (body.contains("response_format") && !body["response_format"].is_null()) {
     const json& rf = body["response_format"];
@@ -334,8 +339,9 @@ std::optional<ApiError> resolve_max_tokens(int64_t n_prompt, int64_t max_model_l
                        " - " + N + ").");
   }
   (void)endpoint;
-  out->sampling.max_tokens =
-      static_cast<int32_t>(out->max_tokens.value_or(max_model_len - n_prompt));
+  int64_t max_tokens = out->max_tokens.value_or(max_model_len - n_prompt);
+  if (out->generation_max_tokens) max_tokens = std::min(max_tokens, *out->generation_max_tokens);
+  out->sampling.max_tokens = static_cast<int32_t>(max_tokens);
   return std::nullopt;
 }
 

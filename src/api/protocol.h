@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/generation_defaults.h"
 #include "common/status.h"
 #include "sched/sampling_params.h"
 
@@ -29,8 +30,9 @@ struct CommonRequestFields {
   std::string model;  // empty: the served model
   bool stream = false;
   bool include_usage = false;
-  // stream_options.continuous_usage_stats with include_usage: every chunk carries usage.
-  bool continuous_usage = false;
+  // stream_options.continuous_usage_stats: every chunk carries usage once usage is included
+  // (include_usage, or the server's --enable-force-include-usage).
+  bool continuous_usage_stats = false;
   int n = 1;
   sched::SamplingParams sampling;
   std::optional<int64_t> max_tokens;  // null: fill to max_model_len (chat) or 16 (completions)
@@ -45,15 +47,19 @@ struct CommonRequestFields {
   std::optional<int64_t> truncate_prompt_tokens;
   // vLLM's bad_words as sent; the caller tokenizes them into sampling.bad_words_token_ids.
   std::vector<std::string> bad_words;
+  // generation_config's max_new_tokens: caps max_tokens (vLLM's get_max_tokens).
+  std::optional<int64_t> generation_max_tokens;
 };
 
 enum class Endpoint { kCompletions, kChat };
 
 // Parses and validates the fields both endpoints share. Errors carry vLLM's wording.
-// vocab_size bounds the token ids of logit_bias.
+// vocab_size bounds the token ids of logit_bias; `defaults` fills the sampling fields a request
+// leaves out (the model's generation_config, as vLLM).
 std::optional<ApiError> parse_common_fields(const nlohmann::json& body, Endpoint endpoint,
                                             int max_logprobs, int64_t vocab_size,
-                                            CommonRequestFields* out);
+                                            CommonRequestFields* out,
+                                            const SamplingDefaults& defaults = {});
 
 // The context-length checks of vLLM 0.10/0.11 (prompt alone, then prompt + max_tokens);
 // sets out->sampling.max_tokens. chat: a missing max_tokens fills the context.

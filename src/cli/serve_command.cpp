@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/generation_defaults.h"
 #include "cli/activation_dtype.h"
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
@@ -111,7 +112,10 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("max-logprobs", "maximum logprobs / top_logprobs per token", "20");
   p.add_option("swap-space", "CPU swap space in GiB (no meaning on CPU)");
   add_dtype_option(p);
-  p.add_option("generation-config", "auto or vllm", "auto");
+  p.add_option("generation-config",
+               "sampling defaults: auto (the model's generation_config.json), vllm (none), or a "
+               "directory holding a generation_config.json",
+               "auto");
   p.add_option("tool-call-parser", "tool call parser: deepseek_v3 or deepseek_v31");
   p.add_flag("enable-auto-tool-choice", "let the model call tools (tool_choice \"auto\")");
   p.add_flag("trust-request-chat-template",
@@ -520,6 +524,8 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   s.drain_timeout = std::chrono::seconds(drain_s);
   s.enable_auto_tool_choice = p.flag("enable-auto-tool-choice");
   s.trust_request_chat_template = p.flag("trust-request-chat-template");
+  s.enable_force_include_usage = p.flag("enable-force-include-usage");
+  s.enable_prompt_tokens_details = p.flag("enable-prompt-tokens-details");
   CP_ASSIGN_OR_RETURN(s.cors.allowed_origins,
                       server::parse_cors_list("allowed-origins", *p.option("allowed-origins")));
   CP_ASSIGN_OR_RETURN(s.cors.allowed_methods,
@@ -752,6 +758,30 @@ class EngineReaper {
 
 // A --headless data-parallel node: starts its engines, which connect to the head's rpc port,
 // and waits. Exits once they have all exited (0 if each did so cleanly), or on a signal.
+// --generation-config auto (the model's generation_config.json), vllm (none) or a directory
+// holding one: the sampling defaults requests get, logged as vLLM logs them.
+common::Status load_sampling_defaults(const ArgParser& p, const std::string& model_dir,
+                                      api::SamplingDefaults* out) {
+  const std::string choice = p.option("generation-config").value_or("auto");
+  if (choice == "vllm") return common::Status::ok_status();
+  const std::string path = (choice == "auto" ? model_dir : choice) + "/generation_config.json";
+  std::ifstream in(path);
+  if (!in) {
+    if (choice == "auto") return common::Status::ok_status();  // a checkpoint without one
+    return common::invalid_argument("--generation-config " + choice + ": cannot open " + path);
+  }
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
+  if (config.is_discarded() || !config.is_object())
+    return common::invalid_argument(path + ": not a JSON object");
+  *out = api::sampling_defaults_from_generation_config(config);
+  if (!out->empty()) {
+    const std::string repr = api::sampling_defaults_repr(*out);
+    LOG(INFO) << "Using default chat sampling params from model: " << repr;
+    LOG(INFO) << "Using default completion sampling params from model: " << repr;
+  }
+  return common::Status::ok_status();
+}
+
 int run_data_parallel_headless(const ServePlan& plan) {
   const std::string head = plan.dp.address + ":" + std::to_string(plan.dp.rpc_port);
   auto engines = spawn_local_engines(plan.serve_args, plan.dp, head);
@@ -1037,6 +1067,11 @@ int run_serve_command(int argc, char** argv) {
                     : "Jinja from " + (plan.chat_template_file.empty()
                                            ? plan.tokenizer_dir + "/tokenizer_config.json"
                                            : plan.chat_template_file));
+  if (auto st = load_sampling_defaults(p, plan.model_dir, &plan.server.sampling_defaults);
+      !st.ok()) {
+    LOG(ERROR) << st.message();
+    return 1;
+  }
 
   // max_model_len, the token budget and the KV cache, with vLLM's defaults and validation.
   SizingInput sizing_in;

@@ -396,7 +396,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   api::CommonRequestFields f;
   const auto endpoint = chat ? api::Endpoint::kChat : api::Endpoint::kCompletions;
   if (auto e = api::parse_common_fields(body, endpoint, config_.max_logprobs,
-                                        config_.model_vocab_size, &f))
+                                        config_.model_vocab_size, &f, config_.sampling_defaults))
     return fail(*e);
   const auto& names = config_.served_model_names;
   if (!f.model.empty() && std::find(names.begin(), names.end(), f.model) == names.end()) {
@@ -515,8 +515,9 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   GeneratePlan plan;
   plan.chat = chat;
   plan.stream = f.stream;
-  plan.include_usage = f.include_usage;
-  plan.continuous_usage = f.continuous_usage;
+  plan.include_usage = f.stream && (f.include_usage || config_.enable_force_include_usage);
+  plan.continuous_usage = plan.include_usage && f.continuous_usage_stats;
+  plan.prompt_tokens_details = config_.enable_prompt_tokens_details;
   plan.want_logprobs = f.want_logprobs;
   plan.want_prompt_logprobs = f.sampling.prompt_logprobs.has_value();
   plan.echo = f.echo;

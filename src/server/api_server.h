@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/generation_defaults.h"
 #include "engine/engine_client.h"
 #include "server/cors.h"
 #include "server/http_server.h"
@@ -42,6 +43,10 @@ struct ServerConfig {
   // --trust-request-chat-template: a request's own `chat_template` renders its messages;
   // without it such a request is refused, as vLLM refuses it.
   bool trust_request_chat_template = false;
+  bool enable_force_include_usage = false;    // every stream ends with a usage chunk
+  bool enable_prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens
+  // The model's generation_config sampling defaults (--generation-config).
+  api::SamplingDefaults sampling_defaults;
   CorsPolicy cors;         // --allowed-origins, --allow-credentials, --allowed-methods/-headers
   int http_threads = 2;    // I/O threads of the event loop
   int worker_threads = 2;  // parse, tokenize, format

@@ -184,6 +184,7 @@ void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
   c.reasoning_text += d.reasoning;
   if (plan_.return_token_ids)
     c.token_ids.insert(c.token_ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+  if (o.num_cached_tokens > 0) c.cached_tokens = o.num_cached_tokens;
   c.completion_tokens = o.finished
                             ? o.num_output_tokens
                             : c.completion_tokens + static_cast<int64_t>(o.new_token_ids.size());
@@ -279,15 +280,24 @@ json GenerateSession::chunk_usage(size_t index) const {
   return usage;
 }
 
+json GenerateSession::total_usage() const {
+  int64_t prompt_total = 0, completion_total = 0, cached_total = 0;
+  for (size_t i = 0; i < plan_.choices.size(); ++i) {
+    const GenerateChoice& c = plan_.choices[i];
+    if (i % plan_.n == 0) prompt_total += c.prompt_tokens, cached_total += c.cached_tokens;
+    completion_total += c.completion_tokens;
+  }
+  json usage = api::usage_json(prompt_total, completion_total);
+  // vLLM fills the details only under --enable-prompt-tokens-details, and only for a hit.
+  if (plan_.prompt_tokens_details && cached_total > 0)
+    usage["prompt_tokens_details"] = {{"cached_tokens", cached_total}};
+  return usage;
+}
+
 void GenerateSession::send_stream_end() {
   if (plan_.include_usage) {
-    int64_t prompt_total = 0, completion_total = 0;
-    for (size_t i = 0; i < plan_.choices.size(); ++i) {
-      if (i % plan_.n == 0) prompt_total += plan_.choices[i].prompt_tokens;
-      completion_total += plan_.choices[i].completion_tokens;
-    }
-    json usage = api::usage_json(prompt_total, completion_total);
-    usage.erase("prompt_tokens_details");
+    json usage = total_usage();
+    if (usage["prompt_tokens_details"].is_null()) usage.erase("prompt_tokens_details");
     json chunk = chunk_envelope(json::array());
     chunk["usage"] = usage;
     send_chunk(chunk);
@@ -308,11 +318,8 @@ void GenerateSession::respond_whole() {
     }
   }
   json choices = json::array();
-  int64_t prompt_total = 0, completion_total = 0;
   for (size_t i = 0; i < plan_.choices.size(); ++i) {
     const auto& c = plan_.choices[i];
-    if (i % plan_.n == 0) prompt_total += c.prompt_tokens;
-    completion_total += c.completion_tokens;
     const char* fr = sched::finish_reason_name(c.finish_reason);
     if (plan_.chat) {
       json tool_calls = json::array();
@@ -359,7 +366,7 @@ void GenerateSession::respond_whole() {
               {"choices", choices},
               {"service_tier", nullptr},
               {"system_fingerprint", nullptr},
-              {"usage", api::usage_json(prompt_total, completion_total)},
+              {"usage", total_usage()},
               {"prompt_logprobs", nullptr},
               {"kv_transfer_params", nullptr}};
   // P's answer to a PD proxy: where D finds the prompt's KV (the first choice's).

@@ -41,6 +41,7 @@ struct GenerateChoice {
   std::vector<int32_t> token_ids;  // with return_token_ids: every generated id
   bool sent_prompt_ids = false;    // streamed completions: the first chunk carries them
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // the prompt's prefix-cache hits, as the engine last reported
   bool finished = false;
   sched::FinishReason finish_reason = sched::FinishReason::kNone;
   nlohmann::json stop_reason = nullptr;
@@ -53,6 +54,7 @@ struct GeneratePlan {
   bool stream = false;
   bool include_usage = false;
   bool continuous_usage = false;  // usage on every chunk (stream_options.continuous_usage_stats)
+  bool prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens (a server flag)
   bool want_logprobs = false;
   bool want_prompt_logprobs = false;
   bool echo = false;                     // completions: the prompt leads each choice
@@ -101,6 +103,8 @@ class GenerateSession : public std::enable_shared_from_this<GenerateSession> {
   nlohmann::json chunk_envelope(nlohmann::json choices) const;
   // The usage a chunk of choice `index` carries under continuous_usage_stats.
   nlohmann::json chunk_usage(size_t index) const;
+  // The request's usage: every prompt once, every choice's tokens.
+  nlohmann::json total_usage() const;
 
   engine::EngineClient& engine_;
   const tokenizer::Tokenizer& tokenizer_;

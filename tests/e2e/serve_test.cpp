@@ -709,6 +709,64 @@ TEST_F(ServeTest, SamplingFieldsActThroughThePipeline) {
   EXPECT_EQ(s.stop(), 0);
 }
 
+// Server flags vLLM users set: --generation-config (the model's sampling defaults, logged as
+// vLLM logs them; `vllm` turns them off), --enable-force-include-usage and
+// --enable-prompt-tokens-details (prefix-cache hits in usage).
+TEST_F(ServeTest, GenerationConfigAndUsageFlags) {
+  auto flags = base_flags();
+  flags.insert(flags.end(), {"--api-key", kKey, "--enable-force-include-usage",
+                             "--enable-prompt-tokens-details", "--enable-prefix-caching"});
+  e2e::ServerProcess s(model_dir(), flags, "/tmp/chunkpipe_e2e_usage_flags.log");
+  ASSERT_TRUE(s.ready());
+  auto ids = [](const e2e::ServerProcess& server, json body) {
+    body["prompt"] = "Sampling defaults decide this";
+    body["max_tokens"] = 12;
+    body["ignore_eos"] = true;
+    body["seed"] = 11;
+    body["return_token_ids"] = true;
+    const Response r = post(server, "/v1/completions", body.dump());
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.status == 200 ? r.body["choices"][0]["token_ids"].get<std::vector<int32_t>>()
+                           : std::vector<int32_t>{};
+  };
+  // The test model's generation_config.json says temperature 0.6, top_p 0.95.
+  const auto defaulted = ids(s, json::object());
+  EXPECT_EQ(defaulted, ids(s, {{"temperature", 0.6}, {"top_p", 0.95}}));
+  EXPECT_NE(defaulted, ids(s, {{"temperature", 1.0}, {"top_p", 1.0}}));
+
+  const std::string prompt(400, 'x');
+  const json body = {{"prompt", prompt}, {"max_tokens", 2}, {"stream", true}};
+  post(s, "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 2}}.dump());  // warms
+  const Response streamed = post(s, "/v1/completions", body.dump());
+  ASSERT_EQ(streamed.status, 200);
+  int done = 0;
+  const auto events = sse_events(streamed.raw, &done);
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(events.back()["choices"].empty()) << "usage without stream_options";
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 2);
+  EXPECT_GT(events.back()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0)
+      << events.back().dump();
+  const Response whole =
+      post(s, "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 2}}.dump());
+  EXPECT_GT(whole.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  EXPECT_EQ(s.stop(), 0);
+  std::ifstream log("/tmp/chunkpipe_e2e_usage_flags.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("Using default chat sampling params from model: {'temperature': 0.6, "
+                      "'top_p': 0.95}"),
+            std::string::npos);
+
+  flags = base_flags();
+  flags.insert(flags.end(), {"--api-key", kKey, "--generation-config", "vllm"});
+  e2e::ServerProcess plain(model_dir(), flags, "/tmp/chunkpipe_e2e_generation_vllm.log");
+  ASSERT_TRUE(plain.ready());
+  EXPECT_EQ(ids(plain, json::object()), ids(plain, {{"temperature", 1.0}, {"top_p", 1.0}}));
+  const Response no_usage = post(plain, "/v1/completions", body.dump());
+  EXPECT_EQ(no_usage.raw.find("\"choices\":[]"), std::string::npos)
+      << "no usage chunk without the flag or include_usage";
+  EXPECT_EQ(plain.stop(), 0);
+}
+
 // A request's own chat template is refused, in both places a client can put it, unless the
 // server runs with --trust-request-chat-template, which then renders the messages with it.
 TEST_F(ServeTest, RequestChatTemplateNeedsTrust) {

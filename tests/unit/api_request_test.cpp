@@ -141,11 +141,8 @@ TEST(SamplingFieldsRequestTest, ParsedOrRefusedByName) {
       parse({{"stream", true},
              {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}},
             &f));
-  EXPECT_TRUE(f.continuous_usage);
-  f = {};
-  ASSERT_FALSE(
-      parse({{"stream", true}, {"stream_options", {{"continuous_usage_stats", true}}}}, &f));
-  EXPECT_FALSE(f.continuous_usage) << "continuous usage needs include_usage, as in vLLM";
+  EXPECT_TRUE(f.continuous_usage_stats);
+  EXPECT_TRUE(f.include_usage);
 
   EXPECT_EQ(refusal({{"truncate_prompt_tokens", 0}}),
             "truncate_prompt_tokens must be an integer >= 1 or -1, got 0");
@@ -186,6 +183,50 @@ TEST(SamplingFieldsRequestTest, ParsedOrRefusedByName) {
     EXPECT_EQ(refusal({{key, nullptr}}), "accepted") << key;
   }
   EXPECT_NE(refusal({{"logits_processors", {"x"}}}).find("logits_processors"), std::string::npos);
+}
+
+// --generation-config auto: generation_config.json's sampling fields that differ from Hugging
+// Face's defaults fill what a request leaves out (null included); the request's own win.
+TEST(SamplingDefaultsTest, GenerationConfigFillsWhatTheRequestLeavesOut) {
+  const json v31 = {{"bos_token_id", 0},  {"eos_token_id", 1}, {"do_sample", true},
+                    {"temperature", 0.6}, {"top_p", 0.95},     {"top_k", 50}};
+  const api::SamplingDefaults d = api::sampling_defaults_from_generation_config(v31);
+  EXPECT_EQ(api::sampling_defaults_repr(d), "{'temperature': 0.6, 'top_p': 0.95}")
+      << "top_k 50 is Hugging Face's default and is left out";
+  EXPECT_TRUE(api::sampling_defaults_from_generation_config(json::object()).empty());
+  const auto all = api::sampling_defaults_from_generation_config({{"repetition_penalty", 1.1},
+                                                                  {"top_k", 20},
+                                                                  {"min_p", 0.05},
+                                                                  {"max_new_tokens", 64},
+                                                                  {"temperature", "hot"}});
+  EXPECT_EQ(api::sampling_defaults_repr(all),
+            "{'repetition_penalty': 1.1, 'top_k': 20, 'min_p': 0.05, 'max_tokens': 64}");
+
+  auto parse = [&](const json& body, api::Endpoint e, const api::SamplingDefaults& defaults) {
+    api::CommonRequestFields f;
+    EXPECT_FALSE(api::parse_common_fields(body, e, 20, 1000, &f, defaults)) << body.dump();
+    return f;
+  };
+  api::CommonRequestFields f = parse(json::object(), api::Endpoint::kChat, d);
+  EXPECT_EQ(f.sampling.temperature, 0.6);
+  EXPECT_EQ(f.sampling.top_p, 0.95);
+  f = parse({{"temperature", nullptr}, {"top_p", 0.5}}, api::Endpoint::kCompletions, d);
+  EXPECT_EQ(f.sampling.temperature, 0.6) << "null means 'not given'";
+  EXPECT_EQ(f.sampling.top_p, 0.5);
+  f = parse({{"temperature", 0}}, api::Endpoint::kChat, d);
+  EXPECT_EQ(f.sampling.temperature, 0.0);
+  f = parse(json::object(), api::Endpoint::kChat, {});
+  EXPECT_EQ(f.sampling.temperature, 1.0) << "--generation-config vllm: vLLM's own defaults";
+  EXPECT_EQ(f.sampling.top_p, 1.0);
+  f = parse(json::object(), api::Endpoint::kChat, all);
+  EXPECT_EQ(f.sampling.top_k, 20);
+  EXPECT_EQ(f.sampling.min_p, 0.05);
+  EXPECT_EQ(f.sampling.repetition_penalty, 1.1);
+  ASSERT_FALSE(api::resolve_max_tokens(10, 512, api::Endpoint::kChat, &f));
+  EXPECT_EQ(f.sampling.max_tokens, 64) << "max_new_tokens caps the context fill";
+  f = parse({{"max_completion_tokens", 100}}, api::Endpoint::kChat, all);
+  ASSERT_FALSE(api::resolve_max_tokens(10, 512, api::Endpoint::kChat, &f));
+  EXPECT_EQ(f.sampling.max_tokens, 64) << "and a request's larger max_tokens";
 }
 
 TEST(SamplingFieldsRequestTest, TruncationKeepsTheLastIdsAndTheBos) {
