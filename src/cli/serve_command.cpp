@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -42,6 +43,7 @@
 #include "model/tensor_parallel.h"
 #include "sched/profiling_chunk_config.h"
 #include "server/api_server.h"
+#include "server/stats_logger.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "transfer/kv_connector_factory.h"
@@ -219,6 +221,7 @@ struct ServePlan {
   std::optional<SpeculativeConfig> speculative;  // --speculative-config (MTP)
   bool lm_head_int8 = false;                     // additional_config.lm_head_int8
   bool bf16_activations = false;                 // --dtype bfloat16
+  bool log_stats = true;                         // the periodic stats line (--disable-log-stats)
   worker::PipelineTopology topology;             // hosts of a multi-node pipeline
   bool headless = false;                         // this node runs stages only (node_rank > 0)
   std::string kv_transfer_config;                // --kv-transfer-config as given (empty: none)
@@ -525,6 +528,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   s.enable_auto_tool_choice = p.flag("enable-auto-tool-choice");
   s.trust_request_chat_template = p.flag("trust-request-chat-template");
   s.enable_force_include_usage = p.flag("enable-force-include-usage");
+  plan->log_stats = !p.flag("disable-log-stats");
   s.enable_prompt_tokens_details = p.flag("enable-prompt-tokens-details");
   CP_ASSIGN_OR_RETURN(s.cors.allowed_origins,
                       server::parse_cors_list("allowed-origins", *p.option("allowed-origins")));
@@ -672,7 +676,7 @@ int run_headless_node(const ServePlan& plan) {
 // Serves the API over `engine` until a signal or an engine failure stops it, then runs
 // `after_listen` (the engine's shutdown) before the signal watcher is joined. Returns whether
 // the server could listen.
-bool serve_api(const server::ServerConfig& config, engine::EngineClient& engine,
+bool serve_api(const server::ServerConfig& config, bool log_stats, engine::EngineClient& engine,
                const tokenizer::Tokenizer& tok, const tokenizer::ChatTemplate& chat_template,
                const std::function<void()>& after_listen) {
   // Thousands of idle or slow connections each hold a descriptor: lift the soft limit.
@@ -695,8 +699,11 @@ bool serve_api(const server::ServerConfig& config, engine::EngineClient& engine,
       api.stop();
     }
   });
+  std::optional<server::StatsLogger> stats;
+  if (log_stats) stats.emplace(engine, server::StatsLogger::interval_from_env());
   const bool ok = api.listen();
   if (!ok) LOG(ERROR) << "cannot bind " << config.host << ":" << config.port;
+  stats.reset();
   after_listen();
   if (!g_stop_requested.exchange(true)) {
     const char wake = 0;
@@ -876,7 +883,8 @@ int run_data_parallel_front_end(ServePlan& plan, const tokenizer::Tokenizer& tok
     return finish(1);
   }
   // The engines end before the API server is destroyed: their callbacks hold its sessions.
-  const bool ok = serve_api(plan.server, dp, tok, chat_template, [&] { dp.shutdown(); });
+  const bool ok =
+      serve_api(plan.server, plan.log_stats, dp, tok, chat_template, [&] { dp.shutdown(); });
   const int status = finish(ok && !g_engine_failed ? 0 : 1);
   LOG(INFO) << "Shutdown complete";
   return status;
@@ -1179,8 +1187,8 @@ int run_serve_command(int argc, char** argv) {
     engine.shutdown();
     return status;
   }
-  const bool ok =
-      serve_api(plan.server, engine, **tok, **chat_template, [&] { engine.shutdown(); });
+  const bool ok = serve_api(plan.server, plan.log_stats, engine, **tok, **chat_template,
+                            [&] { engine.shutdown(); });
   LOG(INFO) << "Shutdown complete";
   return ok && !g_engine_failed ? 0 : 1;
 }

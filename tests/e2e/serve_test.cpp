@@ -716,6 +716,7 @@ TEST_F(ServeTest, GenerationConfigAndUsageFlags) {
   auto flags = base_flags();
   flags.insert(flags.end(), {"--api-key", kKey, "--enable-force-include-usage",
                              "--enable-prompt-tokens-details", "--enable-prefix-caching"});
+  setenv("VLLM_LOG_STATS_INTERVAL", "1", 1);  // inherited by the servers started here
   e2e::ServerProcess s(model_dir(), flags, "/tmp/chunkpipe_e2e_usage_flags.log");
   ASSERT_TRUE(s.ready());
   auto ids = [](const e2e::ServerProcess& server, json body) {
@@ -749,22 +750,33 @@ TEST_F(ServeTest, GenerationConfigAndUsageFlags) {
   const Response whole =
       post(s, "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 2}}.dump());
   EXPECT_GT(whole.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past one stats interval
   EXPECT_EQ(s.stop(), 0);
   std::ifstream log("/tmp/chunkpipe_e2e_usage_flags.log");
   const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("Using default chat sampling params from model: {'temperature': 0.6, "
                       "'top_p': 0.95}"),
             std::string::npos);
+  EXPECT_NE(text.find("Engine 000: Avg prompt throughput: "), std::string::npos)
+      << "the periodic stats line (VLLM_LOG_STATS_INTERVAL=1 here)";
 
   flags = base_flags();
-  flags.insert(flags.end(), {"--api-key", kKey, "--generation-config", "vllm"});
+  flags.insert(flags.end(),
+               {"--api-key", kKey, "--generation-config", "vllm", "--disable-log-stats"});
   e2e::ServerProcess plain(model_dir(), flags, "/tmp/chunkpipe_e2e_generation_vllm.log");
   ASSERT_TRUE(plain.ready());
   EXPECT_EQ(ids(plain, json::object()), ids(plain, {{"temperature", 1.0}, {"top_p", 1.0}}));
   const Response no_usage = post(plain, "/v1/completions", body.dump());
   EXPECT_EQ(no_usage.raw.find("\"choices\":[]"), std::string::npos)
       << "no usage chunk without the flag or include_usage";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past one stats interval
   EXPECT_EQ(plain.stop(), 0);
+  unsetenv("VLLM_LOG_STATS_INTERVAL");
+  std::ifstream plain_log("/tmp/chunkpipe_e2e_generation_vllm.log");
+  const std::string plain_text((std::istreambuf_iterator<char>(plain_log)),
+                               std::istreambuf_iterator<char>());
+  EXPECT_EQ(plain_text.find("Avg prompt throughput"), std::string::npos) << "--disable-log-stats";
+  EXPECT_EQ(plain_text.find("Using default"), std::string::npos) << "--generation-config vllm";
 }
 
 // A request's own chat template is refused, in both places a client can put it, unless the
