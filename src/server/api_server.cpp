@@ -236,7 +236,8 @@ void ApiServer::handle(std::shared_ptr<HttpExchange> ex) {
     if (req.path != r.path) continue;
     path_known = true;
     // HEAD is served by GET routes (the transport drops the body), as Starlette's routes do.
-    const std::string_view method = req.method == "HEAD" ? "GET" : req.method;
+    const std::string_view method =
+        req.method == "HEAD" ? std::string_view("GET") : std::string_view(req.method);
     if (method == r.method) route = &r;
   }
   // vLLM's middleware checks the key on every /v1 path before routing (OPTIONS excepted).
