@@ -199,8 +199,11 @@ TEST_F(AbuseTest, StalledStreamReaderIsDroppedWithoutStallingOthers) {
   e2e::RawConnection stalled(port(), /*rcvbuf=*/2048);
   ASSERT_TRUE(stalled.send(e2e::http_post(
       "/v1/completions",
-      // n=12 x 480 tokens x 20 logprobs is ~12 MB: more than the kernel buffers hold.
-      R"({"prompt":"flood","max_tokens":480,"ignore_eos":true,"logprobs":20,"n":12,"stream":true})",
+      // n=12 x 480 tokens x 20 logprobs is ~12 MB: more than the kernel buffers hold. Plain
+      // temperature sampling, whatever the model's generation_config says: the test is about
+      // the stalled reader, and under TSan top-p's sort would take the budget.
+      R"({"prompt":"flood","max_tokens":480,"ignore_eos":true,"logprobs":20,"n":12,"stream":true,)"
+      R"("temperature":1.0,"top_p":1.0})",
       kAuth)));
   // While that client reads nothing, other requests are served.
   for (int i = 0; i < 3; ++i) {
