@@ -28,6 +28,7 @@
 #include "cli/data_parallel.h"
 #include "cli/engine_sizing.h"
 #include "cli/speculative_config.h"
+#include "common/check.h"
 #include "common/logging.h"
 #include "common/timer.h"
 #include "dist/process.h"
@@ -673,11 +674,12 @@ int run_headless_node(const ServePlan& plan) {
   }
 }
 
-// Serves the API over `engine` until a signal or an engine failure stops it, then runs
-// `after_listen` (the engine's shutdown) before the signal watcher is joined. Returns whether
-// the server could listen.
-bool serve_api(const server::ServerConfig& config, bool log_stats, engine::EngineClient& engine,
-               const tokenizer::Tokenizer& tok, const tokenizer::ChatTemplate& chat_template,
+// Serves the API over `engine` on `socket` (bound at start-up; bound here when absent) until a
+// signal or an engine failure stops it, then runs `after_listen` (the engine's shutdown) before
+// the signal watcher is joined. Returns whether the server could listen.
+bool serve_api(const server::ServerConfig& config, std::optional<server::BoundSocket> socket,
+               bool log_stats, engine::EngineClient& engine, const tokenizer::Tokenizer& tok,
+               const tokenizer::ChatTemplate& chat_template,
                const std::function<void()>& after_listen) {
   // Thousands of idle or slow connections each hold a descriptor: lift the soft limit.
   if (rlimit nofile{};
@@ -701,8 +703,17 @@ bool serve_api(const server::ServerConfig& config, bool log_stats, engine::Engin
   });
   std::optional<server::StatsLogger> stats;
   if (log_stats) stats.emplace(engine, server::StatsLogger::interval_from_env());
-  const bool ok = api.listen();
-  if (!ok) LOG(ERROR) << "cannot bind " << config.host << ":" << config.port;
+  bool ok = socket.has_value();
+  if (!socket) {
+    auto bound = server::BoundSocket::bind(config.host, config.port);
+    if (bound.ok()) {
+      socket.emplace(std::move(bound).value());
+      ok = true;
+    } else {
+      LOG(ERROR) << bound.status().message();
+    }
+  }
+  if (ok) ok = api.listen(std::move(*socket));
   stats.reset();
   after_listen();
   if (!g_stop_requested.exchange(true)) {
@@ -823,7 +834,8 @@ int run_data_parallel_headless(const ServePlan& plan) {
 
 // The API server of an internal-LB data-parallel deployment: binds the rpc port, starts this
 // node's engines, waits until every rank (local or --headless) is READY, then serves.
-int run_data_parallel_front_end(ServePlan& plan, const tokenizer::Tokenizer& tok,
+int run_data_parallel_front_end(ServePlan& plan, server::BoundSocket socket,
+                                const tokenizer::Tokenizer& tok,
                                 const tokenizer::ChatTemplate& chat_template) {
   engine::DpClientOptions o;
   o.dp_size = plan.dp.size;
@@ -883,8 +895,8 @@ int run_data_parallel_front_end(ServePlan& plan, const tokenizer::Tokenizer& tok
     return finish(1);
   }
   // The engines end before the API server is destroyed: their callbacks hold its sessions.
-  const bool ok =
-      serve_api(plan.server, plan.log_stats, dp, tok, chat_template, [&] { dp.shutdown(); });
+  const bool ok = serve_api(plan.server, std::move(socket), plan.log_stats, dp, tok, chat_template,
+                            [&] { dp.shutdown(); });
   const int status = finish(ok && !g_engine_failed ? 0 : 1);
   LOG(INFO) << "Shutdown complete";
   return status;
@@ -942,6 +954,17 @@ int run_serve_command(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  // The API port is taken before anything loads, as vLLM does: a port in use fails now.
+  std::optional<server::BoundSocket> api_socket;
+  if (!plan.headless && !plan.dp.engine_process()) {
+    auto bound = server::BoundSocket::bind(plan.server.host, plan.server.port);
+    if (!bound.ok()) {
+      LOG(ERROR) << bound.status().message();
+      return 1;
+    }
+    api_socket.emplace(std::move(bound).value());
+  }
 
   const double t0 = common::now_seconds();
   // An internal-LB data-parallel front end (or a --headless DP node) loads no model: its
@@ -1131,7 +1154,10 @@ int run_serve_command(int argc, char** argv) {
 
   if (plan.headless && !plan.dp.active()) return run_headless_node(plan);
   if (dp_front && plan.headless) return run_data_parallel_headless(plan);
-  if (dp_front) return run_data_parallel_front_end(plan, **tok, **chat_template);
+  if (dp_front) {
+    CHECK(api_socket.has_value()) << "a data-parallel front end binds its API port";
+    return run_data_parallel_front_end(plan, std::move(*api_socket), **tok, **chat_template);
+  }
   // A failed engine (a pipeline stage died) stops the API server; the exit status is then 1.
   plan.engine.on_fatal = [](const std::string&) {
     g_engine_failed = true;
@@ -1187,8 +1213,8 @@ int run_serve_command(int argc, char** argv) {
     engine.shutdown();
     return status;
   }
-  const bool ok = serve_api(plan.server, plan.log_stats, engine, **tok, **chat_template,
-                            [&] { engine.shutdown(); });
+  const bool ok = serve_api(plan.server, std::move(api_socket), plan.log_stats, engine, **tok,
+                            **chat_template, [&] { engine.shutdown(); });
   LOG(INFO) << "Shutdown complete";
   return ok && !g_engine_failed ? 0 : 1;
 }

@@ -165,12 +165,13 @@ ApiServer::~ApiServer() {
   http_.reset();
 }
 
-bool ApiServer::listen() {
-  if (auto st = http_->bind(); !st.ok()) {
+bool ApiServer::listen(BoundSocket socket) {
+  const int port = socket.port();  // the kernel's pick under --port 0
+  if (auto st = http_->listen(std::move(socket)); !st.ok()) {
     LOG(ERROR) << st.message();
     return false;
   }
-  LOG(INFO) << "Starting vLLM API server 0 on http://" << config_.host << ":" << config_.port;
+  LOG(INFO) << "Starting vLLM API server 0 on http://" << config_.host << ":" << port;
   for (const Route& r : kRoutes) LOG(INFO) << "Route: " << r.path << ", Methods: " << r.method;
   LOG(INFO) << "Application startup complete.";
   http_->run();

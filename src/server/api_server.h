@@ -63,8 +63,9 @@ class ApiServer {
             const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate& chat_template);
   ~ApiServer();
 
-  // Binds and serves until stop(); false when the address cannot be bound.
-  bool listen();
+  // Listens on `socket` (bound to config().host and port before the engine was built) and
+  // serves until stop(); false when it cannot listen.
+  bool listen(BoundSocket socket);
   // Graceful: stop accepting, let requests run for drain_timeout, then cut the rest (streams
   // get an error event and [DONE]; others a 503) and return once they are written.
   void stop();

@@ -11,7 +11,12 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -488,19 +493,62 @@ HttpServer::~HttpServer() {
   stop();
 }
 
-common::Status HttpServer::bind() {
+common::Result<BoundSocket> BoundSocket::bind(const std::string& host, int port) {
   beast::error_code ec;
-  const auto address = net::ip::make_address(impl_->options.host, ec);
-  if (ec) return common::invalid_argument("invalid host address " + impl_->options.host);
-  const tcp::endpoint endpoint(address, static_cast<unsigned short>(impl_->options.port));
+  const auto address = net::ip::make_address(host, ec);
+  if (ec) return common::invalid_argument("invalid host address " + host);
+  const std::string where = host + ":" + std::to_string(port);
+  if (port < 0 || port > 65535) return common::invalid_argument("cannot listen on " + where);
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
+  // Plain POSIX here: Asio opens sockets without close-on-exec, and the engine's ranks are
+  // spawned between this bind and the listen.
+  const int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return common::unavailable("cannot listen on " + where + ": " + std::strerror(errno));
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, endpoint.data(), static_cast<socklen_t>(endpoint.size())) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    return common::unavailable("cannot listen on " + where + ": " + why);
+  }
+  tcp::endpoint bound;
+  socklen_t len = static_cast<socklen_t>(bound.capacity());
+  ::getsockname(fd, bound.data(), &len);
+  return BoundSocket(fd, address.is_v6(), bound.port());
+}
+
+BoundSocket::BoundSocket(BoundSocket&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), v6_(other.v6_), port_(other.port_) {}
+
+BoundSocket& BoundSocket::operator=(BoundSocket&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    v6_ = other.v6_;
+    port_ = other.port_;
+  }
+  return *this;
+}
+
+BoundSocket::~BoundSocket() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+common::Status HttpServer::bind() {
+  CP_ASSIGN_OR_RETURN(BoundSocket socket,
+                      BoundSocket::bind(impl_->options.host, impl_->options.port));
+  return listen(std::move(socket));
+}
+
+common::Status HttpServer::listen(BoundSocket socket) {
+  beast::error_code ec;
   auto& a = impl_->acceptor;
-  a.open(endpoint.protocol(), ec);
-  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) a.bind(endpoint, ec);
+  a.assign(socket.v6_ ? tcp::v6() : tcp::v4(), socket.fd_, ec);
+  if (!ec) socket.fd_ = -1;  // the acceptor owns it now
   if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
-    return common::invalid_argument("cannot listen on " + impl_->options.host + ":" +
-                                    std::to_string(impl_->options.port) + ": " + ec.message());
+    return common::unavailable("cannot listen on " + impl_->options.host + ":" +
+                               std::to_string(socket.port()) + ": " + ec.message());
   }
   return common::Status();
 }

@@ -78,6 +78,29 @@ struct HttpServerOptions {
 
 using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
 
+// A TCP socket bound to host:port and not yet listening: the port is held from here on, and a
+// taken port fails at once. vLLM binds before it builds the engine, so a port conflict is
+// reported in seconds rather than after the model has loaded. Move-only; closes its descriptor
+// unless an HttpServer took it. The descriptor is close-on-exec: spawned ranks do not hold it.
+class BoundSocket {
+ public:
+  static common::Result<BoundSocket> bind(const std::string& host, int port);
+  BoundSocket(BoundSocket&& other) noexcept;
+  BoundSocket& operator=(BoundSocket&& other) noexcept;
+  BoundSocket(const BoundSocket&) = delete;
+  BoundSocket& operator=(const BoundSocket&) = delete;
+  ~BoundSocket();
+
+  int port() const { return port_; }  // the bound port (the kernel's pick for port 0)
+
+ private:
+  friend class HttpServer;
+  BoundSocket(int fd, bool v6, int port) : fd_(fd), v6_(v6), port_(port) {}
+  int fd_ = -1;
+  bool v6_ = false;
+  int port_ = 0;
+};
+
 class HttpServer {
  public:
   // The handler runs on an I/O thread and must not block: long work goes elsewhere.
@@ -86,8 +109,9 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  common::Status bind();  // binds and listens (backlog SOMAXCONN)
-  void run();             // serves on io_threads threads until stop(); returns after they exit
+  common::Status bind();  // binds options.host:options.port and listens (backlog SOMAXCONN)
+  common::Status listen(BoundSocket socket);  // listens on a socket bound earlier
+  void run();  // serves on io_threads threads until stop(); returns after they exit
   // Draining: refuses new connections, closes idle keep-alive ones, and closes each busy one
   // once its response is written. Thread-safe.
   void stop_accepting();

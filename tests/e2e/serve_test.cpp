@@ -1167,9 +1167,10 @@ TEST(ServeGoldenTest, FirstTokenIsTheArgmaxOfTheGoldenLogits) {
 TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   const std::string m = CHUNKPIPE_TEST_DATA_DIR "/tiny-bf16";
   auto run = [&](const std::string& args, int timeout_s = 60) {
-    // `timeout` guards against a command line that unexpectedly starts serving.
+    // `timeout` guards against a command line that unexpectedly starts serving. The API port
+    // is bound before the model's checks: --port 0 (the kernel's pick) unless args name one.
     auto r = e2e::run_shell("timeout " + std::to_string(timeout_s) + " " +
-                            std::string(CHUNKPIPE_BINARY) + " serve " + m + " " + args);
+                            std::string(CHUNKPIPE_BINARY) + " serve " + m + " --port 0 " + args);
     return std::make_pair(r.exit_code, r.out);
   };
   auto [rc, out] = run("--bogus-flag 1");
@@ -1235,6 +1236,26 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   EXPECT_NE(out.find("num_attention_heads (4) is not divisible by --tensor-parallel-size 3"),
             std::string::npos)
       << out;
+  // A port in use fails at once, before the model loads (vLLM binds before building its
+  // engine), and names the address.
+  {
+    const int taken = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(listen(taken, 1), 0);
+    ASSERT_EQ(getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    const std::string port = std::to_string(ntohs(addr.sin_port));
+    std::tie(rc, out) = run("--host 127.0.0.1 --port " + port);
+    close(taken);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + port + ": Address already in use"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("Resolved architecture"), std::string::npos) << "the model loaded first";
+  }
   std::tie(rc, out) = run("--port notaport");
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("argument --port: invalid int value: 'notaport'"), std::string::npos) << out;
@@ -1276,7 +1297,7 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] == '#') continue;
     ++lines;
-    std::tie(rc, out) = run(line + " --host 127.0.0.1");
+    std::tie(rc, out) = run(line + " --host 127.0.0.1 --port 0");
     // The tiny model directory has no tokenizer: a line that gets as far as loading it has
     // passed every check of its flags (the seed's MTP lines, since speculative decoding).
     const bool model_too_small =
