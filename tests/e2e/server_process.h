@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -83,15 +84,25 @@ class ServerProcess {
       _exit(127);
     }
     httplib::Client c("127.0.0.1", port_);
-    for (int i = 0; i < 600 && !ready_; ++i) {  // up to 60 s
+    // Up to 120 s: four rank processes under TSan on two busy cores start slowly.
+    for (int i = 0; i < 1200 && !ready_; ++i) {
       auto r = c.Get(health_path);
       ready_ = r && r->status == 200;
       if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       int status;
       if (!ready_ && waitpid(pid_, &status, WNOHANG) == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
         pid_ = -1;
         break;
       }
+    }
+    if (!ready_) {  // say why in the test's output: the end of the server's log
+      std::ifstream in(log_path);
+      const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::fprintf(
+          stderr, "server on port %d not ready (%s); the end of %s:\n%s\n", port_,
+          pid_ > 0 ? "still starting" : ("exit code " + std::to_string(exit_code_)).c_str(),
+          log_path.c_str(), log.substr(log.size() > 4000 ? log.size() - 4000 : 0).c_str());
     }
   }
 

@@ -14,8 +14,20 @@
 
 namespace e2e {
 
+// Removes `dir` when the test process exits: each made model is tens of megabytes.
+inline void remove_at_exit(const std::string& dir) {
+  static struct Made {
+    std::vector<std::string> dirs;
+    ~Made() {
+      std::error_code ec;
+      for (const std::string& d : dirs) std::filesystem::remove_all(d, ec);
+    }
+  } made;
+  made.dirs.push_back(dir);
+}
+
 // A random-weight model made once per process and tag: `heads` attention heads over `layers`
-// layers, 8 experts (top-2 of 2 groups).
+// layers, 8 experts (top-2 of 2 groups). It is removed when the process exits.
 inline std::string make_model(const std::string& tag, int heads, int layers, int seed) {
   const std::string d = std::filesystem::temp_directory_path() /
                         ("chunkpipe_" + tag + "_" + std::to_string(getpid()));
@@ -36,6 +48,7 @@ inline std::string make_model(const std::string& tag, int heads, int layers, int
                                 "--moe-inter",    "32",
                                 "--seed",         std::to_string(seed)});
   EXPECT_EQ(rc, 0) << "make-model failed";
+  remove_at_exit(d);
   return d;
 }
 

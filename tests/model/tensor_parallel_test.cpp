@@ -38,7 +38,8 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
-// A 64-expert model (top-6 of 8 groups, 4 used), vocabulary 510: written once per process.
+// A 64-expert model (top-6 of 8 groups, 4 used), vocabulary 510: written once per process and
+// removed when it exits.
 const std::string& wide_moe_model() {
   static const std::string dir = [] {
     const std::string d =
@@ -59,6 +60,12 @@ const std::string& wide_moe_model() {
     std::ofstream(d + "/config.json") << model::config_to_json(c).dump(2);
     return d;
   }();
+  static const struct RemovedAtExit {
+    ~RemovedAtExit() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } removed_at_exit;
   return dir;
 }
 
