@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <unordered_map>
@@ -10,8 +11,22 @@
 namespace worker {
 namespace {
 
+// The largest logit (-inf for an empty or all-NaN row). Eight running maxima, so the loop is not
+// one chain of dependent compares (std::max_element's is, and cost more than the rest of a
+// top-k draw over DeepSeek-V3's 129k-token vocabulary).
+float max_logit(std::span<const float> logits) {
+  constexpr size_t kLanes = 8;
+  float m[kLanes];
+  std::fill(m, m + kLanes, -std::numeric_limits<float>::infinity());
+  size_t i = 0;
+  for (; i + kLanes <= logits.size(); i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) m[j] = std::max(m[j], logits[i + j]);
+  for (; i < logits.size(); ++i) m[0] = std::max(m[0], logits[i]);
+  return *std::max_element(m, m + kLanes);
+}
+
 void log_softmax(std::span<const float> logits, std::vector<float>* out) {
-  const float m = *std::max_element(logits.begin(), logits.end());
+  const float m = max_logit(logits);
   double sum = 0;
   for (float v : logits) sum += std::exp(static_cast<double>(v) - m);
   const float lse = m + static_cast<float>(std::log(sum));
@@ -81,8 +96,7 @@ void apply_logits_processors(std::span<float> logits, const sched::SamplingParam
   // among the allowed tokens (the whole vocabulary without a list) instead of NaN weights.
   const bool masked =
       !p.allowed_token_ids.empty() || !p.bad_words_token_ids.empty() || masking_stops;
-  if (masked &&
-      *std::max_element(logits.begin(), logits.end()) == -std::numeric_limits<float>::infinity()) {
+  if (masked && max_logit(logits) == -std::numeric_limits<float>::infinity()) {
     if (p.allowed_token_ids.empty()) {
       std::fill(logits.begin(), logits.end(), 0.0f);
     } else {
@@ -92,82 +106,132 @@ void apply_logits_processors(std::span<float> logits, const sched::SamplingParam
   }
 }
 
-// What random sampling draws from: unnormalized weights over candidate tokens, after
-// temperature, top-k, top-p and min-p.
+// Copies the x of `in` for which keep(x) holds to `out` (which must have room for all of `in`)
+// and returns how many, with no branch on the data: a selection's passes over a flat
+// distribution mispredict half of std::partition's branches.
+template <typename Keep>
+size_t compact(std::span<const double> in, double* out, Keep keep) {
+  size_t n = 0;
+  for (const double x : in) {
+    out[n] = x;
+    n += keep(x) ? 1 : 0;
+  }
+  return n;
+}
+
+// Keeps the tokens of the top-p nucleus of `w` (unnormalized, >= 0) and zeroes the rest, in
+// O(V): vLLM's rule (a token stays while the mass of the tokens above it is below top_p of the
+// total; ties in id order) without sorting the vocabulary.
+// - A token whose weight is at most (1 - top_p) · total / V cannot stay (all such tokens
+//   together weigh at most (1 - top_p) · total), so only heavier ones are selected among: on a
+//   real model's peaked distribution that is a handful.
+// - A selection by mass on those finds the cut weight `tau` and how many tokens equal to it
+//   stay. A flat distribution (a random-weight model) keeps most of the vocabulary, where a sort
+//   cost 10x more.
+void keep_nucleus(std::vector<double>& w, double top_p) {
+  double total = 0;
+  for (const double x : w) total += x;
+  if (!(total > 0)) return;
+  const double needed = top_p * total;  // a token stays while the mass above it is below this
+  const double floor = 0.5 * (1.0 - top_p) * total / double(w.size());  // half: for rounding
+  std::vector<double> buffer(2 * w.size());
+  double* v = buffer.data();       // the weights the cut may still fall among
+  double* scratch = v + w.size();  // where the next pass writes them
+  size_t n = compact(w, v, [&](double x) { return x > floor; });
+  double above = 0;  // the mass known to lie above v[0, n)
+  double tau = 0;
+  size_t ties_kept = 0;
+  while (n > 0) {
+    const double a = v[0], b = v[n / 2], c = v[n - 1];
+    const double pivot = std::max(std::min(a, b), std::min(std::max(a, b), c));  // median of 3
+    const std::span<const double> range(v, n);
+    const size_t gt = compact(range, scratch, [&](double x) { return x > pivot; });
+    const double mass_gt = std::accumulate(scratch, scratch + gt, 0.0);
+    if (gt > 0 && above + mass_gt >= needed) {  // the cut lies among the larger weights
+      std::swap(v, scratch);
+      n = gt;
+      continue;
+    }
+    above += mass_gt;
+    const size_t eq = size_t(std::count(v, v + n, pivot));
+    // Tie j (from 0) stays while above + j * pivot < needed: `stay` of them. If that is not
+    // all of them, or nothing smaller is left, the cut is here. (Every pass either ends or
+    // drops at least the pivot's ties.)
+    const double stay = std::max(0.0, std::ceil((needed - above) / pivot));
+    tau = pivot;
+    ties_kept = stay <= double(eq) ? size_t(stay) : eq;
+    if (stay <= double(eq) || gt + eq == n) break;
+    above += double(eq) * pivot;
+    n = compact(range, scratch, [&](double x) { return x < pivot; });
+    std::swap(v, scratch);
+  }
+  for (double& x : w) {
+    if (x > tau) continue;
+    if (x == tau && ties_kept > 0) {
+      --ties_kept;
+      continue;
+    }
+    x = 0;
+  }
+}
+
+// What random sampling draws from: unnormalized weights over candidate tokens, zero outside the
+// support that min-p, top-k and top-p leave (vLLM v1's order: min-p and top-k, which commute,
+// then top-p on what is left).
 struct Candidates {
-  std::vector<int32_t> ids;  // empty: every token of the vocabulary, in id order
+  std::vector<int32_t> ids;  // ascending; empty: the whole vocabulary, in id order
   std::vector<double> weights;
   double total = 0;
 
   int32_t id(size_t i) const { return ids.empty() ? static_cast<int32_t>(i) : ids[i]; }
   double weight_of(int32_t token) const {
     if (ids.empty()) return token >= 0 && size_t(token) < weights.size() ? weights[token] : 0.0;
-    for (size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] == token) return weights[i];
-    return 0.0;
+    const auto it = std::lower_bound(ids.begin(), ids.end(), token);
+    return it != ids.end() && *it == token ? weights[size_t(it - ids.begin())] : 0.0;
   }
 };
 
+// The ids whose logit is not below the k-th largest (ties with it stay, as vLLM masks below its
+// value), ascending. A bounded min-heap: after the first k logits most are rejected by one
+// comparison, so this is one pass over the vocabulary, not a sort. *top: the largest logit.
+std::vector<int32_t> top_k_ids(std::span<const float> logits, int64_t k, float* top) {
+  std::vector<float> heap(logits.begin(), logits.begin() + k);
+  std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  float smallest = heap.front();  // a local, so the loop does not reload it through an alias
+  for (const float l : logits.subspan(size_t(k))) {
+    if (l > smallest) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      heap.back() = l;
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+      smallest = heap.front();
+    }
+  }
+  const float kth = heap.front();
+  *top = *std::max_element(heap.begin(), heap.end());
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] >= kth) ids.push_back(static_cast<int32_t>(i));
+  return ids;
+}
+
 Candidates random_candidates(std::span<const float> logits, const sched::SamplingParams& p) {
   const int64_t V = static_cast<int64_t>(logits.size());
-  const bool filtered = p.top_k > 0 || p.top_p < 1.0 || p.min_p > 0.0;
   const double inv_t = 1.0 / p.temperature;
   Candidates c;
-  if (!filtered) {
-    // Plain temperature sampling: one pass over the vocabulary, no sorting.
-    const float top = *std::max_element(logits.begin(), logits.end());
-    c.weights.resize(V);
-    for (int64_t i = 0; i < V; ++i) c.total += c.weights[i] = std::exp((logits[i] - top) * inv_t);
-    return c;
-  }
-  // Candidates sorted by logit, then cut by top-k, top-p and min-p.
-  std::vector<int32_t> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  const auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b]; };
-  int64_t keep = V;
-  if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
-  double normalizer = 0;  // over the candidates top-k leaves (all of them without top-k)
-  if (p.top_k <= 0) {
-    // Top-p / min-p without top-k: sorting the whole vocabulary is the slow part, and the
-    // nucleus almost always lies in the best few thousand tokens. Sort those first, and the
-    // rest only when their mass does not reach top_p.
-    const float top_logit = *std::max_element(logits.begin(), logits.end());
-    for (int64_t i = 0; i < V; ++i) normalizer += std::exp((logits[i] - top_logit) * inv_t);
-    const int64_t head = std::min<int64_t>(V, 4096);
-    std::partial_sort(order.begin(), order.begin() + head, order.end(), by_logit);
-    double mass = 0;
-    for (int64_t i = 0; i < head; ++i) mass += std::exp((logits[order[i]] - top_logit) * inv_t);
-    if (head < V && mass / normalizer < p.top_p) {
-      std::sort(order.begin() + head, order.end(), by_logit);
-    } else {
-      keep = head;
-    }
-  } else {
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
-  }
-  const double top = logits[order[0]] * inv_t;
-  std::vector<double> probs(keep);
-  double sum = 0;
-  for (int64_t i = 0; i < keep; ++i) sum += probs[i] = std::exp(logits[order[i]] * inv_t - top);
-  if (p.top_k <= 0) sum = normalizer;  // probabilities over the whole vocabulary
-  for (auto& v : probs) v /= sum;
-  if (p.top_p < 1.0) {
-    double cum = 0;
-    int64_t cut = 0;
-    while (cut < keep && (cut == 0 || cum < p.top_p)) cum += probs[cut++];
-    keep = cut;
-  }
-  if (p.min_p > 0.0) {
-    const double threshold = p.min_p * probs[0];
-    int64_t cut = 1;
-    while (cut < keep && probs[cut] >= threshold) ++cut;
-    keep = cut;
-  }
-  order.resize(keep);
-  probs.resize(keep);
-  c.ids = std::move(order);
-  c.weights = std::move(probs);
-  for (double w : c.weights) c.total += w;
+  float top = 0;  // the largest logit: every weight is at most 1
+  if (p.top_k > 0 && p.top_k < V)
+    c.ids = top_k_ids(logits, p.top_k, &top);
+  else
+    top = max_logit(logits);
+  const size_t n = c.ids.empty() ? size_t(V) : c.ids.size();
+  c.weights.resize(n);
+  for (size_t i = 0; i < n; ++i) c.weights[i] = std::exp((logits[size_t(c.id(i))] - top) * inv_t);
+  // min-p: the best token weighs 1, so the threshold is min_p itself.
+  if (p.min_p > 0.0)
+    for (double& x : c.weights)
+      if (x < p.min_p) x = 0;
+  if (p.top_p < 1.0) keep_nucleus(c.weights, p.top_p);
+  for (double x : c.weights) c.total += x;
   return c;
 }
 
@@ -185,15 +249,18 @@ int32_t draw(const Candidates& c, std::mt19937_64& rng, int32_t excluded = -1) {
   if (last == n) return excluded;  // all the mass was on `excluded`
   size_t pick = 0;
   for (;; ++pick) {
-    if (c.id(pick) == excluded) continue;
+    if (c.id(pick) == excluded || c.weights[pick] == 0) continue;
     if (pick == last || u < c.weights[pick]) break;
     u -= c.weights[pick];
   }
   return c.id(pick);
 }
 
+// The first id with the largest logit.
 int32_t argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  const float m = max_logit(logits);
+  const auto it = std::find(logits.begin(), logits.end(), m);
+  return it == logits.end() ? 0 : static_cast<int32_t>(it - logits.begin());
 }
 
 // out->token's logprob and the top `num_top` alternatives (ties: the lower id first).
@@ -229,6 +296,15 @@ SampledToken sample_token(std::span<float> logits, const sched::SamplingParams& 
   out.token = p.greedy() ? argmax(logits) : draw(random_candidates(logits, p), rng);
   add_logprobs(logits, p, &out);
   return out;
+}
+
+std::vector<double> sampling_weights(std::span<const float> logits,
+                                     const sched::SamplingParams& params) {
+  const Candidates c = random_candidates(logits, params);
+  if (c.ids.empty()) return c.weights;
+  std::vector<double> weights(logits.size(), 0.0);
+  for (size_t i = 0; i < c.ids.size(); ++i) weights[size_t(c.ids[i])] = c.weights[i];
+  return weights;
 }
 
 SampledToken score_token(std::span<const float> logits, int32_t token, int32_t num_top) {

@@ -30,6 +30,12 @@ struct TokenHistory {
 SampledToken sample_token(std::span<float> logits, const sched::SamplingParams& params,
                           const TokenHistory& history, std::mt19937_64& rng);
 
+// What a random (non-greedy) draw picks from, by token id: exp((logit - max) / temperature),
+// zero outside the support that min-p, top-k and top-p leave. `logits` as sample_token has
+// processed them.
+std::vector<double> sampling_weights(std::span<const float> logits,
+                                     const sched::SamplingParams& params);
+
 // Prompt logprobs: `token` (in the vocabulary) scored under the raw `logits`, with no logits
 // processor and no temperature, as vLLM scores prompts: its logprob, its 1-based rank (1 + the
 // ids with a strictly larger logit) and the top `num_top` ids, best first.

@@ -1,11 +1,15 @@
-// Sampler semantics: greedy, seeded reproducibility, top-k / top-p / min-p cuts, penalties,
-// min_tokens masking, allowed_token_ids and bad words, and top logprobs.
+// Sampler semantics: greedy, seeded reproducibility, top-k / top-p / min-p cuts (and their
+// support against a sorting reference), penalties, min_tokens masking, allowed_token_ids and
+// bad words, and top logprobs.
 #include "worker/sampler.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <numeric>
 #include <set>
 
 namespace {
@@ -71,6 +75,89 @@ TEST(SamplerTest, TopPAndMinPCutTheTail) {
     std::vector<float> logits = {2.0f, 1.9f, -5.0f, -5.0f};
     EXPECT_LT(sample(logits, r, {}, rng).token, 2);
   }
+}
+
+// The support by sorting, as vLLM v1 states it: min-p drops weights below min_p of the best;
+// top-k keeps what is not below the k-th largest logit; top-p keeps a token (best first, ties by
+// id) while the mass above it is below top_p of what is left.
+std::vector<double> sorted_reference(std::span<const float> logits,
+                                     const sched::SamplingParams& p) {
+  const size_t V = logits.size();
+  const float top = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> w(V);
+  for (size_t i = 0; i < V; ++i) w[i] = std::exp((logits[i] - top) / p.temperature);
+  for (double& x : w)
+    if (x < p.min_p) x = 0;
+  std::vector<int32_t> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return w[a] > w[b] || (w[a] == w[b] && a < b); });
+  if (p.top_k > 0 && size_t(p.top_k) < V) {
+    std::vector<float> by_logit(logits.begin(), logits.end());
+    std::sort(by_logit.begin(), by_logit.end(), std::greater<>());
+    const float kth = by_logit[size_t(p.top_k - 1)];
+    for (size_t i = 0; i < V; ++i)
+      if (logits[i] < kth) w[i] = 0;
+  }
+  if (p.top_p < 1.0) {
+    double total = 0;
+    for (double x : w) total += x;
+    double above = 0;
+    for (int32_t id : order) {
+      const double x = w[id];
+      if (above >= p.top_p * total) w[id] = 0;
+      above += x;
+    }
+  }
+  return w;
+}
+
+TEST(SamplerTest, SupportMatchesTheSortingReference) {
+  std::mt19937_64 gen(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // Peaked (a real model), flat (random weights), and coarse (many exact ties) logits.
+  const std::vector<std::pair<const char*, std::function<float(int)>>> shapes = {
+      {"peaked", [&](int i) { return normal(gen) * 4.0f + (i % 97 == 0 ? 12.0f : 0.0f); }},
+      {"flat", [&](int) { return normal(gen) * 0.05f; }},
+      {"coarse", [&](int) { return std::round(normal(gen) * 2.0f) / 2.0f; }},
+  };
+  struct Setting {
+    double temperature, top_p, min_p;
+    int32_t top_k;
+  };
+  const Setting settings[] = {{0.6, 0.95, 0, 0},   {1.0, 0.5, 0, 0},     {1.3, 0.999, 0, 0},
+                              {0.7, 0.9, 0.05, 0}, {1.0, 1.0, 0.2, 0},   {1.0, 0.8, 0, 50},
+                              {0.8, 1.0, 0, 7},    {1.0, 0.3, 0.01, 300}};
+  int compared = 0;
+  for (const auto& [name, logit] : shapes) {
+    for (int V : {1, 2, 17, 4096, 129280}) {
+      std::vector<float> logits(static_cast<size_t>(V));
+      for (int i = 0; i < V; ++i) logits[size_t(i)] = logit(i);
+      for (const Setting& s : settings) {
+        sched::SamplingParams p;
+        p.temperature = s.temperature;
+        p.top_p = s.top_p;
+        p.min_p = s.min_p;
+        p.top_k = s.top_k;
+        const std::vector<double> want = sorted_reference(logits, p);
+        const std::vector<double> got = worker::sampling_weights(logits, p);
+        ASSERT_EQ(got.size(), want.size());
+        // The support must be the same token for token; the weights agree up to how each
+        // side rounds the division by the temperature.
+        size_t kept = 0, differ = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          kept += want[i] > 0;
+          differ += (got[i] > 0) != (want[i] > 0) || std::abs(got[i] - want[i]) > 1e-12 * want[i];
+        }
+        EXPECT_EQ(differ, 0u) << name << " V=" << V << " T=" << s.temperature
+                              << " top_p=" << s.top_p << " min_p=" << s.min_p
+                              << " top_k=" << s.top_k << ": " << kept << " kept";
+        EXPECT_GT(kept, 0u);
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 3 * 5 * 8);
 }
 
 TEST(SamplerTest, PenaltiesAndMinTokens) {
