@@ -130,6 +130,12 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
   if (auto e = read(body, "n", &out->n)) return e;
   if (out->n < 1) return bad_request("n must be at least 1, got " + std::to_string(out->n) + ".");
   if (out->n > 16) return bad_request("n must be at most 16, got " + std::to_string(out->n) + ".");
+  // best_of: vLLM's V1 engine (the one 0.10 runs) accepts only 1 and refuses more; so does this.
+  int64_t best_of = 1;
+  if (auto e = read(body, "best_of", &best_of)) return e;
+  if (best_of != 1)
+    return bad_request("best_of " + std::to_string(best_of) +
+                       " is not supported: only best_of 1 (the default), as in vLLM V1");
   sched::SamplingParams& s = out->sampling;
   bool present = false;
   // A field the request leaves out (or sends as null) takes the model's default, if any.

@@ -183,6 +183,11 @@ TEST(SamplingFieldsRequestTest, ParsedOrRefusedByName) {
     EXPECT_EQ(refusal({{key, nullptr}}), "accepted") << key;
   }
   EXPECT_NE(refusal({{"logits_processors", {"x"}}}).find("logits_processors"), std::string::npos);
+  EXPECT_EQ(refusal({{"best_of", 1}}), "accepted");
+  EXPECT_EQ(refusal({{"best_of", nullptr}}), "accepted");
+  EXPECT_EQ(refusal({{"best_of", 3}}),
+            "best_of 3 is not supported: only best_of 1 (the default), as in vLLM V1");
+  EXPECT_NE(refusal({{"best_of", "2"}}).find("best_of"), std::string::npos);
 }
 
 // --generation-config auto: generation_config.json's sampling fields that differ from Hugging
