@@ -25,13 +25,24 @@ float max_logit(std::span<const float> logits) {
   return *std::max_element(m, m + kLanes);
 }
 
+// NaN logits count as -inf (they are never the answer), +inf ones share all the mass, and a
+// row with nothing above -inf gives -inf everywhere: every output is a number or -inf.
 void log_softmax(std::span<const float> logits, std::vector<float>* out) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
   const float m = max_logit(logits);
-  double sum = 0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - m);
-  const float lse = m + static_cast<float>(std::log(sum));
   out->resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) (*out)[i] = logits[i] - lse;
+  if (m == kInf || m == -kInf) {
+    const auto n = std::count(logits.begin(), logits.end(), kInf);
+    const float lp = m == kInf ? -static_cast<float>(std::log(double(n))) : -kInf;
+    for (size_t i = 0; i < logits.size(); ++i) (*out)[i] = logits[i] == kInf ? lp : -kInf;
+    return;
+  }
+  double sum = 0;
+  for (float v : logits)
+    if (!std::isnan(v)) sum += std::exp(static_cast<double>(v) - m);
+  const float lse = m + static_cast<float>(std::log(sum));
+  for (size_t i = 0; i < logits.size(); ++i)
+    (*out)[i] = std::isnan(logits[i]) ? -kInf : logits[i] - lse;
 }
 
 // allowed_token_ids: everything else becomes -inf. The ids are sorted.
@@ -91,12 +102,18 @@ void apply_logits_processors(std::span<float> logits, const sched::SamplingParam
       if (t >= 0 && t < V) logits[t] = -std::numeric_limits<float>::infinity();
     }
   }
-  // Masks that contradict each other (allowed_token_ids = [EOS] under min_tokens, an allowed
-  // token that is also a bad word) leave nothing to sample: fall back to a uniform choice
-  // among the allowed tokens (the whole vocabulary without a list) instead of NaN weights.
-  const bool masked =
-      !p.allowed_token_ids.empty() || !p.bad_words_token_ids.empty() || masking_stops;
-  if (masked && max_logit(logits) == -std::numeric_limits<float>::infinity()) {
+  // Every row must leave a valid token to draw, whatever its numbers:
+  // - NaN logits (a numerically broken checkpoint, an overflow) never win;
+  // - +inf logits share all the mass between them (softmax's limit);
+  // - a row with nothing above -inf (masks that contradict each other: allowed_token_ids =
+  //   [EOS] under min_tokens, an allowed token that is also a bad word; or an all-NaN row) falls
+  //   back to a uniform choice among the allowed tokens (the whole vocabulary without a list).
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (float& x : logits) x = std::isnan(x) ? -kInf : x;
+  const float top = max_logit(logits);
+  if (top == kInf) {
+    for (float& x : logits) x = x == kInf ? 0.0f : -kInf;
+  } else if (top == -kInf) {
     if (p.allowed_token_ids.empty()) {
       std::fill(logits.begin(), logits.end(), 0.0f);
     } else {
@@ -311,7 +328,8 @@ SampledToken score_token(std::span<const float> logits, int32_t token, int32_t n
   SampledToken out;
   out.token = token;
   score(logits, num_top, &out);
-  const float mine = logits[token];
+  const float mine = std::isnan(logits[token]) ? -std::numeric_limits<float>::infinity()
+                                               : logits[token];  // NaN ranks with -inf
   const auto higher =
       std::count_if(logits.begin(), logits.end(), [&](float v) { return v > mine; });
   out.rank = 1 + static_cast<int32_t>(higher);

@@ -376,3 +376,57 @@ TEST(SamplerTest, GreedyVerificationAcceptsOnlyTheArgmax) {
     EXPECT_EQ(v.accepted, draft == 1);
   }
 }
+
+// A numerically broken row (NaN or infinite logits, as a corrupt checkpoint or an overflow
+// gives) still yields a token of the vocabulary with a logprob that is a number: NaN never
+// wins, +inf logits share the mass, and an all-NaN row is a uniform choice.
+TEST(SamplerTest, NonFiniteLogitsStillGiveAToken) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Row {
+    std::vector<float> logits;
+    std::set<int32_t> possible;
+  };
+  const std::vector<Row> rows = {{{nan, nan, nan, nan}, {0, 1, 2, 3}},
+                                 {{1.0f, nan, 2.0f, 0.5f}, {0, 2, 3}},
+                                 {{inf, 1.0f, inf, 0.0f}, {0, 2}},
+                                 {{-inf, -inf, -inf, 1.0f}, {3}},
+                                 {{nan, inf, -inf, 0.0f}, {1}}};
+  int checked = 0;
+  for (const double temperature : {0.0, 1.0})
+    for (const double top_p : {1.0, 0.5})
+      for (const int32_t top_k : {0, 2})
+        for (const double min_p : {0.0, 0.1})
+          for (const Row& row : rows) {
+            sched::SamplingParams p;
+            p.temperature = temperature;
+            p.top_p = top_p;
+            p.top_k = top_k;
+            p.min_p = min_p;
+            p.logprobs = 2;
+            const auto r = request_with(p);
+            std::mt19937_64 rng(3);
+            for (int draw = 0; draw < 20; ++draw) {
+              std::vector<float> logits = row.logits;
+              const auto s = sample(logits, r, {}, rng);
+              EXPECT_TRUE(row.possible.count(s.token))
+                  << "token " << s.token << " from row " << &row - rows.data() << " T "
+                  << temperature << " top_p " << top_p << " top_k " << top_k;
+              EXPECT_FALSE(std::isnan(s.logprob));
+              ++checked;
+            }
+          }
+  EXPECT_EQ(checked, 16 * 5 * 20);
+  // Prompt logprobs score raw logits: every figure must still be a number or -inf (all of
+  // them -inf on the all-NaN row, which has no distribution to score against).
+  for (const Row& row : rows)
+    for (int32_t token = 0; token < 4; ++token) {
+      const auto s = worker::score_token(row.logits, token, 2);
+      const bool all_nan = &row == &rows[0];
+      EXPECT_FALSE(std::isnan(s.logprob)) << "token " << token;
+      EXPECT_EQ(s.logprob > -inf, !all_nan && row.possible.count(token) > 0) << "token " << token;
+      ASSERT_EQ(s.top_logprobs.size(), 2u);
+      EXPECT_TRUE(row.possible.count(s.top_logprobs[0].first));
+      for (const auto& [id, lp] : s.top_logprobs) EXPECT_FALSE(std::isnan(lp)) << id;
+    }
+}
