@@ -78,6 +78,23 @@ std::optional<api::ApiError> read_bool(const json& body, const char* key, bool f
   return api::read_field(body, key, out, nullptr, api::Nullable::kNo);
 }
 
+// How a chat prompt ends: add_generation_prompt (default true) opens an assistant turn;
+// continue_final_message (default false) leaves the final message open instead, so it turns
+// the generation prompt off unless the request also sets it true, which vLLM refuses.
+std::optional<api::ApiError> read_prompt_ending(const json& body,
+                                                tokenizer::ChatRenderOptions* options) {
+  if (auto e = read_bool(body, "add_generation_prompt", true, &options->add_generation_prompt))
+    return e;
+  if (auto e = read_bool(body, "continue_final_message", false, &options->continue_final_message))
+    return e;
+  if (!options->continue_final_message) return std::nullopt;
+  if (body.contains("add_generation_prompt") && body["add_generation_prompt"] == true)
+    return api::bad_request(
+        "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+  options->add_generation_prompt = false;
+  return std::nullopt;
+}
+
 // chat_template_kwargs: absent, null or an object.
 std::optional<api::ApiError> read_template_kwargs(const json& body, json* out) {
   if (!body.contains("chat_template_kwargs") || body["chat_template_kwargs"].is_null())
@@ -333,8 +350,7 @@ HttpResponse ApiServer::handle_tokenize(const HttpRequest& req) const {
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
     tokenizer::ChatRenderOptions o;
-    if (auto e = read_bool(body, "add_generation_prompt", true, &o.add_generation_prompt))
-      return error_response(*e);
+    if (auto e = read_prompt_ending(body, &o)) return error_response(*e);
     if (auto e = read_template_kwargs(body, &o.chat_template_kwargs)) return error_response(*e);
     if (body.contains("tools") && !body["tools"].is_null()) {
       if (auto e = api::validate_tools(body["tools"])) return error_response(*e);
@@ -448,11 +464,12 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> prompt_texts;
   bool thinking = false;
+  std::string chat_role = "assistant";  // the answer's role
+  std::string chat_echo;                // what each chat choice starts with (echo)
   if (chat) {
     if (!body.contains("messages")) return fail(api::bad_request("'messages' is required"));
     tokenizer::ChatRenderOptions o;
-    if (auto e = read_bool(body, "add_generation_prompt", true, &o.add_generation_prompt))
-      return fail(*e);
+    if (auto e = read_prompt_ending(body, &o)) return fail(*e);
     if (auto e = read_template_kwargs(body, &o.chat_template_kwargs)) return fail(*e);
     if (body.contains("tools") && body["tools"].is_array()) o.tools = body["tools"];
     const json& kw = o.chat_template_kwargs;
@@ -461,6 +478,17 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
     auto text = render_chat(body, o);
     if (!text.ok()) return fail(api::bad_request(text.status().message()));
     if (auto e = check_prompt_bytes(text->size())) return fail(*e);
+    // vLLM: without a generation prompt the answer continues the final message, in its role;
+    // echo starts each answer with that message when the roles match.
+    bool echo = false;
+    if (auto e = read_bool(body, "echo", false, &echo)) return fail(*e);
+    auto messages = tokenizer::normalize_messages(body["messages"]);
+    if (messages.ok() && !messages->empty()) {
+      const json& last = messages->back();
+      if (!o.add_generation_prompt) chat_role = last["role"].get<std::string>();
+      if (echo && last["role"] == chat_role && last["content"].is_string())
+        chat_echo = last["content"].get<std::string>();
+    }
     const bool bos = f.add_special_tokens && tokenizer_.add_bos_token();
     prompts.push_back(tokenizer_.encode(*text, bos));
     if (f.truncate_prompt_tokens)
@@ -516,6 +544,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   const std::string header_id = req.header("X-Request-Id");
   GeneratePlan plan;
   plan.chat = chat;
+  plan.chat_role = chat_role;
   plan.stream = f.stream;
   plan.include_usage = f.stream && (f.include_usage || config_.enable_force_include_usage);
   plan.continuous_usage = plan.include_usage && f.continuous_usage_stats;
@@ -544,6 +573,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
       c.prompt_tokens = static_cast<int64_t>(prompts[p].size());
       if (plan.return_token_ids || (f.echo && f.want_logprobs)) c.prompt_token_ids = prompts[p];
       if (f.echo) c.echo = prompt_texts[p];
+      if (chat) c.echo = chat_echo;
       if (use_reasoning) c.reasoning = std::make_unique<tokenizer::ReasoningParser>(thinking);
       if (!tool_parser.empty()) {
         c.tools = api::ToolCallParser::create(tool_parser,

@@ -66,7 +66,7 @@ void GenerateSession::begin() {
       json choices = json::array();
       for (size_t i = 0; i < plan_.choices.size(); ++i) {
         choices.push_back({{"index", i},
-                           {"delta", {{"role", "assistant"}, {"content", ""}}},
+                           {"delta", {{"role", plan_.chat_role}, {"content", ""}}},
                            {"logprobs", nullptr},
                            {"finish_reason", nullptr}});
       }
@@ -77,6 +77,18 @@ void GenerateSession::begin() {
         if (plan_.return_token_ids && i == 0)
           chunk["prompt_token_ids"] = plan_.choices[0].prompt_token_ids;
         send_chunk(chunk);
+      }
+      // Chat echo: the final message comes before anything generated, a chunk per choice.
+      for (size_t i = 0; i < plan_.choices.size(); ++i) {
+        std::string& echo = plan_.choices[i].echo;
+        if (echo.empty()) continue;
+        json chunk = chunk_envelope(json::array({{{"index", i},
+                                                  {"delta", {{"content", echo}}},
+                                                  {"logprobs", nullptr},
+                                                  {"finish_reason", nullptr}}}));
+        if (plan_.continuous_usage) chunk["usage"] = chunk_usage(i);
+        send_chunk(chunk);
+        echo.clear();
       }
     }
   }
@@ -327,8 +339,9 @@ void GenerateSession::respond_whole() {
         for (const auto& call : c.tools->calls()) tool_calls.push_back(api::tool_call_json(call));
       }
       const bool called = !tool_calls.empty();
-      json message = {{"role", "assistant"},
-                      {"content", called && c.text.empty() ? json(nullptr) : json(c.text)},
+      const std::string content = c.echo + c.text;
+      json message = {{"role", plan_.chat_role},
+                      {"content", called && content.empty() ? json(nullptr) : json(content)},
                       {"refusal", nullptr},
                       {"annotations", nullptr},
                       {"audio", nullptr},

@@ -26,7 +26,7 @@ struct GenerateChoice {
   std::string engine_id;  // unique per engine request, whatever the client's X-Request-Id
   int64_t prompt_tokens = 0;
   std::vector<int32_t> prompt_token_ids;  // with return_token_ids, or echo with logprobs
-  std::string echo;                       // the prompt's text until it is sent (echo)
+  std::string echo;  // until sent (echo): the prompt's text, or chat's final message
   std::unique_ptr<tokenizer::ReasoningParser> reasoning;
   std::unique_ptr<api::ToolCallParser> tools;  // chat with a tool parser and tool_choice != none
   // Filled as outputs arrive.
@@ -51,6 +51,7 @@ struct GenerateChoice {
 
 struct GeneratePlan {
   bool chat = false;
+  std::string chat_role = "assistant";  // chat: the answer's role
   bool stream = false;
   bool include_usage = false;
   bool continuous_usage = false;  // usage on every chunk (stream_options.continuous_usage_stats)

@@ -1,6 +1,9 @@
 // Message normalization, the built-in V3.1 renderer and the Jinja-or-builtin dispatch.
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
+#include <string_view>
+
 #include "tokenizer/deepseek_v31_template_text.h"
 
 namespace tokenizer {
@@ -184,8 +187,48 @@ Result<std::unique_ptr<ChatTemplate>> ChatTemplate::create(const std::string& ji
   return t;
 }
 
+namespace {
+
+std::string_view strip(std::string_view s, bool left, bool right) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  if (left) s.remove_prefix(std::min(s.size(), s.find_first_not_of(kSpace)));
+  if (right) {
+    const size_t last = s.find_last_not_of(kSpace);
+    s = last == std::string_view::npos ? std::string_view() : s.substr(0, last + 1);
+  }
+  return s;
+}
+
+// continue_final_message, by Hugging Face's rule: cut the rendering after the last occurrence
+// of the final message's text. The whole text when the template kept its trailing whitespace,
+// else the text up to it.
+Result<std::string> open_final_message(const std::string& rendered, const json& messages) {
+  CP_ASSIGN_OR_RETURN(json normalized, normalize_messages(messages));
+  if (normalized.empty())
+    return common::invalid_argument("continue_final_message needs a final message");
+  const json& content = normalized.back()["content"];
+  const std::string text = content.is_string() ? content.get<std::string>() : "";
+  const std::string_view stripped = strip(text, true, true), lstripped = strip(text, true, false);
+  const size_t at = rendered.rfind(stripped);
+  if (at == std::string::npos)
+    return common::invalid_argument(
+        "continue_final_message is set but the final message does not appear in the rendered "
+        "chat: the chat template changes its text");
+  const bool kept_whole = rendered.compare(at, lstripped.size(), lstripped) == 0;
+  return rendered.substr(0, at + (kept_whole ? lstripped.size() : stripped.size()));
+}
+
+}  // namespace
+
 Result<std::string> ChatTemplate::render(const json& messages,
                                          const ChatRenderOptions& options) const {
+  CP_ASSIGN_OR_RETURN(std::string rendered, render_whole(messages, options));
+  if (!options.continue_final_message) return rendered;
+  return open_final_message(rendered, messages);
+}
+
+Result<std::string> ChatTemplate::render_whole(const json& messages,
+                                               const ChatRenderOptions& options) const {
   if (jinja_ == nullptr) return render_deepseek_v31(messages, options);
   CP_ASSIGN_OR_RETURN(json normalized, normalize_messages(messages));
   json context =

@@ -15,6 +15,9 @@ namespace tokenizer {
 
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
+  // Leave the final message open for the model to continue: the rendering stops right after
+  // its text (no end of turn, no EOS), as Hugging Face's apply_chat_template does.
+  bool continue_final_message = false;
   nlohmann::json chat_template_kwargs = nlohmann::json::object();  // e.g. {"thinking": true}
   std::string bos_token = "<｜begin▁of▁sentence｜>";
   std::string eos_token = "<｜end▁of▁sentence｜>";
@@ -40,6 +43,8 @@ class ChatTemplate {
   bool is_builtin() const { return jinja_ == nullptr; }
 
  private:
+  common::Result<std::string> render_whole(const nlohmann::json& messages,
+                                           const ChatRenderOptions& options) const;
   std::unique_ptr<jinja::Template> jinja_;
 };
 

@@ -956,6 +956,69 @@ TEST_F(ServeTest, StopStringsStopTokensEchoAndN) {
   EXPECT_EQ(st.body["choices"][0]["stop_reason"], first_generated);
 }
 
+// continue_final_message leaves the final message open (its prompt is the closed one's, less
+// the end of turn) and may not be combined with add_generation_prompt; chat echo starts each
+// answer with the final message, streamed or not; without a generation prompt the answer takes
+// the final message's role, as in vLLM.
+TEST_F(ServeTest, ContinueFinalMessageAndChatEcho) {
+  ASSERT_TRUE(server_->ready());
+  const json messages = json::parse(R"([{"role": "user", "content": "Tell a story"},
+      {"role": "assistant", "content": "Once upon a time"}])");
+  const Response closed = post(*server_, "/tokenize", json{{"messages", messages}}.dump());
+  const Response open = post(*server_, "/tokenize",
+                             json{{"messages", messages}, {"continue_final_message", true}}.dump());
+  ASSERT_EQ(closed.status, 200) << closed.raw;
+  ASSERT_EQ(open.status, 200) << open.raw;
+  const auto closed_ids = closed.body["tokens"].get<std::vector<int>>();
+  const auto open_ids = open.body["tokens"].get<std::vector<int>>();
+  ASSERT_LT(open_ids.size(), closed_ids.size());
+  EXPECT_TRUE(std::equal(open_ids.begin(), open_ids.end(), closed_ids.begin()));
+  const std::string both =
+      "Cannot set both `continue_final_message` and `add_generation_prompt` to True.";
+  for (const char* path : {"/tokenize", "/v1/chat/completions"}) {
+    const json body = {
+        {"messages", messages}, {"continue_final_message", true}, {"add_generation_prompt", true}};
+    const Response r = post(*server_, path, body.dump());
+    EXPECT_EQ(r.status, 400) << path;
+    EXPECT_EQ(r.body["error"]["message"], both) << path;
+  }
+  json body = {{"messages", messages}, {"continue_final_message", true},
+               {"echo", true},         {"max_tokens", 3},
+               {"temperature", 0},     {"n", 2}};
+  const Response r = post(*server_, "/v1/chat/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["usage"]["prompt_tokens"], open_ids.size());
+  std::string answer;
+  for (const auto& c : r.body["choices"]) {
+    EXPECT_EQ(c["message"]["role"], "assistant");
+    answer = c["message"]["content"].get<std::string>();
+    EXPECT_EQ(answer.rfind("Once upon a time", 0), 0u) << answer;
+    EXPECT_GT(answer.size(), std::string("Once upon a time").size());
+  }
+  body["stream"] = true;
+  const Response streamed = post(*server_, "/v1/chat/completions", body.dump());
+  int done = 0;
+  std::map<int, std::string> joined;
+  for (const auto& e : sse_events(streamed.raw, &done)) {
+    const json& c = e["choices"][0];
+    if (c["delta"].contains("content")) joined[c["index"]] += c["delta"]["content"];
+  }
+  EXPECT_EQ(done, 1);
+  ASSERT_EQ(joined.size(), 2u);
+  for (const auto& [index, text] : joined) EXPECT_EQ(text, answer) << index;
+  // Without a generation prompt after a user turn, the answer is the user's.
+  const json user_last = {{"messages", {messages[0]}},
+                          {"add_generation_prompt", false},
+                          {"max_tokens", 1},
+                          {"echo", true}};
+  const Response as_user = post(*server_, "/v1/chat/completions", user_last.dump());
+  ASSERT_EQ(as_user.status, 200) << as_user.raw;
+  EXPECT_EQ(as_user.body["choices"][0]["message"]["role"], "user");
+  EXPECT_EQ(
+      as_user.body["choices"][0]["message"]["content"].get<std::string>().rfind("Tell a story", 0),
+      0u);
+}
+
 TEST_F(ServeTest, BenchServeCountsEveryTokenAndReadsServerTimings) {
   ASSERT_TRUE(server_->ready());
   const std::string dir =

@@ -1,6 +1,6 @@
 // Chat templates: the Jinja renderer and the built-in V3.1 template against texts rendered by
 // npm @huggingface/jinja (tests/data/chat/expected.json, made by tools/render_chat_fixtures.mjs),
-// and the errors bad templates and bad messages produce.
+// continue_final_message, and the errors bad templates and bad messages produce.
 #include "tokenizer/chat_template.h"
 
 #include <gtest/gtest.h>
@@ -135,8 +135,7 @@ TEST(JinjaTest, ExpressionsFiltersAndWhitespaceControl) {
       render("{{ x.get('k', 'd') ~ (x.k2 | default('z')) | upper }}", {{"x", json::object()}}),
       "dZ");
   // Filters bind tighter than `+`, as in vLLM's tool templates ('<sep>' + args|tojson + '<end>').
-  EXPECT_EQ(render("{{ '<' + x['a'] | tojson + '>' }}", {{"x", {{"a", "q\"s"}}}}),
-            "<\"q\\\"s\">");
+  EXPECT_EQ(render("{{ '<' + x['a'] | tojson + '>' }}", {{"x", {{"a", "q\"s"}}}}), "<\"q\\\"s\">");
 }
 
 TEST(ChatMessagesTest, BadMessagesNameTheField) {
@@ -154,6 +153,45 @@ TEST(ChatMessagesTest, BadMessagesNameTheField) {
             "messages[0].content must be a string, a list of text parts, or null");
   EXPECT_EQ(err(json::parse(R"([{"role": "user"}])")),
             "messages[0].content is required for role 'user'");
+}
+
+// continue_final_message: the rendering ends right after the final message's text, by Hugging
+// Face's rule, on the built-in template and on both Jinja templates; a template that trims the
+// text's trailing space cuts after the trimmed text; one that changes the text is an error.
+TEST(ChatContinueTest, FinalMessageIsLeftOpen) {
+  const json messages = json::parse(R"([{"role": "user", "content": "Tell a story"},
+      {"role": "assistant", "content": "Once upon a time "}])");
+  auto builtin = tokenizer::ChatTemplate::create("");
+  auto v3 = tokenizer::ChatTemplate::create(v3_template());
+  auto v31 = tokenizer::ChatTemplate::create(tokenizer::deepseek_v31_template_text());
+  ASSERT_TRUE(builtin.ok() && v3.ok() && v31.ok());
+  for (const auto* t : {builtin->get(), v3->get(), v31->get()}) {
+    tokenizer::ChatRenderOptions whole_options;
+    whole_options.add_generation_prompt = false;
+    tokenizer::ChatRenderOptions open_options = whole_options;
+    open_options.continue_final_message = true;
+    auto whole = t->render(messages, whole_options);
+    auto open = t->render(messages, open_options);
+    ASSERT_TRUE(whole.ok() && open.ok()) << open.status().message();
+    const std::string tail = "Once upon a time ";
+    ASSERT_GT(whole->size(), open->size()) << "the whole rendering closes the turn: " << *whole;
+    EXPECT_EQ(*open, whole->substr(0, whole->rfind(tail) + tail.size()));
+    EXPECT_EQ(open->substr(open->size() - tail.size()), tail);
+  }
+  auto trimming = tokenizer::ChatTemplate::create(
+      "{% for m in messages %}{{ m['content'] | trim }}<end>{% endfor %}");
+  auto changing = tokenizer::ChatTemplate::create(
+      "{% for m in messages %}{{ m['content'] | upper }}{% endfor %}");
+  ASSERT_TRUE(trimming.ok() && changing.ok());
+  tokenizer::ChatRenderOptions o;
+  o.continue_final_message = true;
+  auto trimmed = (*trimming)->render(messages, o);
+  ASSERT_TRUE(trimmed.ok()) << trimmed.status().message();
+  EXPECT_EQ(*trimmed, "Tell a story<end>Once upon a time");
+  auto changed = (*changing)->render(messages, o);
+  ASSERT_FALSE(changed.ok());
+  EXPECT_NE(changed.status().message().find("does not appear in the rendered chat"),
+            std::string::npos);
 }
 
 }  // namespace
