@@ -130,6 +130,12 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
   if (auto e = read(body, "n", &out->n)) return e;
   if (out->n < 1) return bad_request("n must be at least 1, got " + std::to_string(out->n) + ".");
   if (out->n > 16) return bad_request("n must be at most 16, got " + std::to_string(out->n) + ".");
+  if (body.contains("cache_salt") && !body["cache_salt"].is_null()) {
+    const json& salt = body["cache_salt"];
+    if (!salt.is_string() || salt.get<std::string>().empty())
+      return bad_request("Parameter 'cache_salt' must be a non-empty string if provided.");
+    out->cache_salt = salt.get<std::string>();
+  }
   // best_of: vLLM's V1 engine (the one 0.10 runs) accepts only 1 and refuses more; so does this.
   int64_t best_of = 1;
   if (auto e = read(body, "best_of", &best_of)) return e;

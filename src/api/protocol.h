@@ -49,6 +49,8 @@ struct CommonRequestFields {
   std::vector<std::string> bad_words;
   // generation_config's max_new_tokens: caps max_tokens (vLLM's get_max_tokens).
   std::optional<int64_t> generation_max_tokens;
+  // vLLM's cache_salt: only requests with the same salt share prefix-cache blocks (empty: none).
+  std::string cache_salt;
 };
 
 enum class Endpoint { kCompletions, kChat };

@@ -29,6 +29,8 @@ struct EngineRequest {
   // request_id). The API server passes the client-visible id and choice, so one request samples
   // the same tokens on whichever data-parallel rank serves it.
   std::string sampling_key;
+  // The request's cache_salt: it shares prefix-cache blocks only with requests of the same salt.
+  std::string cache_salt;
 };
 
 // A generated token with its logprob and the top alternatives (when asked for).

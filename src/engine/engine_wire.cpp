@@ -21,6 +21,7 @@ std::vector<uint8_t> encode_request(const EngineRequest& q) {
   sched::write_sampling_params(w, q.sampling);
   w.put_string(q.kv_transfer_params);
   w.put_string(q.sampling_key);
+  w.put_string(q.cache_salt);
   return out;
 }
 
@@ -32,6 +33,7 @@ common::Result<EngineRequest> decode_request(const std::vector<uint8_t>& bytes) 
   if (!sched::read_sampling_params(r, &q.sampling)) return malformed("request");
   r.get_string(&q.kv_transfer_params);
   r.get_string(&q.sampling_key);
+  r.get_string(&q.cache_salt);
   if (!r.ok() || !r.at_end()) return malformed("request");
   return q;
 }

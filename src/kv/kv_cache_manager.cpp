@@ -16,13 +16,14 @@ KvCacheManager::KvCacheManager(int32_t num_blocks, int block_size, bool enable_p
 }
 
 int64_t KvCacheManager::acquire_cached_prefix(const std::string& request_id,
-                                              std::span<const int32_t> prompt) {
+                                              std::span<const int32_t> prompt,
+                                              std::string_view cache_salt) {
   Entry& e = requests_[request_id];
   CHECK(e.blocks.empty()) << "request " << request_id << " already holds blocks";
   if (!enable_prefix_caching_ || prompt.empty()) return 0;
   stats_.queries += static_cast<int64_t>(prompt.size());
   e.hashes.clear();
-  extend_block_hashes(prompt, block_size_, &e.hashes);
+  extend_block_hashes(prompt, block_size_, &e.hashes, root_hash(cache_salt));
   // The last prompt token must be computed to produce logits.
   const size_t max_blocks = (prompt.size() - 1) / block_size_;
   for (size_t i = 0; i < std::min(max_blocks, e.hashes.size()); ++i) {
@@ -51,14 +52,15 @@ bool KvCacheManager::allocate_slots(const std::string& request_id, int64_t num_t
 
 void KvCacheManager::cache_full_blocks(const std::string& request_id,
                                        std::span<const int32_t> token_ids,
-                                       int64_t num_computed_tokens) {
+                                       int64_t num_computed_tokens, std::string_view cache_salt) {
   if (!enable_prefix_caching_) return;
   auto it = requests_.find(request_id);
   CHECK(it != requests_.end()) << "unknown request " << request_id;
   Entry& e = it->second;
   const size_t full = std::min<size_t>(num_computed_tokens / block_size_, e.blocks.size());
   if (full <= e.num_cached_blocks) return;
-  extend_block_hashes(token_ids.first(full * block_size_), block_size_, &e.hashes);
+  extend_block_hashes(token_ids.first(full * block_size_), block_size_, &e.hashes,
+                      root_hash(cache_salt));
   for (size_t i = e.num_cached_blocks; i < full; ++i) pool_.cache(e.blocks[i], e.hashes[i]);
   e.num_cached_blocks = full;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -33,7 +34,9 @@ class KvCacheManager {
   // For a request that holds no blocks yet: takes the cached blocks of its longest cached
   // prefix (whole blocks, leaving at least the last prompt token to compute) and returns how
   // many tokens they cover.
-  int64_t acquire_cached_prefix(const std::string& request_id, std::span<const int32_t> prompt);
+  // A request with a cache_salt shares blocks only with requests of the same salt.
+  int64_t acquire_cached_prefix(const std::string& request_id, std::span<const int32_t> prompt,
+                                std::string_view cache_salt = {});
 
   // Grows the request's block table to hold `num_tokens` tokens. False (nothing changed) when
   // the free blocks do not suffice.
@@ -41,7 +44,7 @@ class KvCacheManager {
 
   // Registers the request's newly full blocks (up to num_computed_tokens) in the prefix cache.
   void cache_full_blocks(const std::string& request_id, std::span<const int32_t> token_ids,
-                         int64_t num_computed_tokens);
+                         int64_t num_computed_tokens, std::string_view cache_salt = {});
 
   // Releases all of a request's blocks (finished, aborted or preempted).
   void free(const std::string& request_id);

@@ -269,7 +269,8 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
     if (fresh) {
       const auto ids = r->all_token_ids();
       // Prompt logprobs need every position's logits: no prefix hits (vLLM v1 does the same).
-      if (!r->sampling.prompt_logprobs) hits = kv_->acquire_cached_prefix(r->request_id, ids);
+      if (!r->sampling.prompt_logprobs)
+        hits = kv_->acquire_cached_prefix(r->request_id, ids, r->cache_salt);
       if (connector_ != nullptr) {
         const auto matched = connector_->get_num_new_matched_tokens(*r, hits);
         if (!matched) break;  // the connector asks us to wait: keep the queue's order
@@ -371,7 +372,7 @@ std::vector<int32_t> Scheduler::update(const SchedulerOutput& output,
     const int bs = kv_->block_size();
     if (verified_end / bs > s.num_computed_tokens / bs) {
       const auto ids = r->all_token_ids();
-      kv_->cache_full_blocks(r->request_id, ids, verified_end);
+      kv_->cache_full_blocks(r->request_id, ids, verified_end, r->cache_salt);
     }
   }
   return appended;

@@ -585,6 +585,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
       r.sampling = f.sampling;
       r.sampling.max_tokens = max_tokens_per_prompt[p];
       r.kv_transfer_params = kv_transfer_params;
+      r.cache_salt = f.cache_salt;
       r.sampling_key = plan.response_id + "-" + std::to_string(i);
       if (r.sampling.seed && f.n > 1) *r.sampling.seed += k;  // distinct samples per choice
       plan.choices.push_back(std::move(c));

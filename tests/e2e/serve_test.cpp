@@ -833,6 +833,37 @@ TEST_F(ServeTest, RepeatedPromptHitsThePrefixCache) {
   EXPECT_GE(metric(*server_, "vllm:prefix_cache_hits_total") - before, 48.0);
 }
 
+// cache_salt: a prompt cached under one salt is a miss for another salt and for no salt, and a
+// hit for the same salt; the outputs do not change. An empty salt gets vLLM's 400.
+TEST_F(ServeTest, CacheSaltSeparatesPrefixCacheHits) {
+  ASSERT_TRUE(server_->ready());
+  std::string prompt = "salted ";
+  for (int i = 0; i < 40; ++i) prompt += "token" + std::to_string(i) + " ";  // > 3 blocks
+  json body = {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true}};
+  auto hits_of = [&](const json& salt) {
+    json b = body;
+    if (!salt.is_null()) b["cache_salt"] = salt;
+    const double before = metric(*server_, "vllm:prefix_cache_hits_total");
+    const Response r = post(*server_, "/v1/completions", b.dump());
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return std::pair{metric(*server_, "vllm:prefix_cache_hits_total") - before,
+                     r.body["choices"][0]["text"].get<std::string>()};
+  };
+  const auto [first_hits, text] = hits_of("tenant-a");
+  EXPECT_EQ(first_hits, 0.0);
+  EXPECT_EQ(hits_of("tenant-b").first, 0.0);
+  EXPECT_EQ(hits_of(nullptr).first, 0.0);
+  const auto [same_hits, same_text] = hits_of("tenant-a");
+  EXPECT_GE(same_hits, 48.0);
+  EXPECT_EQ(same_text, text);
+  EXPECT_GE(hits_of(nullptr).first, 48.0);  // the unsalted run cached its own blocks
+  body["cache_salt"] = "";
+  const Response empty = post(*server_, "/v1/completions", body.dump());
+  EXPECT_EQ(empty.status, 400);
+  EXPECT_EQ(empty.body["error"]["message"],
+            "Parameter 'cache_salt' must be a non-empty string if provided.");
+}
+
 TEST_F(ServeTest, SixtyFourConcurrentStreamsWithDisconnects) {
   ASSERT_TRUE(server_->ready());
   std::atomic<int> correct{0}, disconnected{0};

@@ -72,6 +72,32 @@ TEST(KvCacheManagerTest, PrefixHitsSkipWholeBlocksAndKeepLastToken) {
   EXPECT_DOUBLE_EQ(kv.usage(), 0.0);
 }
 
+// cache_salt: a salted request shares blocks only with requests of the same salt, in both
+// directions, whether its blocks were registered under the salt or it looks them up.
+TEST(KvCacheManagerTest, CacheSaltSeparatesPrefixes) {
+  kv::KvCacheManager kv(16, 4, true);
+  const auto prompt = iota_ids(10);
+  EXPECT_EQ(kv.acquire_cached_prefix("plain", prompt), 0);
+  ASSERT_TRUE(kv.allocate_slots("plain", 10));
+  kv.cache_full_blocks("plain", prompt, 10);
+  EXPECT_EQ(kv.acquire_cached_prefix("salted", prompt, "tenant-a"), 0);
+  ASSERT_TRUE(kv.allocate_slots("salted", 10));
+  kv.cache_full_blocks("salted", prompt, 10, "tenant-a");
+  EXPECT_EQ(kv.acquire_cached_prefix("same-salt", prompt, "tenant-a"), 8);
+  EXPECT_EQ(kv.block_table("same-salt"),
+            std::vector<kv::BlockId>(kv.block_table("salted").begin(),
+                                     kv.block_table("salted").begin() + 2));
+  EXPECT_EQ(kv.acquire_cached_prefix("other-salt", prompt, "tenant-b"), 0);
+  EXPECT_EQ(kv.acquire_cached_prefix("unsalted", prompt), 8);
+  EXPECT_EQ(kv.block_table("unsalted"),
+            std::vector<kv::BlockId>(kv.block_table("plain").begin(),
+                                     kv.block_table("plain").begin() + 2));
+  EXPECT_NE(kv::root_hash("tenant-a"), kv::root_hash({}));
+  EXPECT_NE(kv::root_hash("tenant-a"), kv::root_hash("tenant-b"));
+  for (const char* id : {"plain", "salted", "same-salt", "other-salt", "unsalted"}) kv.free(id);
+  EXPECT_EQ(kv.num_free_blocks(), 16);
+}
+
 TEST(KvCacheManagerTest, AllocationFailsWithoutSideEffects) {
   kv::KvCacheManager kv(3, 4, false);
   ASSERT_TRUE(kv.allocate_slots("a", 8));

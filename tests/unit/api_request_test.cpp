@@ -183,6 +183,13 @@ TEST(SamplingFieldsRequestTest, ParsedOrRefusedByName) {
     EXPECT_EQ(refusal({{key, nullptr}}), "accepted") << key;
   }
   EXPECT_NE(refusal({{"logits_processors", {"x"}}}).find("logits_processors"), std::string::npos);
+  f = {};
+  ASSERT_FALSE(parse({{"cache_salt", "tenant-a"}}, &f));
+  EXPECT_EQ(f.cache_salt, "tenant-a");
+  EXPECT_EQ(refusal({{"cache_salt", nullptr}}), "accepted");
+  for (const json& bad : {json(""), json(5), json::array()})
+    EXPECT_EQ(refusal({{"cache_salt", bad}}),
+              "Parameter 'cache_salt' must be a non-empty string if provided.");
   EXPECT_EQ(refusal({{"best_of", 1}}), "accepted");
   EXPECT_EQ(refusal({{"best_of", nullptr}}), "accepted");
   EXPECT_EQ(refusal({{"best_of", 3}}),
