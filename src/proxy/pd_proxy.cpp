@@ -237,6 +237,48 @@ void PdProxy::handle(const std::shared_ptr<HttpExchange>& ex) {
   }
 }
 
+json next_round_request(const json& original, const json& current, bool chat,
+                        const std::vector<int32_t>& prompt_ids,
+                        const std::vector<int32_t>& generated_ids, int64_t max_tokens) {
+  std::vector<int32_t> ids = prompt_ids;
+  ids.insert(ids.end(), generated_ids.begin(), generated_ids.end());
+  json next = current;
+  if (chat) {
+    // The chat prompt is rendered text: continue it as a completion of the exact ids, with
+    // every field that means the same to a completion.
+    next = {{"model", original.value("model", json(nullptr))}};
+    for (const char* key : {"temperature",
+                            "top_p",
+                            "top_k",
+                            "min_p",
+                            "seed",
+                            "stop",
+                            "stop_token_ids",
+                            "ignore_eos",
+                            "presence_penalty",
+                            "frequency_penalty",
+                            "repetition_penalty",
+                            "logit_bias",
+                            "allowed_token_ids",
+                            "bad_words",
+                            "min_tokens",
+                            "skip_special_tokens",
+                            "include_stop_str_in_output",
+                            "spaces_between_special_tokens",
+                            "cache_salt",
+                            "stream"})
+      if (original.contains(key)) next[key] = original[key];
+    next["return_token_ids"] = true;
+  }
+  next["prompt"] = ids;
+  const auto generated = static_cast<int64_t>(generated_ids.size());
+  next.erase("max_completion_tokens");
+  if (max_tokens >= 0) next["max_tokens"] = std::max<int64_t>(1, max_tokens - generated);
+  if (original.contains("min_tokens") && original["min_tokens"].is_number_integer())
+    next["min_tokens"] = std::max<int64_t>(0, original["min_tokens"].get<int64_t>() - generated);
+  return next;
+}
+
 void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
   const std::string api = chat ? "/v1/chat/completions" : "/v1/completions";
   json original = json::parse(ex->request().body, nullptr, /*allow_exceptions=*/false);
@@ -439,25 +481,7 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
       return ex->respond(error_reply(502,
                                      "the decoder handed the request back without its "
                                      "prompt's token ids; it cannot be retried exactly"));
-    std::vector<int32_t> ids = prompt_ids;
-    ids.insert(ids.end(), generated_ids.begin(), generated_ids.end());
-    if (chat) {
-      // The chat prompt is rendered text: continue it as a completion of the exact ids.
-      json next = {{"model", original.value("model", json(nullptr))}, {"prompt", ids}};
-      for (const char* key :
-           {"temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids",
-            "ignore_eos", "presence_penalty", "frequency_penalty", "repetition_penalty"})
-        if (original.contains(key)) next[key] = original[key];
-      next["stream"] = stream;
-      next["return_token_ids"] = true;
-      request = std::move(next);
-    } else {
-      request["prompt"] = ids;
-    }
-    request.erase("max_completion_tokens");
-    if (max_tokens >= 0)
-      request["max_tokens"] =
-          std::max<int64_t>(1, max_tokens - static_cast<int64_t>(generated_ids.size()));
+    request = next_round_request(original, request, chat, prompt_ids, generated_ids, max_tokens);
     if (round >= 16) {
       if (streaming) return ex->end_stream();
       return ex->respond(error_reply(503, "the request was handed back 16 times"));

@@ -1,8 +1,10 @@
 // The proxy's pieces alone: least-loaded selection with upstream's scores, leases that give
-// load back on every path, draining removal, and SSE event splitting across reads.
+// load back on every path, draining removal, SSE event splitting across reads, and the request
+// of a round after a decoder handed one back.
 #include <gtest/gtest.h>
 
 #include "proxy/instance_registry.h"
+#include "proxy/pd_proxy.h"
 #include "proxy/sse_splitter.h"
 
 namespace {
@@ -88,6 +90,51 @@ TEST(SseSplitterTest, EventsSurviveAnySplitOfTheBytes) {
   EXPECT_TRUE(s.push("data: {\"unfinished\"").empty());
   EXPECT_EQ(s.rest(), "data: {\"unfinished\"");
   EXPECT_EQ(proxy::sse_data(": a comment\ndata: x\ndata: y\n\n"), "x\ny");
+}
+
+// A handed-back request continues from its exact ids; the token budgets shrink by what was
+// made (from the client's values, so rounds do not subtract twice); a chat request becomes a
+// completion that keeps the sampling, masking and cache fields and drops the chat-only ones.
+TEST(NextRoundRequestTest, ContinuesFromTheExactIds) {
+  using nlohmann::json;
+  const json chat = {{"model", "m"},
+                     {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                     {"max_completion_tokens", 20},
+                     {"min_tokens", 5},
+                     {"temperature", 0.5},
+                     {"logit_bias", {{"7", -100}}},
+                     {"allowed_token_ids", {1, 2, 3}},
+                     {"bad_words", {"x"}},
+                     {"cache_salt", "tenant"},
+                     {"stream", true},
+                     {"tools", json::array()},
+                     {"chat_template_kwargs", {{"thinking", true}}}};
+  const json first = proxy::next_round_request(chat, chat, true, {10, 11}, {12, 13, 14}, 20);
+  EXPECT_EQ(first["prompt"], json({10, 11, 12, 13, 14}));
+  EXPECT_EQ(first["max_tokens"], 17);
+  EXPECT_EQ(first["min_tokens"], 2);
+  EXPECT_FALSE(first.contains("max_completion_tokens"));
+  EXPECT_FALSE(first.contains("messages") || first.contains("tools") ||
+               first.contains("chat_template_kwargs"));
+  for (const char* key :
+       {"temperature", "logit_bias", "allowed_token_ids", "bad_words", "cache_salt", "stream"})
+    EXPECT_EQ(first[key], chat[key]) << key;
+  EXPECT_EQ(first["return_token_ids"], true);
+  const json second =
+      proxy::next_round_request(chat, first, true, {10, 11}, {12, 13, 14, 15, 16, 17, 18}, 20);
+  EXPECT_EQ(second["max_tokens"], 13);
+  EXPECT_EQ(second["min_tokens"], 0);
+
+  const json completion = {{"prompt", "hi"}, {"max_tokens", 8}, {"min_tokens", 4}, {"seed", 3}};
+  json current = completion;
+  current["return_token_ids"] = true;
+  const json next = proxy::next_round_request(completion, current, false, {5}, {6, 7}, 8);
+  EXPECT_EQ(next["prompt"], json({5, 6, 7}));
+  EXPECT_EQ(next["max_tokens"], 6);
+  EXPECT_EQ(next["min_tokens"], 2);
+  EXPECT_EQ(next["seed"], 3);
+  const json again = proxy::next_round_request(completion, next, false, {5}, {6, 7, 8}, 8);
+  EXPECT_EQ(again["min_tokens"], 1) << "from the client's min_tokens, not the last round's";
 }
 
 }  // namespace
