@@ -136,6 +136,13 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
       return bad_request("Parameter 'cache_salt' must be a non-empty string if provided.");
     out->cache_salt = salt.get<std::string>();
   }
+  // priority: only a priority scheduler honours it, and chunkpipe's is first come first served;
+  // vLLM refuses a non-zero priority under that policy.
+  int64_t priority = 0;
+  if (auto e = read(body, "priority", &priority)) return e;
+  if (priority != 0)
+    return bad_request("Got priority " + std::to_string(priority) +
+                       " but Priority scheduling is not enabled.");
   // best_of: vLLM's V1 engine (the one 0.10 runs) accepts only 1 and refuses more; so does this.
   int64_t best_of = 1;
   if (auto e = read(body, "best_of", &best_of)) return e;

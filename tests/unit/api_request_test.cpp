@@ -190,6 +190,8 @@ TEST(SamplingFieldsRequestTest, ParsedOrRefusedByName) {
   for (const json& bad : {json(""), json(5), json::array()})
     EXPECT_EQ(refusal({{"cache_salt", bad}}),
               "Parameter 'cache_salt' must be a non-empty string if provided.");
+  EXPECT_EQ(refusal({{"priority", 0}}), "accepted");
+  EXPECT_EQ(refusal({{"priority", -3}}), "Got priority -3 but Priority scheduling is not enabled.");
   EXPECT_EQ(refusal({{"best_of", 1}}), "accepted");
   EXPECT_EQ(refusal({{"best_of", nullptr}}), "accepted");
   EXPECT_EQ(refusal({{"best_of", 3}}),
