@@ -8,27 +8,37 @@ namespace api {
 
 using nlohmann::json;
 
-json chat_logprobs_json(const std::vector<sched::SampledToken>& lps, const TokenText& text) {
-  json content = json::array();
-  for (const auto& lp : lps) {
-    json top = json::array();
-    for (const auto& [id, v] : lp.top_logprobs)
-      top.push_back({{"token", text(id)}, {"logprob", v}, {"bytes", nullptr}});
-    content.push_back({{"token", text(lp.token)},
-                       {"logprob", lp.logprob},
-                       {"bytes", nullptr},
-                       {"top_logprobs", top}});
-  }
-  return {{"content", content}};
-}
-
 namespace {
 
 double clamped(float logprob) {
   return std::max(static_cast<double>(logprob), -9999.0);
 }
 
+// OpenAI's `bytes`: the token's text as UTF-8 byte values.
+json utf8_bytes(const std::string& text) {
+  json out = json::array();
+  for (const char c : text) out.push_back(static_cast<uint8_t>(c));
+  return out;
+}
+
 }  // namespace
+
+json chat_logprobs_json(const std::vector<sched::SampledToken>& lps, const TokenText& text) {
+  json content = json::array();
+  for (const auto& lp : lps) {
+    json top = json::array();
+    for (const auto& [id, v] : lp.top_logprobs) {
+      const std::string t = text(id);
+      top.push_back({{"token", t}, {"logprob", clamped(v)}, {"bytes", utf8_bytes(t)}});
+    }
+    const std::string t = text(lp.token);
+    content.push_back({{"token", t},
+                       {"logprob", clamped(lp.logprob)},
+                       {"bytes", utf8_bytes(t)},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
 
 size_t utf8_length(const std::string& text) {
   return static_cast<size_t>(std::count_if(

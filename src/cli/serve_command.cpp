@@ -129,6 +129,8 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("allowed-headers", "CORS: allowed headers, a JSON list", "[\"*\"]");
   p.add_flag("enable-force-include-usage", "usage in every stream");
   p.add_flag("enable-prompt-tokens-details", "prompt_tokens_details in usage");
+  p.add_flag("return-tokens-as-token-ids",
+             "logprobs name tokens 'token_id:{id}' (a request's own field overrides it)");
   p.add_flag("disable-log-requests", "no per-request logs");
   p.add_flag("enable-log-requests", "per-request logs");
   p.add_flag("disable-log-stats", "no periodic stats logs");
@@ -531,6 +533,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   s.enable_force_include_usage = p.flag("enable-force-include-usage");
   plan->log_stats = !p.flag("disable-log-stats");
   s.enable_prompt_tokens_details = p.flag("enable-prompt-tokens-details");
+  s.return_tokens_as_token_ids = p.flag("return-tokens-as-token-ids");
   CP_ASSIGN_OR_RETURN(s.cors.allowed_origins,
                       server::parse_cors_list("allowed-origins", *p.option("allowed-origins")));
   CP_ASSIGN_OR_RETURN(s.cors.allowed_methods,

@@ -554,6 +554,9 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   plan.echo = f.echo;
   plan.echo_without_generation = f.echo_without_generation;
   if (auto e = read_bool(body, "return_token_ids", false, &plan.return_token_ids)) return fail(*e);
+  if (auto e = read_bool(body, "return_tokens_as_token_ids", config_.return_tokens_as_token_ids,
+                         &plan.return_tokens_as_token_ids))
+    return fail(*e);
   plan.n = f.n;
   plan.response_id =
       (chat ? "chatcmpl-" : "cmpl-") + (header_id.empty() ? random_hex() : header_id);

@@ -45,6 +45,7 @@ struct ServerConfig {
   bool trust_request_chat_template = false;
   bool enable_force_include_usage = false;    // every stream ends with a usage chunk
   bool enable_prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens
+  bool return_tokens_as_token_ids = false;    // the default of the request field of that name
   // The model's generation_config sampling defaults (--generation-config).
   api::SamplingDefaults sampling_defaults;
   CorsPolicy cors;         // --allowed-origins, --allow-credentials, --allowed-methods/-headers

@@ -143,8 +143,11 @@ api::TokenText GenerateSession::token_text() const {
 json GenerateSession::logprobs_json(const std::vector<engine::TokenLogprob>& lps,
                                     size_t initial_offset) const {
   if (lps.empty() && !plan_.want_logprobs) return nullptr;
-  return plan_.chat ? api::chat_logprobs_json(lps, token_text())
-                    : api::completion_logprobs_json(lps, token_text(), initial_offset);
+  api::TokenText text = token_text();
+  if (plan_.return_tokens_as_token_ids)
+    text = [](int32_t id) { return "token_id:" + std::to_string(id); };
+  return plan_.chat ? api::chat_logprobs_json(lps, text)
+                    : api::completion_logprobs_json(lps, text, initial_offset);
 }
 
 void GenerateSession::add_echo_logprobs(GenerateChoice& c) const {

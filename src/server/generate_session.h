@@ -61,6 +61,7 @@ struct GeneratePlan {
   bool echo = false;                     // completions: the prompt leads each choice
   bool echo_without_generation = false;  // completions: the prompt alone is the answer
   bool return_token_ids = false;         // vLLM's: prompt and generated token ids in the response
+  bool return_tokens_as_token_ids = false;  // vLLM's: logprobs name tokens "token_id:N"
   int n = 1;
   std::string response_id;
   std::string model_name;

@@ -833,6 +833,58 @@ TEST_F(ServeTest, RepeatedPromptHitsThePrefixCache) {
   EXPECT_GE(metric(*server_, "vllm:prefix_cache_hits_total") - before, 48.0);
 }
 
+// return_tokens_as_token_ids names each logprob's token "token_id:N" (N the generated id), on
+// completions and chat, whole and streamed; chat logprobs carry the token's UTF-8 bytes.
+TEST_F(ServeTest, ReturnTokensAsTokenIds) {
+  ASSERT_TRUE(server_->ready());
+  for (const bool chat : {false, true}) {
+    for (const bool stream : {false, true}) {
+      json body = {{"max_tokens", 3},          {"temperature", 0},
+                   {"ignore_eos", true},       {"return_tokens_as_token_ids", true},
+                   {"return_token_ids", true}, {"stream", stream}};
+      if (chat) {
+        body["messages"] = {{{"role", "user"}, {"content", "Name a color"}}};
+        body["logprobs"] = true;
+        body["top_logprobs"] = 2;
+      } else {
+        body["prompt"] = "Name a color";
+        body["logprobs"] = 2;
+      }
+      const Response r =
+          post(*server_, chat ? "/v1/chat/completions" : "/v1/completions", body.dump());
+      ASSERT_EQ(r.status, 200) << r.raw;
+      std::vector<std::string> names;
+      std::vector<int> ids;
+      auto collect = [&](const json& choice) {
+        if (choice.contains("token_ids") && choice["token_ids"].is_array())
+          for (const auto& id : choice["token_ids"]) ids.push_back(id.get<int>());
+        const json& lp = choice["logprobs"];
+        if (lp.is_null()) return;
+        if (chat) {
+          for (const auto& t : lp["content"]) {
+            names.push_back(t["token"]);
+            EXPECT_EQ(t["bytes"].size(), t["token"].get<std::string>().size());
+            EXPECT_EQ(t["top_logprobs"].size(), 2u);
+          }
+        } else {
+          for (const auto& t : lp["tokens"]) names.push_back(t);
+        }
+      };
+      if (stream) {
+        int done = 0;
+        for (const auto& e : sse_events(r.raw, &done))
+          if (!e["choices"].empty()) collect(e["choices"][0]);
+      } else {
+        collect(r.body["choices"][0]);
+      }
+      ASSERT_EQ(ids.size(), 3u) << r.raw;
+      ASSERT_EQ(names.size(), 3u) << r.raw;
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_EQ(names[i], "token_id:" + std::to_string(ids[i])) << chat << stream;
+    }
+  }
+}
+
 // cache_salt: a prompt cached under one salt is a miss for another salt and for no salt, and a
 // hit for the same salt; the outputs do not change. An empty salt gets vLLM's 400.
 TEST_F(ServeTest, CacheSaltSeparatesPrefixCacheHits) {

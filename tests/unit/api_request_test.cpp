@@ -71,6 +71,11 @@ TEST(ResponseTest, LogprobLayouts) {
   const json chat = api::chat_logprobs_json(lps, text);
   ASSERT_EQ(chat["content"].size(), 2u);
   EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["token"], "t8");
+  EXPECT_EQ(chat["content"][0]["bytes"], json::parse("[116, 55]"));  // "t7" as UTF-8 bytes
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["bytes"], json::parse("[116, 56]"));
+  const std::vector<sched::SampledToken> impossible = {
+      {7, -std::numeric_limits<float>::infinity(), {}}};
+  EXPECT_EQ(api::chat_logprobs_json(impossible, text)["content"][0]["logprob"], -9999.0);
   const json completion = api::completion_logprobs_json(lps, text);
   EXPECT_EQ(completion["text_offset"], json::parse("[0, 2]"));
   EXPECT_EQ(completion["tokens"], json::parse(R"(["t7", "t8"])"));
