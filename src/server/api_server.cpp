@@ -539,9 +539,13 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
     max_tokens_per_prompt.push_back(copy.sampling.max_tokens);
   }
 
-  // The client's X-Request-Id names the response; engine ids are always unique, so two live
-  // requests with one header id (a retry, or both legs of a PD proxy) never collide.
-  const std::string header_id = req.header("X-Request-Id");
+  // The client's X-Request-Id (else, as vLLM, the body's request_id) names the response; engine
+  // ids are always unique, so two live requests with one id (a retry, or both legs of a PD
+  // proxy) never collide.
+  std::string header_id = req.header("X-Request-Id");
+  if (header_id.empty()) {
+    if (auto e = api::read_field(body, "request_id", &header_id)) return fail(*e);
+  }
   GeneratePlan plan;
   plan.chat = chat;
   plan.chat_role = chat_role;

@@ -162,12 +162,26 @@ TEST_F(AbuseTest, DuplicateRequestIdsBothComplete) {
                         true, "X-Request-Id: dup-1\r\n");
     });
   }
+  // The body's request_id names the response when no header does (vLLM), the header wins.
+  for (const bool with_header : {false, true}) {
+    threads.emplace_back([&, with_header] {
+      const Reply r = post(port(), "/v1/completions",
+                           R"({"prompt":"same id","max_tokens":4,"request_id":"body-id"})", true,
+                           with_header ? "X-Request-Id: dup-1\r\n" : "");
+      EXPECT_EQ(r.status, 200) << r.body;
+      EXPECT_NE(r.body.find(with_header ? "\"cmpl-dup-1\"" : "\"cmpl-body-id\""), std::string::npos)
+          << r.body;
+    });
+  }
   for (auto& t : threads) t.join();
   for (const Reply& r : replies) {
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_NE(r.headers.find("dup-1"), std::string::npos) << "the client's id comes back";
     EXPECT_NE(r.body.find("\"cmpl-dup-1\""), std::string::npos) << r.body;
   }
+  const Reply bad = post(port(), "/v1/completions", R"({"prompt":"x","request_id":7})", true, "");
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_NE(bad.body.find("request_id"), std::string::npos) << bad.body;
   expect_alive(port());
 }
 
