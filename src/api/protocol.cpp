@@ -94,6 +94,11 @@ std::optional<ApiError> refuse_unsupported(const json& body) {
                          "' is not supported: chunkpipe has no constrained decoding yet");
     }
   }
+  if (body.contains("prompt_embeds") && !body["prompt_embeds"].is_null()) {
+    return bad_request(
+        "'prompt_embeds' is not supported: chunkpipe has no --enable-prompt-embeds; send the "
+        "prompt as text or token ids");
+  }
   if (body.contains("logits_processors") && !body["logits_processors"].is_null()) {
     return bad_request(
         "'logits_processors' is not supported: chunkpipe runs no request-supplied code");

@@ -188,6 +188,9 @@ TEST(SamplingFieldsRequestTest, ParsedOrRefusedByName) {
     EXPECT_EQ(refusal({{key, nullptr}}), "accepted") << key;
   }
   EXPECT_NE(refusal({{"logits_processors", {"x"}}}).find("logits_processors"), std::string::npos);
+  EXPECT_NE(refusal({{"prompt_embeds", "AAAA"}}).find("'prompt_embeds' is not supported"),
+            std::string::npos);
+  EXPECT_EQ(refusal({{"prompt_embeds", nullptr}}), "accepted");
   f = {};
   ASSERT_FALSE(parse({{"cache_salt", "tenant-a"}}, &f));
   EXPECT_EQ(f.cache_salt, "tenant-a");
