@@ -677,13 +677,16 @@ TEST_F(ServeTest, SamplingFieldsActThroughThePipeline) {
   cut["truncate_prompt_tokens"] = 100000;
   EXPECT_EQ(post(s, "/v1/completions", cut.dump()).status, 400);
 
-  // Continuous usage: each choice's count so far on every chunk, then the total.
+  // Continuous usage: each choice's count so far on every chunk, then the total. With
+  // return_token_ids every token gets its chunk, even one whose text is an unfinished UTF-8
+  // character (which sends no empty content delta of its own).
   const Response streamed =
       post(s, "/v1/chat/completions",
            json{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
                 {"max_tokens", 3},
                 {"ignore_eos", true},
                 {"n", 2},
+                {"return_token_ids", true},
                 {"stream", true},
                 {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}}
                .dump());
@@ -697,7 +700,10 @@ TEST_F(ServeTest, SamplingFieldsActThroughThePipeline) {
     const json& e = events[i];
     ASSERT_TRUE(e["usage"].is_object()) << e.dump();
     const int index = e["choices"][0]["index"];
-    if (i >= 2) ++seen[index];  // a token chunk counts its own token; role chunks count 0
+    if (i >= 2) {  // a token chunk counts its own token; role chunks count 0
+      EXPECT_EQ(e["choices"][0]["token_ids"].size(), 1u) << e.dump();
+      ++seen[index];
+    }
     EXPECT_EQ(e["usage"]["completion_tokens"], seen[index]) << e.dump();
     prompt_tokens = e["usage"]["prompt_tokens"];
     EXPECT_EQ(e["usage"]["total_tokens"], prompt_tokens + seen[index]);
