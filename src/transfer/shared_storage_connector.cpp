@@ -24,8 +24,13 @@ struct FileHeader {
   int64_t row_dim = 0;
 };
 
-std::string key_of(const std::vector<int32_t>& ids, int64_t n) {
-  const XXH128_hash_t h = XXH3_128bits(ids.data(), static_cast<size_t>(n) * sizeof(int32_t));
+// The files' name: a hash of the stored tokens, seeded by the request's cache_salt (0 without
+// one, which is the unseeded hash), so a salted prompt's KV is found only under its own salt.
+std::string key_of(const std::vector<int32_t>& ids, int64_t n, const std::string& cache_salt) {
+  const XXH64_hash_t seed =
+      cache_salt.empty() ? 0 : XXH3_64bits(cache_salt.data(), cache_salt.size());
+  const XXH128_hash_t h =
+      XXH3_128bits_withSeed(ids.data(), static_cast<size_t>(n) * sizeof(int32_t), seed);
   char hex[33];
   std::snprintf(hex, sizeof(hex), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
                 static_cast<unsigned long long>(h.low64));
@@ -83,7 +88,7 @@ SharedStorageScheduler::Tracked& SharedStorageScheduler::track(const sched::Requ
   Tracked t;
   // Whole blocks before the last prompt token, which is always computed (it yields the output).
   t.num_tokens = (r.num_prompt_tokens() - 1) / o_.block_size * o_.block_size;
-  if (t.num_tokens > 0) t.key = key_of(r.prompt_token_ids, t.num_tokens);
+  if (t.num_tokens > 0) t.key = key_of(r.prompt_token_ids, t.num_tokens, r.cache_salt);
   return requests_.emplace(r.request_id, std::move(t)).first->second;
 }
 

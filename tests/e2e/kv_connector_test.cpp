@@ -33,9 +33,10 @@ std::vector<std::string> storage_flags(const std::string& dir) {
   return flags;
 }
 
-json complete(const e2e::ServerProcess& s, const std::string& prompt) {
-  const json body = {
-      {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+json complete(const e2e::ServerProcess& s, const std::string& prompt,
+              const std::string& cache_salt = "") {
+  json body = {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+  if (!cache_salt.empty()) body["cache_salt"] = cache_salt;
   auto r = s.client().Post("/v1/completions", body.dump(), "application/json");
   if (!r || r->status != 200) return json();
   return json::parse(r->body);
@@ -74,12 +75,17 @@ TEST(SharedStorageConnectorTest, SecondServerLoadsWhatTheFirstSaved) {
 
   e2e::ServerProcess b(e2e::model_dir(), storage_flags(dir), "/tmp/chunkpipe_kv_b.log");
   ASSERT_TRUE(b.ready()) << "see /tmp/chunkpipe_kv_b.log";
+  // A salted request does not find the unsalted files (cache_salt isolates the store too).
+  const json salted = complete(b, prompt, "tenant-a");
+  ASSERT_TRUE(salted.is_object());
+  EXPECT_EQ(salted["choices"][0]["text"], first["choices"][0]["text"]);
+  EXPECT_EQ(metric(b, "vllm:external_prefix_cache_hits_total"), 0);
   const json second = complete(b, prompt);
   ASSERT_TRUE(second.is_object());
   EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
   EXPECT_EQ(metric(b, "vllm:external_prefix_cache_hits_total"), double(stored));
-  EXPECT_EQ(metric(b, "vllm:prompt_tokens_total"), double(prompt_tokens - stored))
-      << "B computes only the tokens that were not stored";
+  EXPECT_EQ(metric(b, "vllm:prompt_tokens_total"), double(prompt_tokens + prompt_tokens - stored))
+      << "B computes the salted prompt whole, then only the tokens that were not stored";
   std::printf("    prompt %lld tokens: A computed all, B loaded %.0f and computed %.0f\n",
               static_cast<long long>(prompt_tokens),
               metric(b, "vllm:external_prefix_cache_hits_total"),
