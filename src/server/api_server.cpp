@@ -482,7 +482,9 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
     // echo starts each answer with that message when the roles match.
     bool echo = false;
     if (auto e = read_bool(body, "echo", false, &echo)) return fail(*e);
-    auto messages = tokenizer::normalize_messages(body["messages"]);
+    auto messages = echo || !o.add_generation_prompt
+                        ? tokenizer::normalize_messages(body["messages"])
+                        : common::Result<json>(json::array());  // the usual case needs neither
     if (messages.ok() && !messages->empty()) {
       const json& last = messages->back();
       if (!o.add_generation_prompt) chat_role = last["role"].get<std::string>();
