@@ -32,7 +32,8 @@ class KvConnectorScheduler {
   virtual ~KvConnectorScheduler() = default;
 
   // For a waiting request with num_computed_tokens local (prefix-cache) tokens: how many more
-  // the connector can load. May be called more than once per request; nullopt = ask again later.
+  // the connector can load. May be called more than once per request; nullopt = ask again later
+  // (the requests behind it may start first).
   virtual std::optional<MatchedTokens> get_num_new_matched_tokens(const Request& request,
                                                                   int64_t num_computed_tokens) = 0;
   // After the request's blocks were allocated: num_external_tokens of them will be loaded.

@@ -95,6 +95,10 @@ void Scheduler::update_kv_transfers(const KvTransferReport& report) {
     r->num_computed_tokens =
         std::min(r->num_computed_tokens + r->num_external_tokens, r->num_tokens() - 1);
     r->num_cached_tokens = r->num_computed_tokens;
+    // Loaded blocks are prefix-cache hits from now on, as computed ones are (vLLM caches them
+    // here too): a request with the same prompt, such as another choice of this one, finds them.
+    const auto ids = r->all_token_ids();
+    kv_->cache_full_blocks(r->request_id, ids, r->num_computed_tokens, r->cache_salt);
     r->status = RequestStatus::kWaiting;
     waiting_.push_front(r);
   }
@@ -259,6 +263,7 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
     emit(r, n, r->num_computed_tokens);
     ++i;
   }
+  std::vector<Request*> skipped;  // waiting requests a connector asked to come back later
   while (out.num_preempted == 0 && out.num_recomputed == 0 && !waiting_.empty() && budget > 0 &&
          time_budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
@@ -266,6 +271,12 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
     int64_t external = 0;  // tokens a KV connector provides past the local hits
     bool load_async = false;
     const bool fresh = r->num_computed_tokens == 0 && kv_->block_table(r->request_id).empty();
+    // A fresh request that cannot start now gives its prefix hits back and looks them up again
+    // next time; kept, they would make it look resumed and recompute from token 0 over blocks
+    // that others share.
+    auto stay_waiting = [&] {
+      if (fresh) kv_->free(r->request_id);
+    };
     if (fresh) {
       const auto ids = r->all_token_ids();
       // Prompt logprobs need every position's logits: no prefix hits (vLLM v1 does the same).
@@ -273,7 +284,12 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
         hits = kv_->acquire_cached_prefix(r->request_id, ids, r->cache_salt);
       if (connector_ != nullptr) {
         const auto matched = connector_->get_num_new_matched_tokens(*r, hits);
-        if (!matched) break;  // the connector asks us to wait: keep the queue's order
+        if (!matched) {  // the connector asks us to come back later: the others may go first
+          stay_waiting();
+          waiting_.pop_front();
+          skipped.push_back(r);
+          continue;
+        }
         // At least the last token is computed here: it produces the first output.
         external = std::clamp<int64_t>(matched->num_tokens, 0, r->num_tokens() - 1 - hits);
         load_async = matched->load_async && external > 0;
@@ -283,7 +299,10 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
       // Slots for every token, the last included: once the KV is in, the request must run
       // without needing another block, or loaded requests could hold the whole cache while
       // none of them can start.
-      if (!kv_->allocate_slots(r->request_id, r->num_tokens())) break;
+      if (!kv_->allocate_slots(r->request_id, r->num_tokens())) {
+        stay_waiting();
+        break;
+      }
       waiting_.pop_front();
       r->num_computed_tokens = hits;  // what a failed load falls back to
       connector_->update_state_after_alloc(*r, kv_->block_table(r->request_id), external);
@@ -296,9 +315,11 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
     int64_t n = std::min(r->num_tokens() - hits, budget);
     // Prediction counts prefix hits as history; the predicate sees the request's own counter.
     auto sized = dynamic_chunk(*r, hits, n, &time_budget, target);
-    if (!sized) break;
+    if (!sized || !kv_->allocate_slots(r->request_id, slots_for(*r, hits + *sized))) {
+      stay_waiting();  // no time budget left this step, or no blocks yet
+      break;
+    }
     n = *sized;
-    if (!kv_->allocate_slots(r->request_id, slots_for(*r, hits + n))) break;  // wait for blocks
     waiting_.pop_front();
     if (fresh && connector_ != nullptr) {
       connector_->update_state_after_alloc(*r, kv_->block_table(r->request_id), external);
@@ -310,6 +331,7 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
     r->num_cached_tokens = hits;
     emit(r, n, config_.charge_prefix_hits ? hits : 0);
   }
+  waiting_.insert(waiting_.begin(), skipped.begin(), skipped.end());  // in their order, first
   for (const auto& s : out.scheduled) out.total_num_scheduled_tokens += s.num_scheduled_tokens;
   // Nothing runs, but transfers are pending: a step for the connectors only.
   out.kv_connector_poll = allow_poll && out.empty() && connector_ != nullptr &&

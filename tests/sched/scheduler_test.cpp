@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <set>
 
 namespace {
 
@@ -79,6 +80,29 @@ TEST(SchedulerTest, AbortFreesBlocks) {
   EXPECT_EQ(r->finish_reason, sched::FinishReason::kAbort);
   EXPECT_EQ(kv.num_free_blocks(), 8);
   EXPECT_FALSE(s.has_unfinished_requests());
+}
+
+// A waiting request whose prefix hits are found but whose other blocks are not free yet gives
+// the hits back and finds them again later: it must not start from token 0 over shared blocks.
+TEST(SchedulerTest, WaitingForBlocksKeepsThePrefixHitsItFindsLater) {
+  kv::KvCacheManager kv(6, 4, /*enable_prefix_caching=*/true);
+  sched::Scheduler s({100, 4, 64}, &kv);
+  s.add_request(make_request("a", 9));  // caches blocks [1..4] and [5..8]
+  EXPECT_EQ(run_step(s), (Sched{{"a", 9}}));
+  s.finish_request("a", sched::FinishReason::kStop);
+  s.add_request(make_request("filler", 15));  // 4 blocks: 2 of them a's cached ones
+  EXPECT_EQ(run_step(s), (Sched{{"filler", 7}}));
+  auto b = make_request("b", 17);  // a's 8 tokens, then others: hits 8, needs 3 more blocks
+  std::iota(b->prompt_token_ids.begin() + 8, b->prompt_token_ids.end(), 100);
+  s.add_request(std::move(b));  // only 2 blocks are free
+  EXPECT_EQ(run_step(s), (Sched{{"filler", 1}}));
+  EXPECT_EQ(s.stats().num_waiting, 1);
+  s.finish_request("filler", sched::FinishReason::kStop);
+  auto out = s.schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].req_id, "b");
+  EXPECT_EQ(out.scheduled[0].num_computed_tokens, 8);
+  EXPECT_EQ(out.scheduled[0].num_scheduled_tokens, 9);
 }
 
 // SchedulerOutput carries a request in full once, then only deltas; the workers' view
@@ -348,18 +372,22 @@ TEST(CppSchedulerTest, DecodesAreNotChargedAndFailedProfilingGivesFixedChunks) {
 
 namespace {
 
-// A connector that offers `offered` tokens of every prompt, synchronously or not, and records
-// the calls the scheduler makes.
+// A connector that offers `offered` tokens of every prompt but those in `own` (none), synchronously
+// or not, asks the requests in `later` to come back later, and records the scheduler's calls.
 class FakeConnector : public sched::KvConnectorScheduler {
  public:
   int64_t offered = 0;
   bool async = false;
   bool delay_free = false;
+  std::set<std::string> own;
+  std::set<std::string> later;
   std::vector<std::string> calls;
 
   std::optional<sched::MatchedTokens> get_num_new_matched_tokens(const sched::Request& r,
                                                                  int64_t computed) override {
     calls.push_back("match " + r.request_id + " " + std::to_string(computed));
+    if (later.count(r.request_id)) return std::nullopt;
+    if (own.count(r.request_id)) return sched::MatchedTokens{};
     return sched::MatchedTokens{offered, async};
   }
   void update_state_after_alloc(const sched::Request& r, const std::vector<kv::BlockId>& blocks,
@@ -515,6 +543,49 @@ TEST(KvConnectorSchedulerTest, FailedLoadFailsTheRequestUnderTheFailPolicy) {
   EXPECT_EQ(gone[0].second, "peer gone");
   EXPECT_EQ(t.kv.num_free_blocks(), 16);
   EXPECT_FALSE(t.s.has_requests());
+}
+
+// A request the connector asks to come back later lets the ones behind it start (vLLM skips
+// it), holds no blocks meanwhile, and is first in line again the next step.
+TEST(KvConnectorSchedulerTest, RequestAskedToComeBackLaterDoesNotBlockTheQueue) {
+  kv::KvCacheManager kv(16, 4, /*enable_prefix_caching=*/true);
+  sched::Scheduler s({100, 4, 64}, &kv);
+  FakeConnector c;
+  s.set_kv_connector(&c);
+  s.add_request(make_request("a", 9));
+  EXPECT_EQ(run_step(s), (Sched{{"a", 9}}));  // caches two blocks
+  c.later = {"b"};
+  s.add_request(make_request("b", 9));  // would hit a's two blocks
+  s.add_request(make_request("c", 3));
+  EXPECT_EQ(run_step(s), (Sched{{"a", 1}, {"c", 3}}));
+  EXPECT_EQ(kv.num_free_blocks(), 16 - 3 - 1) << "b gave back the prefix it found";
+  c.later.clear();
+  auto so = s.schedule();
+  ASSERT_EQ(so.scheduled.size(), 3u);
+  EXPECT_EQ(so.scheduled[2].req_id, "b");
+  EXPECT_EQ(so.scheduled[2].num_computed_tokens, 8);
+  EXPECT_EQ(so.scheduled[2].num_scheduled_tokens, 1);
+}
+
+// Blocks a connector loaded are prefix-cache hits once the load is in: a second request with the
+// same prompt (another choice of the same request) reads them instead of computing them.
+TEST(KvConnectorSchedulerTest, LoadedBlocksBecomePrefixHits) {
+  kv::KvCacheManager kv(16, 4, /*enable_prefix_caching=*/true);
+  sched::Scheduler s({100, 4, 64}, &kv);
+  FakeConnector c;
+  c.offered = 8;
+  c.async = true;
+  c.own = {"b"};
+  s.set_kv_connector(&c);
+  s.add_request(make_request("a", 10));
+  s.update(s.schedule(), {});
+  s.update_kv_transfers(received({"a"}));
+  s.add_request(make_request("b", 10));
+  auto so = s.schedule();
+  ASSERT_EQ(so.scheduled.size(), 2u);
+  EXPECT_EQ(so.scheduled[1].req_id, "b");
+  EXPECT_EQ(so.scheduled[1].num_computed_tokens, 8);
+  EXPECT_EQ(so.scheduled[1].num_scheduled_tokens, 2);
 }
 
 // An abort while the KV is loading keeps the blocks until the load reports: it may still be
