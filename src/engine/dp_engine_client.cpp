@@ -286,6 +286,18 @@ int DpEngineClient::pick_engine() {
   return least_loaded_engine(loads, next_first_++ % engines_.size());
 }
 
+int DpEngineClient::engine_for(const EngineRequest& request) {
+  // The choices of one PD request name the same remote prompt: one engine pulls it once and
+  // the others read it from that engine's prefix cache (P frees it after the first pull).
+  if (!request.kv_transfer_params.empty()) {
+    for (const auto& [id, p] : pending_) {
+      const Engine& e = engines_[size_t(p.engine)];
+      if (p.kv_transfer_params == request.kv_transfer_params && e.ready && !e.dead) return p.engine;
+    }
+  }
+  return pick_engine();
+}
+
 void DpEngineClient::add_request(EngineRequest request, OutputCallback callback) {
   int engine = -1;
   std::string refusal;
@@ -295,10 +307,10 @@ void DpEngineClient::add_request(EngineRequest request, OutputCallback callback)
       refusal = "the server is shutting down";
     } else if (pending_.count(request.request_id)) {
       refusal = "request id " + request.request_id + " is already running";
-    } else if ((engine = pick_engine()) < 0) {
+    } else if ((engine = engine_for(request)) < 0) {
       refusal = "EngineCore encountered an issue: no data-parallel engine is alive";
     } else {
-      pending_[request.request_id] = Pending{engine, callback};
+      pending_[request.request_id] = Pending{engine, callback, request.kv_transfer_params};
       ++engines_[size_t(engine)].unfinished;
       outbox_.emplace_back(engine, dp::message(dp::Kind::kAdd, encode_request(request)));
     }

@@ -66,6 +66,7 @@ class DpEngineClient : public EngineClient {
   struct Pending {
     int engine = 0;
     OutputCallback callback;
+    std::string kv_transfer_params;  // a PD request's: its choices share one engine
   };
   explicit DpEngineClient(DpClientOptions options) : options_(std::move(options)) {}
   void io_loop();
@@ -74,7 +75,8 @@ class DpEngineClient : public EngineClient {
   void post(int engine, std::vector<uint8_t> message);
   // Marks an engine dead and fails its requests; mu_ must not be held.
   void mark_dead(int engine, const std::string& why);
-  int pick_engine();  // mu_ held; -1 when none is alive
+  int pick_engine();                             // mu_ held; -1 when none is alive
+  int engine_for(const EngineRequest& request);  // mu_ held; pick_engine but for PD choices
 
   DpClientOptions options_;
   std::unique_ptr<dist::RouterSocket> socket_;

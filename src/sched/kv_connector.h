@@ -31,6 +31,8 @@ class KvConnectorScheduler {
  public:
   virtual ~KvConnectorScheduler() = default;
 
+  // A request entered the scheduler; request_finished follows exactly once.
+  virtual void request_added(const Request& /*request*/) {}
   // For a waiting request with num_computed_tokens local (prefix-cache) tokens: how many more
   // the connector can load. May be called more than once per request; nullopt = ask again later
   // (the requests behind it may start first).
@@ -44,6 +46,9 @@ class KvConnectorScheduler {
   // carried in SchedulerOutput::kv_connector_metadata). Must not change `output`.
   virtual std::vector<uint8_t> build_connector_meta(const SchedulerOutput& output,
                                                     const kv::KvCacheManager& kv) = 0;
+  // Once per step, before the scheduler acts on it: which loads and sends the workers finished
+  // (vLLM's update_connector_output).
+  virtual void update_connector_output(const KvTransferReport& /*report*/) {}
   // Exactly once per request, before its blocks are freed.
   virtual FinishedHandoff request_finished(const Request& request,
                                            const std::vector<kv::BlockId>& block_ids) = 0;

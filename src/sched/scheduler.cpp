@@ -18,6 +18,7 @@ void Scheduler::add_request(std::unique_ptr<Request> request) {
   CHECK(!requests_.count(r->request_id)) << "duplicate request id " << r->request_id;
   requests_[r->request_id] = std::move(request);
   waiting_.push_back(r);
+  if (connector_ != nullptr) connector_->request_added(*r);
 }
 
 std::unique_ptr<Request> Scheduler::abort_request(const std::string& request_id) {
@@ -56,6 +57,7 @@ void Scheduler::release(Request* r) {
 }
 
 void Scheduler::update_kv_transfers(const KvTransferReport& report) {
+  if (connector_ != nullptr) connector_->update_connector_output(report);
   for (const std::string& id : report.finished_sending) {
     if (delayed_free_.erase(id)) kv_->free(id);
   }

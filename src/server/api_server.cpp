@@ -411,6 +411,12 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
       return fail(api::bad_request("'kv_transfer_params' must be an object"));
     kv_transfer_params = body["kv_transfer_params"].dump();
   }
+  // P's leg of a PD request: D samples the n choices from the KV of the prompt P's answer names
+  // (the first), so P runs one choice per prompt and keeps only the first prompt's blocks.
+  const json* transfer = kv_transfer_params.empty() ? nullptr : &body["kv_transfer_params"];
+  const bool prefill_leg = transfer != nullptr && transfer->contains("do_remote_decode") &&
+                           (*transfer)["do_remote_decode"].is_boolean() &&
+                           (*transfer)["do_remote_decode"].get<bool>();
   api::CommonRequestFields f;
   const auto endpoint = chat ? api::Endpoint::kChat : api::Endpoint::kCompletions;
   if (auto e = api::parse_common_fields(body, endpoint, config_.max_logprobs,
@@ -563,7 +569,8 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   if (auto e = read_bool(body, "return_tokens_as_token_ids", config_.return_tokens_as_token_ids,
                          &plan.return_tokens_as_token_ids))
     return fail(*e);
-  plan.n = f.n;
+  const int choices_per_prompt = prefill_leg ? 1 : f.n;
+  plan.n = choices_per_prompt;
   plan.response_id =
       (chat ? "chatcmpl-" : "cmpl-") + (header_id.empty() ? random_hex() : header_id);
   plan.model_name = names.front();
@@ -575,7 +582,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   const bool use_reasoning = chat && (config_.reasoning_parser == "deepseek_r1" ||
                                       (config_.reasoning_parser == "deepseek_v3" && thinking));
   for (size_t p = 0; p < prompts.size(); ++p) {
-    for (int k = 0; k < f.n; ++k) {
+    for (int k = 0; k < choices_per_prompt; ++k) {
       const size_t i = plan.choices.size();
       GenerateChoice c;
       c.engine_id = engine_prefix + std::to_string(i);
@@ -593,7 +600,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
       r.prompt_token_ids = prompts[p];
       r.sampling = f.sampling;
       r.sampling.max_tokens = max_tokens_per_prompt[p];
-      r.kv_transfer_params = kv_transfer_params;
+      if (!prefill_leg || p == 0) r.kv_transfer_params = kv_transfer_params;
       r.cache_salt = f.cache_salt;
       r.sampling_key = plan.response_id + "-" + std::to_string(i);
       if (r.sampling.seed && f.n > 1) *r.sampling.seed += k;  // distinct samples per choice

@@ -69,8 +69,32 @@ PullScheduler::Remote* PullScheduler::remote_of(const sched::Request& request) {
     return nullptr;
   }
   if (!params->do_remote_prefill) return nullptr;
-  return &remotes_.emplace(request.request_id, Remote{std::move(params).value(), true})
-              .first->second;
+  Remote remote;
+  remote.key = params->remote_engine_id + "\n" + params->remote_host + "\n" +
+               std::to_string(params->remote_port) + "\n" + params->remote_request_id;
+  remote.params = std::move(params).value();
+  ++shared_[remote.key].pending_refs;
+  return &remotes_.emplace(request.request_id, std::move(remote)).first->second;
+}
+
+void PullScheduler::request_added(const sched::Request& request) {
+  if (o_.consumer) remote_of(request);  // counts it among the requests naming its remote prompt
+}
+
+void PullScheduler::give_up(Remote* remote) {
+  remote->pending = false;
+  SharedRemote& s = shared_[remote->key];
+  if (--s.pending_refs == 0 && s.puller.empty() && !s.consumed) {
+    s.consumed = true;
+    release(remote->params);
+  }
+  forget_if_unused(remote->key);
+}
+
+void PullScheduler::forget_if_unused(const std::string& key) {
+  auto it = shared_.find(key);
+  if (it != shared_.end() && it->second.pending_refs == 0 && it->second.puller.empty())
+    shared_.erase(it);
 }
 
 void PullScheduler::release(const PullParams& params) {
@@ -91,10 +115,18 @@ std::optional<sched::MatchedTokens> PullScheduler::get_num_new_matched_tokens(
   if (!o_.consumer) return none;
   Remote* remote = remote_of(request);
   if (remote == nullptr || !remote->pending) return none;
+  const SharedRemote& shared = shared_[remote->key];
+  if (!shared.puller.empty()) return std::nullopt;  // another choice loads it: wait for its blocks
+  if (shared.consumed) {  // loaded for another choice (now prefix-cache hits here) or released
+    give_up(remote);
+    return none;
+  }
   const PullParams& p = remote->params;
   const int64_t blocks = cdiv(request.num_prompt_tokens(), o_.block_size);
   std::string mismatch;
-  if (p.remote_block_size != 0 && p.remote_block_size != o_.block_size) {
+  if (!p.prompt_hash.empty() && p.prompt_hash != prompt_hash(request.prompt_token_ids)) {
+    mismatch = "its blocks hold another prompt";
+  } else if (p.remote_block_size != 0 && p.remote_block_size != o_.block_size) {
     mismatch = "its KV blocks hold " + std::to_string(p.remote_block_size) +
                " tokens, this decoder's " + std::to_string(o_.block_size);
   } else if ((p.num_prompt_blocks >= 0 && p.num_prompt_blocks != blocks) ||
@@ -105,8 +137,7 @@ std::optional<sched::MatchedTokens> PullScheduler::get_num_new_matched_tokens(
   if (!mismatch.empty()) {
     LOG(WARNING) << "Request " << request.request_id << ": computing the prompt here, not "
                  << "pulling it from " << p.remote_host << ":" << p.remote_port << ": " << mismatch;
-    remote->pending = false;
-    release(p);
+    give_up(remote);
     return none;
   }
   sched::MatchedTokens m;
@@ -121,11 +152,15 @@ void PullScheduler::update_state_after_alloc(const sched::Request& request,
   if (!o_.consumer) return;
   Remote* remote = remote_of(request);
   if (remote == nullptr || !remote->pending) return;
-  remote->pending = false;
   if (num_external_tokens == 0) {  // nothing to pull after all (local prefix hits)
-    release(remote->params);
+    give_up(remote);
     return;
   }
+  remote->pending = false;
+  SharedRemote& shared = shared_[remote->key];
+  --shared.pending_refs;
+  shared.puller = request.request_id;
+  loading_[request.request_id] = remote->key;
   // Local prefix hits are whole blocks; the blocks after them come from P, index for index.
   const int64_t first = request.num_computed_tokens / o_.block_size;
   const int64_t last =
@@ -151,10 +186,24 @@ std::vector<uint8_t> PullScheduler::build_connector_meta(const sched::SchedulerO
   return out;
 }
 
+void PullScheduler::update_connector_output(const sched::KvTransferReport& report) {
+  auto load_ended = [&](const std::string& id) {
+    auto it = loading_.find(id);
+    if (it == loading_.end()) return;
+    SharedRemote& s = shared_[it->second];
+    s.puller.clear();
+    s.consumed = true;  // its DONE went to P, whatever the outcome
+    forget_if_unused(it->second);
+    loading_.erase(it);
+  };
+  for (const std::string& id : report.finished_recving) load_ended(id);
+  for (const auto& failed : report.failed_recving) load_ended(failed.first);
+}
+
 sched::FinishedHandoff PullScheduler::request_finished(const sched::Request& request,
                                                        const std::vector<kv::BlockId>& block_ids) {
   if (auto it = remotes_.find(request.request_id); it != remotes_.end()) {
-    if (it->second.pending) release(it->second.params);  // refused or aborted before blocks
+    if (it->second.pending) give_up(&it->second);  // refused or aborted before blocks
     remotes_.erase(it);
   }
   sched::FinishedHandoff h;
@@ -176,6 +225,7 @@ sched::FinishedHandoff PullScheduler::request_finished(const sched::Request& req
                             static_cast<size_t>(cdiv(request.num_prompt_tokens(), o_.block_size)));
   off.block_ids.assign(block_ids.begin(), block_ids.begin() + static_cast<std::ptrdiff_t>(n));
   if (!request.output_token_ids.empty()) off.last_token_id = request.output_token_ids.back();
+  off.prompt_hash = prompt_hash(request.prompt_token_ids);
   h.delay_free = true;
   h.kv_transfer_params = handoff_json(off).dump();
   next_.new_leases.push_back(request.request_id);

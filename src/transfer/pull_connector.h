@@ -4,6 +4,9 @@
 // naming them; on D (kv_consumer) a request carrying do_remote_prefill gets blocks for its
 // prompt and waits (kWaitingForRemoteKvs) while its worker loads them; a D request that never
 // got blocks still releases P's (DONE, on the releaser's thread). kv_both does both.
+// Requests naming the same remote prompt (the n choices of one request) share it: one pulls,
+// the others wait for its load and then find the blocks in the prefix cache. P's blocks are
+// released when the last of them gives them up without pulling.
 // PullWorker, the worker side: a PullSender on P, a PullReceiver on D (pull_sender.h,
 // pull_receiver.h). The scheduler side is single-threaded except release_unscheduled.
 #pragma once
@@ -57,6 +60,7 @@ class PullScheduler : public sched::KvConnectorScheduler {
  public:
   explicit PullScheduler(PullOptions options) : o_(std::move(options)) {}
 
+  void request_added(const sched::Request& request) override;
   std::optional<sched::MatchedTokens> get_num_new_matched_tokens(
       const sched::Request& request, int64_t num_computed_tokens) override;
   void update_state_after_alloc(const sched::Request& request,
@@ -64,6 +68,7 @@ class PullScheduler : public sched::KvConnectorScheduler {
                                 int64_t num_external_tokens) override;
   std::vector<uint8_t> build_connector_meta(const sched::SchedulerOutput& output,
                                             const kv::KvCacheManager& kv) override;
+  void update_connector_output(const sched::KvTransferReport& report) override;
   sched::FinishedHandoff request_finished(const sched::Request& request,
                                           const std::vector<kv::BlockId>& block_ids) override;
   void release_unscheduled(const std::string& kv_transfer_params) override;
@@ -71,17 +76,28 @@ class PullScheduler : public sched::KvConnectorScheduler {
  private:
   struct Remote {
     PullParams params;
-    bool pending = true;  // no blocks yet: finishing now must release P
+    std::string key;      // the remote prompt: engine, host, port and request id
+    bool pending = true;  // has neither pulled nor given the remote prompt up yet
+  };
+  struct SharedRemote {     // one remote prompt, over the requests here that name it
+    int pending_refs = 0;   // requests naming it that are still pending
+    std::string puller;     // the request whose load of it is in flight
+    bool consumed = false;  // pulled or released: P holds it no more
   };
   // The request's do_remote_prefill params, parsed once; null when it has none.
   Remote* remote_of(const sched::Request& request);
+  // The request will not pull: P is released if no other request here still may.
+  void give_up(Remote* remote);
+  void forget_if_unused(const std::string& key);
   void release(const PullParams& params);
 
   PullOptions o_;
-  std::unordered_map<std::string, Remote> remotes_;  // consumer: requests that pull
-  PullStepMeta next_;                                // for the next step
-  std::unique_ptr<PullReleaser> releaser_;           // made on first use
-  std::mutex release_mu_;                            // guards releaser_ creation
+  std::unordered_map<std::string, Remote> remotes_;       // consumer: requests that pull
+  std::unordered_map<std::string, SharedRemote> shared_;  // by Remote::key
+  std::unordered_map<std::string, std::string> loading_;  // puller request id -> key
+  PullStepMeta next_;                                     // for the next step
+  std::unique_ptr<PullReleaser> releaser_;                // made on first use
+  std::mutex release_mu_;                                 // guards releaser_ creation
 };
 
 class PullWorker : public worker::KvConnectorWorker {

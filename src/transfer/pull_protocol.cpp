@@ -1,6 +1,7 @@
 // kv_transfer_params parsing, the handoff JSON, and the pull connector's binary messages.
 #include "transfer/pull_protocol.h"
 
+#include <cstdio>
 #include <random>
 
 #include "dist/wire.h"
@@ -49,6 +50,7 @@ common::Result<PullParams> parse_pull_params(const nlohmann::json& j) {
   CP_RETURN_IF_ERROR(integer("remote_port", 1, 65535, &p.remote_port));
   CP_RETURN_IF_ERROR(integer("num_prompt_blocks", 0, int64_t(1) << 31, &p.num_prompt_blocks));
   CP_RETURN_IF_ERROR(integer("remote_block_size", 1, 1 << 20, &p.remote_block_size));
+  CP_RETURN_IF_ERROR(text("prompt_hash", &p.prompt_hash));
   CP_RETURN_IF_ERROR(integer("remote_ptp_size", 1, 4096, &p.remote_tp_size));
   CP_RETURN_IF_ERROR(integer("remote_pp_size", 1, 4096, &p.remote_pp_size));
   if (present("remote_block_ids")) {
@@ -92,7 +94,22 @@ nlohmann::json handoff_json(const Handoff& h) {
           {"remote_pp_size", h.pp_size},
           {"last_token_id", h.last_token_id},
           {"num_prompt_blocks", h.block_ids.size()},
-          {"remote_block_size", h.block_size}};
+          {"remote_block_size", h.block_size},
+          {"prompt_hash", h.prompt_hash}};
+}
+
+std::string prompt_hash(std::span<const int32_t> token_ids) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a over the ids' little-endian bytes
+  for (int32_t id : token_ids) {
+    auto u = static_cast<uint32_t>(id);
+    for (int b = 0; b < 4; ++b, u >>= 8) {
+      h ^= u & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 Bytes encode_metadata(const AgentMetadata& m) {

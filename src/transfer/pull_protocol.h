@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct PullParams {
   int remote_block_size = 0;              // 0: not sent
   int remote_tp_size = 0;                 // remote_ptp_size; 0: from the config
   int remote_pp_size = 0;                 // chunkpipe's addition; 0: from the config
+  std::string prompt_hash;                // chunkpipe's addition; empty: not sent
 };
 
 // Reads the fields that matter; an absent or null object gives all defaults. Errors name the
@@ -44,8 +46,13 @@ struct Handoff {
   int port = 0, tp_size = 1, pp_size = 1, block_size = 16;
   std::vector<int32_t> block_ids;  // covering the prompt
   int32_t last_token_id = -1;
+  std::string prompt_hash;  // prompt_hash() of the prompt the blocks hold
 };
 nlohmann::json handoff_json(const Handoff& h);
+
+// A digest of a prompt's token ids (64-bit FNV-1a, hex), which P sends with its blocks so that D
+// never takes the KV of another prompt for its own.
+std::string prompt_hash(std::span<const int32_t> token_ids);
 
 // GET_META's answer: where one prefill worker's KV lives.
 struct AgentMetadata {

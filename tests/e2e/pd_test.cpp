@@ -276,6 +276,75 @@ json prefill(const ServerProcess& p, const std::string& prompt) {
   return post(p, "/v1/completions", body);
 }
 
+// The n choices of a request and the prompts of a batch through PD: P prefills each prompt once
+// and keeps only the blocks its answer names; on D the choices pull them once (the others read
+// them from the prefix cache, or compute the prompt where D has none), a prompt whose blocks P
+// did not keep is computed on D, and nothing is left on either side.
+TEST_F(PdTest, ChoicesAndPromptBatchesPullEachPromptOnce) {
+  const int kv_p = kv_port_base() + 2;
+  ServerProcess colocated(e2e::model_dir(), flags(), "/tmp/chunkpipe_pd_n_colocated.log");
+  ServerProcess p(e2e::model_dir(), with(prefiller_flags(kv_p, 1), {"--enable-prefix-caching"}),
+                  "/tmp/chunkpipe_pd_n_p.log");
+  ServerProcess seed_d(e2e::model_dir(), decoder_flags(kv_p + 4, 1), "/tmp/chunkpipe_pd_n_d1.log");
+  ServerProcess cached_d(
+      e2e::model_dir(),
+      with(flags(), {"--kv-transfer-config", kv_config("kv_consumer", kv_p + 5, 1).dump()}),
+      "/tmp/chunkpipe_pd_n_d2.log");
+  ASSERT_TRUE(colocated.ready() && p.ready() && seed_d.ready() && cached_d.ready())
+      << "see /tmp/chunkpipe_pd_n_*.log";
+  const std::string prompt = words(60), other = words(45, 100);
+  const int64_t prompt_tokens = post(colocated, "/tokenize", {{"prompt", prompt}})["count"];
+  const int64_t prompt_bytes =  // all but the last token's, in whole blocks
+      ((prompt_tokens - 1 + kBlock - 1) / kBlock) * kLayers * kBlock * kRowBytes;
+  for (const ServerProcess* d : {&seed_d, &cached_d}) {
+    SCOPED_TRACE(d == &seed_d ? "decoder without a prefix cache" : "decoder with a prefix cache");
+    const double pulled_before = metric(*d, "chunkpipe:kv_pull_bytes_total");
+    json leg = complete_body(prompt, 1);
+    leg["n"] = 3;
+    leg["kv_transfer_params"] = {{"do_remote_decode", true}, {"do_remote_prefill", false}};
+    const json answer = post(p, "/v1/completions", leg);
+    ASSERT_TRUE(answer.contains("kv_transfer_params")) << answer.dump();
+    EXPECT_EQ(answer["choices"].size(), 1u) << "P prefills the prompt once for all choices";
+    json body = complete_body(prompt, 8);
+    body["n"] = 3;
+    const json want = post(colocated, "/v1/completions", body);
+    body["kv_transfer_params"] = answer["kv_transfer_params"];
+    int status = 0;
+    const json got = post(*d, "/v1/completions", body, &status);
+    ASSERT_EQ(status, 200) << got.dump();
+    ASSERT_EQ(got["choices"].size(), 3u);
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(got["choices"][i]["text"], want["choices"][i]["text"]) << "choice " << i;
+    EXPECT_EQ(metric(*d, "chunkpipe:kv_pull_bytes_total") - pulled_before, double(prompt_bytes))
+        << "one pull for three choices";
+    EXPECT_EQ(metric(*d, "chunkpipe:kv_pull_failures_total"), 0.0);
+    EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
+    EXPECT_EQ(await_metric(*d, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
+  }
+  // A batch of two prompts: P's answer names the first one's blocks and frees the second's.
+  json leg = complete_body(prompt, 1);
+  leg["prompt"] = {prompt, other};
+  leg["kv_transfer_params"] = {{"do_remote_decode", true}, {"do_remote_prefill", false}};
+  const json answer = post(p, "/v1/completions", leg);
+  ASSERT_TRUE(answer.contains("kv_transfer_params")) << answer.dump();
+  EXPECT_EQ(answer["choices"].size(), 2u);
+  json body = complete_body(prompt, 8);
+  body["prompt"] = {prompt, other};
+  const json want = post(colocated, "/v1/completions", body);
+  body["kv_transfer_params"] = answer["kv_transfer_params"];
+  const double pulled_before = metric(seed_d, "chunkpipe:kv_pull_bytes_total");
+  int status = 0;
+  const json got = post(seed_d, "/v1/completions", body, &status);
+  ASSERT_EQ(status, 200) << got.dump();
+  ASSERT_EQ(got["choices"].size(), 2u);
+  EXPECT_EQ(got["choices"][0]["text"], want["choices"][0]["text"]);
+  EXPECT_EQ(got["choices"][1]["text"], want["choices"][1]["text"]) << "computed on D";
+  EXPECT_EQ(metric(seed_d, "chunkpipe:kv_pull_bytes_total") - pulled_before, double(prompt_bytes));
+  EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
+  EXPECT_EQ(metric(p, "chunkpipe:kv_leases_expired_total"), 0.0);
+  EXPECT_EQ(metric(seed_d, "vllm:kv_cache_usage_perc"), 0.0);
+}
+
 TEST_F(PdTest, LeaseExpiresWhenTheDecoderDiesWithTheRequest) {
   const int kv_p = kv_port_base() + 1;
   setenv("VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT", "2", 1);

@@ -1,0 +1,158 @@
+// The pull connector's scheduler side on a decoder, with the real scheduler and a real P
+// sender for its leases: the n choices of one request name one remote prompt and pull it once
+// (the others read its blocks from the prefix cache), P is released only when the last choice
+// gives it up without pulling, and blocks that hold another prompt are never taken.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <numeric>
+#include <thread>
+
+#include "model/kv_cache.h"
+#include "sched/scheduler.h"
+#include "transfer/pull_connector.h"
+#include "transfer/pull_sender.h"
+
+namespace {
+
+constexpr int kBlockSize = 4;
+constexpr int kPromptLen = 10;  // 3 blocks, the last one partial
+
+class PullSchedulerTest : public ::testing::Test {
+ protected:
+  PullSchedulerTest()
+      : port_(29700 + getpid() % 1500),  // apart from pull_protocol_test's and pd_test's ports
+        p_cache_(1, 0, 1, 16, kBlockSize, 6),
+        kv_(32, kBlockSize, /*enable_prefix_caching=*/true),
+        connector_(options()),
+        scheduler_({100, 8, 64}, &kv_) {
+    transfer::PullSenderOptions so;
+    so.engine_id = "p";
+    so.bind_host = "127.0.0.1";
+    so.port = port_;
+    auto sender = transfer::PullSender::start(so, &p_cache_, 0, 1);
+    EXPECT_TRUE(sender.ok()) << sender.status().message();
+    if (sender.ok()) sender_ = std::move(sender).value();
+    scheduler_.set_kv_connector(&connector_);
+  }
+
+  static transfer::PullOptions options() {
+    transfer::PullOptions o;
+    o.consumer = true;
+    o.block_size = kBlockSize;
+    return o;
+  }
+
+  std::vector<int32_t> prompt(int first) const {
+    std::vector<int32_t> ids(kPromptLen);
+    std::iota(ids.begin(), ids.end(), first);
+    return ids;
+  }
+
+  // A request whose KV P holds as remote request `remote` for the prompt starting at 1.
+  void add(const std::string& id, const std::string& remote, int first_token = 1) {
+    auto r = std::make_unique<sched::Request>();
+    r->request_id = id;
+    r->prompt_token_ids = prompt(first_token);
+    nlohmann::json params = {{"do_remote_prefill", true},
+                             {"remote_engine_id", "p"},
+                             {"remote_request_id", remote},
+                             {"remote_host", "127.0.0.1"},
+                             {"remote_port", port_},
+                             {"remote_block_ids", {{3, 4, 5}}},
+                             {"num_prompt_blocks", 3},
+                             {"remote_block_size", kBlockSize},
+                             {"remote_ptp_size", 1},
+                             {"remote_pp_size", 1},
+                             {"prompt_hash", transfer::prompt_hash(prompt(1))}};
+    r->kv_transfer_params = params.dump();
+    scheduler_.add_request(std::move(r));
+  }
+
+  // The loads the step asks the workers to start.
+  std::vector<std::string> loads(const sched::SchedulerOutput& out) {
+    std::vector<std::string> ids;
+    if (out.kv_connector_metadata.empty()) return ids;
+    auto meta = transfer::decode_step_meta(out.kv_connector_metadata);
+    EXPECT_TRUE(meta.ok());
+    if (meta.ok())
+      for (const auto& t : meta->recvs) ids.push_back(t.req_id + "<-" + t.remote.remote_request_id);
+    return ids;
+  }
+
+  // The leases P ended within `ms` (a DONE arrived for them).
+  std::vector<std::string> released_within(int ms) {
+    std::vector<std::string> done;
+    sched::KvTransferStats stats;
+    for (int waited = 0; waited < ms && done.empty(); waited += 10) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      sender_->take_finished(&done, &stats);
+    }
+    return done;
+  }
+
+  const int port_;
+  model::LatentKvCache p_cache_;
+  kv::KvCacheManager kv_;
+  transfer::PullScheduler connector_;
+  sched::Scheduler scheduler_;
+  std::unique_ptr<transfer::PullSender> sender_;
+};
+
+TEST_F(PullSchedulerTest, ChoicesOfOneRequestPullOnceAndReadTheLoadedBlocks) {
+  ASSERT_NE(sender_, nullptr);
+  sender_->add_leases({"r1"});
+  for (const char* id : {"c0", "c1", "c2"}) add(id, "r1");
+  auto first = scheduler_.schedule();
+  EXPECT_EQ(loads(first), (std::vector<std::string>{"c0<-r1"})) << "one pull for three choices";
+  scheduler_.update(first, {});
+  EXPECT_EQ(scheduler_.find_request("c0")->status, sched::RequestStatus::kWaitingForRemoteKvs);
+  for (const char* id : {"c1", "c2"}) {
+    EXPECT_EQ(scheduler_.find_request(id)->status, sched::RequestStatus::kWaiting) << id;
+    EXPECT_TRUE(kv_.block_table(id).empty()) << id << " holds no blocks while it waits";
+  }
+  auto waiting = scheduler_.schedule();  // c0 still loading: the others keep waiting
+  EXPECT_TRUE(waiting.scheduled.empty());
+  EXPECT_TRUE(loads(waiting).empty());
+  scheduler_.update(waiting, {});
+
+  sched::KvTransferReport loaded;
+  loaded.finished_recving = {"c0"};
+  scheduler_.update_kv_transfers(loaded);
+  auto so = scheduler_.schedule();
+  ASSERT_EQ(so.scheduled.size(), 3u);
+  EXPECT_EQ(so.scheduled[0].req_id, "c0");
+  EXPECT_EQ(so.scheduled[0].num_computed_tokens, kPromptLen - 1);
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_EQ(so.scheduled[i].num_computed_tokens, 8) << "c0's two full blocks, from the cache";
+    EXPECT_EQ(so.scheduled[i].num_scheduled_tokens, 2);
+  }
+  EXPECT_TRUE(loads(so).empty());
+  EXPECT_TRUE(released_within(200).empty()) << "the puller's own DONE ends P's lease, not us";
+}
+
+TEST_F(PullSchedulerTest, PIsReleasedWhenTheLastChoiceGivesUpWithoutPulling) {
+  ASSERT_NE(sender_, nullptr);
+  sender_->add_leases({"r2"});
+  for (const char* id : {"c0", "c1"}) add(id, "r2");
+  scheduler_.finish_request("c0", sched::FinishReason::kAbort);
+  EXPECT_TRUE(released_within(200).empty()) << "c1 may still pull it";
+  scheduler_.finish_request("c1", sched::FinishReason::kAbort);
+  EXPECT_EQ(released_within(5000), (std::vector<std::string>{"r2"}));
+}
+
+TEST_F(PullSchedulerTest, BlocksOfAnotherPromptAreComputedHereAndReleased) {
+  ASSERT_NE(sender_, nullptr);
+  sender_->add_leases({"r3"});
+  add("other", "r3", /*first_token=*/100);  // P's blocks hold the prompt starting at 1
+  auto so = scheduler_.schedule();
+  EXPECT_TRUE(loads(so).empty());
+  ASSERT_EQ(so.scheduled.size(), 1u);
+  EXPECT_EQ(so.scheduled[0].num_computed_tokens, 0);
+  EXPECT_EQ(so.scheduled[0].num_scheduled_tokens, kPromptLen);
+  EXPECT_EQ(released_within(5000), (std::vector<std::string>{"r3"}));
+}
+
+}  // namespace
