@@ -39,6 +39,21 @@ int64_t KvCacheManager::acquire_cached_prefix(const std::string& request_id,
   return cached_tokens;
 }
 
+int64_t KvCacheManager::share_prefix(const std::string& request_id, const std::string& from,
+                                     int64_t num_tokens) {
+  auto source = requests_.find(from);
+  if (source == requests_.end() || from == request_id) return 0;
+  const std::vector<BlockId> blocks = source->second.blocks;  // before requests_ may rehash
+  Entry& e = requests_[request_id];
+  CHECK(e.blocks.empty()) << "request " << request_id << " already holds blocks";
+  const size_t n =
+      std::min(static_cast<size_t>(std::max<int64_t>(num_tokens, 0) / block_size_), blocks.size());
+  e.blocks.assign(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(n));
+  if (recompute_last_matched_block_ && !e.blocks.empty()) e.blocks.pop_back();
+  for (BlockId b : e.blocks) pool_.acquire(b);
+  return static_cast<int64_t>(e.blocks.size()) * block_size_;
+}
+
 bool KvCacheManager::allocate_slots(const std::string& request_id, int64_t num_tokens) {
   Entry& e = requests_[request_id];
   const int64_t needed = (num_tokens + block_size_ - 1) / block_size_;

@@ -38,6 +38,12 @@ class KvCacheManager {
   int64_t acquire_cached_prefix(const std::string& request_id, std::span<const int32_t> prompt,
                                 std::string_view cache_salt = {});
 
+  // For a request that holds no blocks yet: shares (reference-counted, as prefix hits are) the
+  // whole blocks of request `from` that cover at most its first num_tokens tokens, whose KV the
+  // caller knows to be this request's too; returns how many tokens they cover. It works with
+  // the prefix cache off: the choices of a request whose prompt a KV connector loaded share it.
+  int64_t share_prefix(const std::string& request_id, const std::string& from, int64_t num_tokens);
+
   // Grows the request's block table to hold `num_tokens` tokens. False (nothing changed) when
   // the free blocks do not suffice.
   bool allocate_slots(const std::string& request_id, int64_t num_tokens);

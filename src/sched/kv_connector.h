@@ -18,6 +18,9 @@ namespace sched {
 struct MatchedTokens {
   int64_t num_tokens = 0;   // tokens past num_computed_tokens the connector can provide
   bool load_async = false;  // true: they arrive over later steps (never with num_tokens 0)
+  // With num_tokens 0: a request whose prompt KV the connector loaded and which this one
+  // shares (another choice of the same request), for when the prefix cache did not find it.
+  std::string share_from;
 };
 
 struct FinishedHandoff {

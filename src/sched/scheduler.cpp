@@ -292,6 +292,8 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
           skipped.push_back(r);
           continue;
         }
+        if (!matched->share_from.empty() && hits == 0 && !r->sampling.prompt_logprobs)
+          hits = kv_->share_prefix(r->request_id, matched->share_from, r->num_tokens() - 1);
         // At least the last token is computed here: it produces the first output.
         external = std::clamp<int64_t>(matched->num_tokens, 0, r->num_tokens() - 1 - hits);
         load_async = matched->load_async && external > 0;

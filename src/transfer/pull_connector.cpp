@@ -115,12 +115,6 @@ std::optional<sched::MatchedTokens> PullScheduler::get_num_new_matched_tokens(
   if (!o_.consumer) return none;
   Remote* remote = remote_of(request);
   if (remote == nullptr || !remote->pending) return none;
-  const SharedRemote& shared = shared_[remote->key];
-  if (!shared.puller.empty()) return std::nullopt;  // another choice loads it: wait for its blocks
-  if (shared.consumed) {  // loaded for another choice (now prefix-cache hits here) or released
-    give_up(remote);
-    return none;
-  }
   const PullParams& p = remote->params;
   const int64_t blocks = cdiv(request.num_prompt_tokens(), o_.block_size);
   std::string mismatch;
@@ -139,6 +133,15 @@ std::optional<sched::MatchedTokens> PullScheduler::get_num_new_matched_tokens(
                  << "pulling it from " << p.remote_host << ":" << p.remote_port << ": " << mismatch;
     give_up(remote);
     return none;
+  }
+  const SharedRemote& shared = shared_[remote->key];
+  if (!shared.puller.empty()) return std::nullopt;  // another choice loads it: wait for its blocks
+  if (shared.consumed) {  // loaded for another choice (its blocks are shared here) or released
+    sched::MatchedTokens m;
+    if (shared.loaded_prompt == prompt_hash(request.prompt_token_ids))
+      m.share_from = shared.loaded_by;
+    give_up(remote);
+    return m;
   }
   sched::MatchedTokens m;
   m.num_tokens = request.num_prompt_tokens() - num_computed_tokens;
@@ -160,7 +163,8 @@ void PullScheduler::update_state_after_alloc(const sched::Request& request,
   SharedRemote& shared = shared_[remote->key];
   --shared.pending_refs;
   shared.puller = request.request_id;
-  loading_[request.request_id] = remote->key;
+  shared.loaded_prompt = prompt_hash(request.prompt_token_ids);
+  pullers_[request.request_id] = Puller{remote->key, false};
   // Local prefix hits are whole blocks; the blocks after them come from P, index for index.
   const int64_t first = request.num_computed_tokens / o_.block_size;
   const int64_t last =
@@ -187,17 +191,20 @@ std::vector<uint8_t> PullScheduler::build_connector_meta(const sched::SchedulerO
 }
 
 void PullScheduler::update_connector_output(const sched::KvTransferReport& report) {
-  auto load_ended = [&](const std::string& id) {
-    auto it = loading_.find(id);
-    if (it == loading_.end()) return;
-    SharedRemote& s = shared_[it->second];
-    s.puller.clear();
-    s.consumed = true;  // its DONE went to P, whatever the outcome
-    forget_if_unused(it->second);
-    loading_.erase(it);
+  auto load_ended = [&](const std::string& id, bool loaded) {
+    auto it = pullers_.find(id);
+    if (it == pullers_.end()) return;
+    const std::string key = it->second.key;
+    if (auto s = shared_.find(key); s != shared_.end()) {
+      s->second.puller.clear();
+      s->second.consumed = true;  // its DONE went to P, whatever the outcome
+      if (loaded && !it->second.finished) s->second.loaded_by = id;
+    }
+    if (it->second.finished || !loaded) pullers_.erase(it);
+    forget_if_unused(key);
   };
-  for (const std::string& id : report.finished_recving) load_ended(id);
-  for (const auto& failed : report.failed_recving) load_ended(failed.first);
+  for (const std::string& id : report.finished_recving) load_ended(id, true);
+  for (const auto& failed : report.failed_recving) load_ended(failed.first, false);
 }
 
 sched::FinishedHandoff PullScheduler::request_finished(const sched::Request& request,
@@ -205,6 +212,16 @@ sched::FinishedHandoff PullScheduler::request_finished(const sched::Request& req
   if (auto it = remotes_.find(request.request_id); it != remotes_.end()) {
     if (it->second.pending) give_up(&it->second);  // refused or aborted before blocks
     remotes_.erase(it);
+  }
+  if (auto it = pullers_.find(request.request_id); it != pullers_.end()) {
+    auto s = shared_.find(it->second.key);
+    if (s != shared_.end() && s->second.puller == request.request_id) {
+      it->second.finished = true;  // the load reports later; its blocks are not to be shared
+    } else {
+      if (s != shared_.end() && s->second.loaded_by == request.request_id)
+        s->second.loaded_by.clear();
+      pullers_.erase(it);
+    }
   }
   sched::FinishedHandoff h;
   if (!o_.producer || request.kv_transfer_params.empty()) return h;

@@ -82,7 +82,13 @@ class PullScheduler : public sched::KvConnectorScheduler {
   struct SharedRemote {     // one remote prompt, over the requests here that name it
     int pending_refs = 0;   // requests naming it that are still pending
     std::string puller;     // the request whose load of it is in flight
-    bool consumed = false;  // pulled or released: P holds it no more
+    std::string loaded_by;  // the request that loaded it, while it runs: others share its blocks
+    std::string loaded_prompt;  // prompt_hash of the puller's prompt: only the same one shares
+    bool consumed = false;      // pulled or released: P holds it no more
+  };
+  struct Puller {
+    std::string key;
+    bool finished = false;  // left while its load was in flight
   };
   // The request's do_remote_prefill params, parsed once; null when it has none.
   Remote* remote_of(const sched::Request& request);
@@ -94,7 +100,7 @@ class PullScheduler : public sched::KvConnectorScheduler {
   PullOptions o_;
   std::unordered_map<std::string, Remote> remotes_;       // consumer: requests that pull
   std::unordered_map<std::string, SharedRemote> shared_;  // by Remote::key
-  std::unordered_map<std::string, std::string> loading_;  // puller request id -> key
+  std::unordered_map<std::string, Puller> pullers_;       // by request id, until it finishes
   PullStepMeta next_;                                     // for the next step
   std::unique_ptr<PullReleaser> releaser_;                // made on first use
   std::mutex release_mu_;                                 // guards releaser_ creation

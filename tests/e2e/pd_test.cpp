@@ -299,6 +299,7 @@ TEST_F(PdTest, ChoicesAndPromptBatchesPullEachPromptOnce) {
   for (const ServerProcess* d : {&seed_d, &cached_d}) {
     SCOPED_TRACE(d == &seed_d ? "decoder without a prefix cache" : "decoder with a prefix cache");
     const double pulled_before = metric(*d, "chunkpipe:kv_pull_bytes_total");
+    const double computed_before = metric(*d, "vllm:prompt_tokens_total");
     json leg = complete_body(prompt, 1);
     leg["n"] = 3;
     leg["kv_transfer_params"] = {{"do_remote_decode", true}, {"do_remote_prefill", false}};
@@ -317,6 +318,10 @@ TEST_F(PdTest, ChoicesAndPromptBatchesPullEachPromptOnce) {
       EXPECT_EQ(got["choices"][i]["text"], want["choices"][i]["text"]) << "choice " << i;
     EXPECT_EQ(metric(*d, "chunkpipe:kv_pull_bytes_total") - pulled_before, double(prompt_bytes))
         << "one pull for three choices";
+    const int64_t shared = (prompt_tokens - 1) / kBlock * kBlock;  // the pulled whole blocks
+    EXPECT_EQ(metric(*d, "vllm:prompt_tokens_total") - computed_before,
+              double(1 + 2 * (prompt_tokens - shared)))
+        << "the first choice computes the last token, the others what follows the blocks";
     EXPECT_EQ(metric(*d, "chunkpipe:kv_pull_failures_total"), 0.0);
     EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
     EXPECT_EQ(await_metric(*d, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);

@@ -107,4 +107,22 @@ TEST(KvCacheManagerTest, AllocationFailsWithoutSideEffects) {
   EXPECT_EQ(kv.acquire_cached_prefix("c", iota_ids(9)), 0);  // caching off
 }
 
+// Sharing another request's whole blocks works with caching off, and they outlive their first
+// holder; the speculative-decoding rule gives the last one back, as it does for prefix hits.
+TEST(KvCacheManagerTest, SharedPrefixBlocksAreReferenceCounted) {
+  kv::KvCacheManager kv(8, 4, false);
+  ASSERT_TRUE(kv.allocate_slots("a", 11));  // blocks 0, 1, 2 (the last partial)
+  EXPECT_EQ(kv.share_prefix("b", "a", 10), 8);
+  EXPECT_EQ(kv.block_table("b"), (std::vector<kv::BlockId>{0, 1}));
+  EXPECT_EQ(kv.share_prefix("c", "a", 3), 0) << "less than a block";
+  EXPECT_EQ(kv.share_prefix("d", "gone", 10), 0);
+  kv.free("a");
+  EXPECT_EQ(kv.num_free_blocks(), 8 - 2) << "b still holds blocks 0 and 1";
+  kv.free("b");
+  EXPECT_EQ(kv.num_free_blocks(), 8);
+  kv.set_recompute_last_matched_block(true);
+  ASSERT_TRUE(kv.allocate_slots("e", 12));
+  EXPECT_EQ(kv.share_prefix("f", "e", 12), 8);
+}
+
 }  // namespace

@@ -1,7 +1,7 @@
 // The pull connector's scheduler side on a decoder, with the real scheduler and a real P
 // sender for its leases: the n choices of one request name one remote prompt and pull it once
-// (the others read its blocks from the prefix cache), P is released only when the last choice
-// gives it up without pulling, and blocks that hold another prompt are never taken.
+// (the others share its blocks, with or without a prefix cache), P is released only when the last
+// choice gives it up without pulling, and blocks that hold another prompt are never taken.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -22,10 +22,10 @@ constexpr int kPromptLen = 10;  // 3 blocks, the last one partial
 
 class PullSchedulerTest : public ::testing::Test {
  protected:
-  PullSchedulerTest()
+  explicit PullSchedulerTest(bool enable_prefix_caching = true)
       : port_(29700 + getpid() % 1500),  // apart from pull_protocol_test's and pd_test's ports
         p_cache_(1, 0, 1, 16, kBlockSize, 6),
-        kv_(32, kBlockSize, /*enable_prefix_caching=*/true),
+        kv_(32, kBlockSize, enable_prefix_caching),
         connector_(options()),
         scheduler_({100, 8, 64}, &kv_) {
     transfer::PullSenderOptions so;
@@ -101,6 +101,12 @@ class PullSchedulerTest : public ::testing::Test {
   std::unique_ptr<transfer::PullSender> sender_;
 };
 
+// The seed's decoders run without a prefix cache.
+class PullSchedulerWithoutPrefixCacheTest : public PullSchedulerTest {
+ protected:
+  PullSchedulerWithoutPrefixCacheTest() : PullSchedulerTest(false) {}
+};
+
 TEST_F(PullSchedulerTest, ChoicesOfOneRequestPullOnceAndReadTheLoadedBlocks) {
   ASSERT_NE(sender_, nullptr);
   sender_->add_leases({"r1"});
@@ -133,6 +139,34 @@ TEST_F(PullSchedulerTest, ChoicesOfOneRequestPullOnceAndReadTheLoadedBlocks) {
   EXPECT_TRUE(released_within(200).empty()) << "the puller's own DONE ends P's lease, not us";
 }
 
+TEST_F(PullSchedulerWithoutPrefixCacheTest, ChoicesShareTheBlocksTheFirstOneLoaded) {
+  ASSERT_NE(sender_, nullptr);
+  sender_->add_leases({"r4"});
+  for (const char* id : {"c0", "c1"}) add(id, "r4");
+  auto first = scheduler_.schedule();
+  EXPECT_EQ(loads(first), (std::vector<std::string>{"c0<-r4"}));
+  scheduler_.update(first, {});
+  sched::KvTransferReport loaded;
+  loaded.finished_recving = {"c0"};
+  scheduler_.update_kv_transfers(loaded);
+  auto so = scheduler_.schedule();
+  ASSERT_EQ(so.scheduled.size(), 2u);
+  EXPECT_EQ(so.scheduled[1].req_id, "c1");
+  EXPECT_EQ(so.scheduled[1].num_computed_tokens, 8);
+  EXPECT_EQ(so.scheduled[1].num_scheduled_tokens, 2);
+  const auto& c0 = kv_.block_table("c0");
+  const auto& c1 = kv_.block_table("c1");
+  ASSERT_EQ(c1.size(), 3u);
+  EXPECT_EQ(c1[0], c0[0]);
+  EXPECT_EQ(c1[1], c0[1]);
+  EXPECT_NE(c1[2], c0[2]) << "each choice writes its own last block";
+  scheduler_.update(so, {7, 7});
+  scheduler_.finish_request("c0", sched::FinishReason::kStop);
+  EXPECT_EQ(kv_.num_free_blocks(), 32 - 3) << "c1 still holds the shared blocks";
+  scheduler_.finish_request("c1", sched::FinishReason::kStop);
+  EXPECT_EQ(kv_.num_free_blocks(), 32);
+}
+
 TEST_F(PullSchedulerTest, PIsReleasedWhenTheLastChoiceGivesUpWithoutPulling) {
   ASSERT_NE(sender_, nullptr);
   sender_->add_leases({"r2"});
@@ -153,6 +187,22 @@ TEST_F(PullSchedulerTest, BlocksOfAnotherPromptAreComputedHereAndReleased) {
   EXPECT_EQ(so.scheduled[0].num_computed_tokens, 0);
   EXPECT_EQ(so.scheduled[0].num_scheduled_tokens, kPromptLen);
   EXPECT_EQ(released_within(5000), (std::vector<std::string>{"r3"}));
+}
+
+// A batch's prompts all carry the params of the first (P's answer names one prompt): the other
+// prompt neither waits for the pull nor shares the blocks, even with the same block count.
+TEST_F(PullSchedulerWithoutPrefixCacheTest, ABatchsOtherPromptNeitherWaitsNorShares) {
+  ASSERT_NE(sender_, nullptr);
+  sender_->add_leases({"r5"});
+  add("mine", "r5");
+  add("other", "r5", /*first_token=*/100);
+  auto first = scheduler_.schedule();
+  EXPECT_EQ(loads(first), (std::vector<std::string>{"mine<-r5"}));
+  ASSERT_EQ(first.scheduled.size(), 1u);
+  EXPECT_EQ(first.scheduled[0].req_id, "other");
+  EXPECT_EQ(first.scheduled[0].num_computed_tokens, 0);
+  EXPECT_EQ(first.scheduled[0].num_scheduled_tokens, kPromptLen);
+  EXPECT_TRUE(released_within(200).empty()) << "mine pulls it";
 }
 
 }  // namespace
