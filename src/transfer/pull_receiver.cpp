@@ -177,12 +177,20 @@ common::Status PullReceiver::load(const RecvTask& task, int64_t* bytes) {
     if (auto st = ucx_->read(*ep, reads, options_.transfer_timeout_ms); !st.ok())
       return fail(st.message());
   }
-  if (covered != layer_end_ - layer_begin_)
-    return common::data_loss("the prefill stages at " + p.remote_host + ":" +
-                             std::to_string(p.remote_port) + " serve layers [" +
-                             std::to_string(covered_begin) + ", " + std::to_string(covered_end) +
-                             ") of this worker's [" + std::to_string(layer_begin_) + ", " +
-                             std::to_string(layer_end_) + ")");
+  if (covered != layer_end_ - layer_begin_) {
+    // The usual cause: MTP layers follow the main stack, and only a prefiller that runs the same
+    // --speculative-config computes their KV.
+    const bool tail_missing = covered == covered_end - covered_begin &&
+                              covered_begin == layer_begin_ && covered_end < layer_end_;
+    return common::data_loss(
+        "the prefill stages at " + p.remote_host + ":" + std::to_string(p.remote_port) +
+        " serve layers [" + std::to_string(covered_begin) + ", " + std::to_string(covered_end) +
+        ") of this worker's [" + std::to_string(layer_begin_) + ", " + std::to_string(layer_end_) +
+        ")" +
+        (tail_missing ? " (a decoder with MTP speculative decoding needs a prefiller started "
+                        "with the same --speculative-config)"
+                      : ""));
+  }
   return {};
 }
 

@@ -350,6 +350,51 @@ TEST_F(PdTest, ChoicesAndPromptBatchesPullEachPromptOnce) {
   EXPECT_EQ(metric(seed_d, "vllm:kv_cache_usage_perc"), 0.0);
 }
 
+// The seed runs MTP on both sides: D's MTP layer reads the prompt's KV of P's MTP layer. With
+// MTP on both the outputs equal colocated greedy decoding; a prefiller without it gets a clear
+// error naming the flag, P is released, and D keeps serving.
+TEST_F(PdTest, MtpDecoderPullsTheMtpLayerFromAnMtpPrefiller) {
+  const int kv_base = kv_port_base();
+  const std::vector<std::string> mtp = {"--speculative-config",
+                                        R"({"method": "mtp", "num_speculative_tokens": 1})"};
+  ServerProcess colocated(e2e::model_dir(), flags(), "/tmp/chunkpipe_pd_mtp_colocated.log");
+  ServerProcess p_mtp(e2e::model_dir(), with(prefiller_flags(kv_base + 1, 1), mtp),
+                      "/tmp/chunkpipe_pd_mtp_p.log");
+  ServerProcess p_plain(e2e::model_dir(), prefiller_flags(kv_base + 3, 1),
+                        "/tmp/chunkpipe_pd_mtp_plain_p.log");
+  ServerProcess d(e2e::model_dir(), with(decoder_flags(kv_base + 6, 1), mtp),
+                  "/tmp/chunkpipe_pd_mtp_d.log");
+  ASSERT_TRUE(colocated.ready() && p_mtp.ready() && p_plain.ready() && d.ready())
+      << "see /tmp/chunkpipe_pd_mtp_*.log";
+  const json body = complete_body(words(40), 12);
+  const json want = post(colocated, "/v1/completions", body);
+  json params = prefill(p_mtp, words(40))["kv_transfer_params"];
+  ASSERT_TRUE(params.is_object());
+  json pd = body;
+  pd["kv_transfer_params"] = params;
+  int status = 0;
+  json got = post(d, "/v1/completions", pd, &status);
+  ASSERT_EQ(status, 200) << got.dump();
+  EXPECT_EQ(got["choices"][0]["text"], want["choices"][0]["text"]);
+  const int64_t n = want["usage"]["prompt_tokens"].get<int64_t>();
+  EXPECT_EQ(metric(d, "chunkpipe:kv_pull_bytes_total"),
+            double(((n - 1 + kBlock - 1) / kBlock) * (kLayers + 1) * kBlock * kRowBytes))
+      << "the main layers and the MTP layer";
+  EXPECT_EQ(await_metric(p_mtp, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
+
+  params = prefill(p_plain, words(40))["kv_transfer_params"];
+  ASSERT_TRUE(params.is_object());
+  pd["kv_transfer_params"] = params;
+  got = post(d, "/v1/completions", pd, &status);
+  EXPECT_EQ(status, 500) << got.dump();
+  EXPECT_NE(got.dump().find("--speculative-config"), std::string::npos) << got.dump();
+  EXPECT_EQ(await_metric(p_plain, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
+  got = post(d, "/v1/completions", body, &status);
+  EXPECT_EQ(status, 200) << "D keeps serving: " << got.dump();
+  EXPECT_EQ(got["choices"][0]["text"], want["choices"][0]["text"]);
+  EXPECT_EQ(metric(d, "vllm:kv_cache_usage_perc"), 0.0);
+}
+
 TEST_F(PdTest, LeaseExpiresWhenTheDecoderDiesWithTheRequest) {
   const int kv_p = kv_port_base() + 1;
   setenv("VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT", "2", 1);
