@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "random_requests.h"
 #include "raw_http.h"
 #include "test_model.h"
 
@@ -684,6 +685,32 @@ TEST_F(AbuseTest, ForcedToolCallTokensBecomeToolCalls) {
   EXPECT_EQ(arguments, "{}");
   EXPECT_EQ(finish, "tool_calls");
   expect_alive(port());
+}
+
+// Random requests with every option (n, prompt batches, logprobs, echo, stop strings, penalties,
+// streams with usage) from clients that also leave, against pipeline stages with CPP, MTP
+// speculative decoding and the reasoning parser: no answer breaks the rules of
+// random_requests.h, and afterwards nothing runs and no block is held.
+TEST(AbuseRandomTest, RandomRequestsLeaveNothingBehind) {
+  auto flags = e2e::base_flags();
+  flags.insert(flags.end(),
+               {"--pipeline-parallel-size", "2", "--additional-config",
+                R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true}}})",
+                "--speculative-config", R"({"method": "mtp", "num_speculative_tokens": 2})",
+                "--reasoning-parser", "deepseek_v3"});
+  e2e::ServerProcess s(e2e::model_dir(), flags, "/tmp/chunkpipe_abuse_random.log");
+  ASSERT_TRUE(s.ready()) << "see /tmp/chunkpipe_abuse_random.log";
+  e2e::RandomRunReport report;
+  e2e::run_random_requests(s.port(), 160, 8, /*seed=*/2000, &report);
+  std::string problems;
+  for (const std::string& p : report.problems) problems += "\n  " + p;
+  EXPECT_TRUE(report.problems.empty()) << report.problems.size() << " problems:" << problems;
+  EXPECT_GT(report.answered.load(), 80);
+  EXPECT_TRUE(eventually([&] { return running(s.port()) == 0.0; }));
+  EXPECT_TRUE(eventually([&] { return e2e::metric(s, "vllm:kv_cache_usage_perc") == 0.0; }));
+  expect_alive(s.port());
+  std::printf("    160 random requests: %d answered, %d refused (400), %d clients left\n",
+              report.answered.load(), report.refused.load(), report.left.load());
 }
 
 // 7. SIGTERM with streams in flight: bounded drain, then an error event, [DONE], the chunked

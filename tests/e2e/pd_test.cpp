@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "random_requests.h"
 #include "raw_http.h"
 #include "server_process.h"
 #include "test_model.h"
@@ -571,6 +572,51 @@ TEST_F(PdTest, ProxyUnderLoadWithVanishingClientsLeaksNothing) {
   EXPECT_EQ(await_proxy_idle(proxy), 0) << "the proxy's accounting drains too";
   std::printf("    200 requests at concurrency 32: %d answered, %d clients vanished\n", ok.load(),
               dropped.load());
+}
+
+// The seed's deployment scaled down (P with PP=2, CPP and MTP; a decoder without a prefix cache,
+// as the seed's, and one with; the proxy) under random requests with every option, n and prompt
+// batches included, from clients that also leave: no answer breaks the rules of
+// random_requests.h, and afterwards nothing runs, no block is held, no load failed and no lease
+// had to expire.
+TEST_F(PdTest, RandomRequestsThroughTheProxyLeaveNothingBehind) {
+  const int kv_p = kv_port_base() + 1;
+  const std::vector<std::string> mtp = {"--speculative-config",
+                                        R"({"method": "mtp", "num_speculative_tokens": 1})"};
+  ServerProcess p(e2e::model_dir(),
+                  with(with(prefiller_flags(kv_p, 2), mtp),
+                       {"--enable-prefix-caching", "--additional-config",
+                        R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true}}})"}),
+                  "/tmp/chunkpipe_pd_random_p.log");
+  ServerProcess d1(e2e::model_dir(), with(decoder_flags(kv_p + 3, 2), mtp),
+                   "/tmp/chunkpipe_pd_random_d1.log");
+  ServerProcess d2(e2e::model_dir(),
+                   with(with(flags(), mtp),
+                        {"--kv-transfer-config", kv_config("kv_consumer", kv_p + 4, 2).dump()}),
+                   "/tmp/chunkpipe_pd_random_d2.log");
+  ASSERT_TRUE(p.ready() && d1.ready() && d2.ready()) << "see /tmp/chunkpipe_pd_random_*.log";
+  ServerProcess proxy({"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-ports",
+                       std::to_string(p.port()), "--decoder-hosts", "127.0.0.1", "127.0.0.1",
+                       "--decoder-ports", std::to_string(d1.port()), std::to_string(d2.port())},
+                      "/tmp/chunkpipe_pd_random_proxy.log", "/healthcheck");
+  ASSERT_TRUE(proxy.ready());
+  e2e::RandomRunReport report;
+  e2e::run_random_requests(proxy.port(), 160, 8, /*seed=*/1000, &report);
+  std::string problems;
+  for (const std::string& s : report.problems) problems += "\n  " + s;
+  EXPECT_TRUE(report.problems.empty()) << report.problems.size() << " problems:" << problems;
+  EXPECT_GT(report.answered.load(), 80);
+  for (const ServerProcess* s : {&p, &d1, &d2}) {
+    EXPECT_EQ(await_metric(*s, "vllm:kv_cache_usage_perc", 0.0, 15), 0.0);
+    EXPECT_EQ(metric(*s, "vllm:num_requests_running"), 0.0);
+    EXPECT_EQ(metric(*s, "vllm:num_requests_waiting"), 0.0);
+  }
+  EXPECT_EQ(metric(p, "chunkpipe:kv_leases_expired_total"), 0.0);
+  EXPECT_EQ(metric(d1, "chunkpipe:kv_pull_failures_total"), 0.0);
+  EXPECT_EQ(metric(d2, "chunkpipe:kv_pull_failures_total"), 0.0);
+  EXPECT_EQ(await_proxy_idle(proxy), 0);
+  std::printf("    160 random requests: %d answered, %d refused (400), %d clients left\n",
+              report.answered.load(), report.refused.load(), report.left.load());
 }
 
 TEST_F(PdTest, DecoderOutOfKvHandsRequestsBackAndTheProxyCompletesThem) {
