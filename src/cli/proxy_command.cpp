@@ -47,6 +47,8 @@ int run_proxy_command(int argc, char** argv) {
   p.add_option("retry-delay", "base of the exponential retry backoff, seconds", "0.001");
   p.add_option("max-waiting-retries", "probes of an added instance before it is dropped", "3");
   p.add_option("waiting-retry-interval", "seconds between probes of an added instance", "10");
+  p.add_option("shutdown-drain-timeout",
+               "seconds SIGTERM lets running requests finish before ending them", "3");
   p.add_option("workers", "accepted for compatibility (one process serves all)", "1");
   p.add_option("log-level", "accepted for compatibility", "INFO");
   if (auto st = p.parse(argc, argv, 2); !st.ok()) {
@@ -77,9 +79,11 @@ int run_proxy_command(int argc, char** argv) {
   auto waiting = p.int_option("max-waiting-retries", 0);
   auto delay = number("retry-delay", 0);
   auto interval = number("waiting-retry-interval", 0);
-  for (const common::Status& st :
-       {port.status(), retries.status(), waiting.status(), delay.status(), interval.status()})
+  auto drain = number("shutdown-drain-timeout", 0);
+  for (const common::Status& st : {port.status(), retries.status(), waiting.status(),
+                                   delay.status(), interval.status(), drain.status()})
     if (!st.ok()) return fail(st);
+  o.shutdown_drain_timeout = *drain;
   o.port = static_cast<int>(*port);
   o.max_retries = static_cast<int>(*retries);
   o.max_waiting_retries = static_cast<int>(*waiting);

@@ -90,6 +90,24 @@ void relay_failure(HttpExchange& ex, bool streaming, const httpclient::HttpCallR
   ex.respond(std::move(out));
 }
 
+constexpr const char* kShuttingDown = "The proxy is shutting down";
+
+// Ends a request the proxy's shutdown cancelled, as serve ends its own: a stream gets an error
+// event and [DONE], a client still waiting for a whole answer a 503.
+void end_for_shutdown(HttpExchange& ex, bool streaming) {
+  if (ex.closed()) return;
+  if (streaming) {
+    ex.send(sse({{"error",
+                  {{"message", kShuttingDown},
+                   {"type", "ServiceUnavailableError"},
+                   {"param", nullptr},
+                   {"code", 503}}}}) +
+            "data: [DONE]\n\n");
+    return ex.end_stream();
+  }
+  ex.respond(error_reply(503, kShuttingDown));
+}
+
 // What a leg's answer (a whole response or one stream chunk) says about choice 0.
 struct ChoiceDelta {
   std::string text;
@@ -192,7 +210,22 @@ void PdProxy::run() {
 }
 
 void PdProxy::stop() {
+  if (draining_.exchange(true)) return;
+  http_->stop_accepting();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (active_ > 0)
+      LOG(INFO) << "Waiting up to " << o_.shutdown_drain_timeout << " s for " << active_
+                << " requests to finish";
+    cv_.wait_for(lock, std::chrono::duration<double>(o_.shutdown_drain_timeout),
+                 [&] { return active_ == 0; });
+    if (active_ > 0) LOG(INFO) << "Ending " << active_ << " requests still running";
+  }
   stopping_ = true;
+  {  // the cancelled requests tell their clients and release P's blocks
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return active_ == 0; });
+  }
   http_->stop();
 }
 
@@ -218,6 +251,7 @@ void PdProxy::handle(const std::shared_ptr<HttpExchange>& ex) {
   const server::HttpRequest& req = ex->request();
   const std::string& path = req.path;
   if (req.method == "POST" && (path == "/v1/completions" || path == "/v1/chat/completions")) {
+    if (draining_) return ex->respond(error_reply(503, kShuttingDown));
     const bool chat = path == "/v1/chat/completions";
     spawn([this, ex, chat] { generate(ex, chat); });
   } else if (req.method == "GET" && path == "/v1/models") {
@@ -318,7 +352,7 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
                    << (pr.error.empty() ? "HTTP " + std::to_string(pr.status) : pr.error);
       if (attempt < o_.max_retries) backoff(o_.retry_delay, attempt);
     }
-    if (pr.cancelled) return;  // the proxy is stopping
+    if (pr.cancelled) return end_for_shutdown(*ex, streaming);
     if (!pr.error.empty() || pr.status != 200)
       return relay_failure(*ex, streaming, pr, answer, "prefill instance " + p.instance().key());
     json p_json = json::parse(answer, nullptr, false);
@@ -349,7 +383,10 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
       if (!any.empty()) release_prefill(any.front());
       return ex->respond(error_reply(503, "no decode instance is available"));
     }
-    if (gone()) return release_prefill(d.instance());
+    if (gone()) {
+      release_prefill(d.instance());
+      return end_for_shutdown(*ex, streaming);
+    }
     bool recomputed = false;
     ChoiceDelta leg;  // this round's text and ids
     std::string d_answer;
@@ -423,12 +460,12 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
       if (attempt < o_.max_retries) backoff(o_.retry_delay, attempt);
     }
     if (dr.cancelled) {
-      // The client left. If the decoder has the request, closing the stream aborts it and it
-      // sends DONE itself; if it never got it, nobody would: release P now. A DONE after P
-      // already freed the blocks is answered "expired", so a decoder still reading them
-      // discards what it read.
+      // The client left, or the proxy's shutdown cancelled the request. If the decoder has the
+      // request, closing the stream aborts it and it sends DONE itself; if it never got it,
+      // nobody would: release P now. A DONE after P already freed the blocks is answered
+      // "expired", so a decoder still reading them discards what it read.
       release_prefill(d.instance());
-      return;
+      return end_for_shutdown(*ex, streaming);
     }
     if (!dr.error.empty() || dr.status != 200) {
       if (dr.status == 0) release_prefill(d.instance());  // it never saw the request

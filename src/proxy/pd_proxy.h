@@ -34,6 +34,7 @@ struct ProxyOptions {
   int max_waiting_retries = 3;
   double waiting_retry_interval = 10;  // seconds between probes of an added instance
   std::string api_key;                 // OPENAI_API_KEY; upstream sends "Bearer None" when unset
+  double shutdown_drain_timeout = 3;   // seconds stop() lets running requests finish
 };
 
 // The request of the next round after a decoder handed a request back with `generated_ids`
@@ -52,7 +53,9 @@ class PdProxy {
   int port() const;
   // Serves until stop(); returns once the in-flight requests have ended.
   void run();
-  void stop();  // thread-safe
+  // Thread-safe. Stops accepting, lets running requests finish for shutdown_drain_timeout, then
+  // cancels the rest: their clients get an error (a stream: an error event and [DONE]).
+  void stop();
 
   InstanceRegistry& registry() { return registry_; }
 
@@ -69,7 +72,8 @@ class PdProxy {
   ProxyOptions o_;
   InstanceRegistry registry_;
   std::unique_ptr<server::HttpServer> http_;
-  std::atomic<bool> stopping_{false};
+  std::atomic<bool> draining_{false};  // stop() began: new requests are refused
+  std::atomic<bool> stopping_{false};  // the drain is over: backend calls are cancelled
   std::mutex mu_;
   std::condition_variable cv_;
   int active_ = 0;  // spawned threads still running

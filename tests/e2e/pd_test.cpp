@@ -618,6 +618,51 @@ TEST_F(PdTest, RandomRequestsThroughTheProxyLeaveNothingBehind) {
               report.answered.load(), report.refused.load(), report.left.load());
 }
 
+// SIGTERM to the proxy mid-stream, as serve handles it: a request that ends within the drain
+// timeout completes, a longer stream gets an error event, [DONE] and the chunked terminator,
+// the proxy exits 0, and P and D are left with nothing running and no block held.
+TEST_F(PdTest, ProxySigtermDrainsThenEndsStreamsCleanly) {
+  const int kv_p = kv_port_base() + 2;
+  ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_term_p.log");
+  ServerProcess d(e2e::model_dir(), decoder_flags(kv_p + 4, 1), "/tmp/chunkpipe_pd_term_d.log");
+  ASSERT_TRUE(p.ready() && d.ready());
+  ServerProcess proxy({"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-ports",
+                       std::to_string(p.port()), "--decoder-hosts", "127.0.0.1", "--decoder-ports",
+                       std::to_string(d.port()), "--shutdown-drain-timeout", "1"},
+                      "/tmp/chunkpipe_pd_term_proxy.log", "/healthcheck");
+  ASSERT_TRUE(proxy.ready());
+  auto start = [&](int max_tokens, bool stream) {
+    json body = complete_body(words(20), max_tokens);
+    body["stream"] = stream;
+    auto c = std::make_unique<e2e::RawConnection>(proxy.port());
+    c->send(e2e::http_post("/v1/completions", body.dump(), "Connection: close\r\n"));
+    return c;
+  };
+  std::vector<std::unique_ptr<e2e::RawConnection>> long_streams;
+  for (int i = 0; i < 2; ++i) {
+    long_streams.push_back(start(3000, true));
+    long_streams.back()->read_until("data: {", 30000);
+  }
+  auto short_one = start(8, false);
+  ASSERT_EQ(kill(proxy.pid(), SIGTERM), 0);
+  const std::string whole = short_one->read_until("", 20000);
+  EXPECT_NE(whole.find("200 OK"), std::string::npos) << whole.substr(0, 300);
+  EXPECT_NE(whole.find("\"usage\""), std::string::npos) << "finished within the drain";
+  for (auto& c : long_streams) {
+    bool closed = false;
+    const std::string tail = c->read_until("\r\n0\r\n\r\n", 20000, &closed);
+    EXPECT_NE(tail.find("The proxy is shutting down"), std::string::npos) << tail.substr(0, 300);
+    const size_t done = tail.rfind("data: [DONE]");
+    ASSERT_NE(done, std::string::npos) << tail.substr(0, 300);
+    EXPECT_NE(tail.find("\r\n0\r\n\r\n", done), std::string::npos) << "the chunked terminator";
+  }
+  EXPECT_EQ(proxy.wait_exit(20), 0);
+  EXPECT_FALSE(e2e::RawConnection(proxy.port()).connected()) << "nothing listens any more";
+  EXPECT_EQ(await_metric(d, "vllm:num_requests_running", 0.0), 0.0);
+  EXPECT_EQ(await_metric(d, "vllm:kv_cache_usage_perc", 0.0), 0.0);
+  EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0), 0.0);
+}
+
 TEST_F(PdTest, DecoderOutOfKvHandsRequestsBackAndTheProxyCompletesThem) {
   const int kv_p = kv_port_base() + 6;
   ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_rec_p.log");
