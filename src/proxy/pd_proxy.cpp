@@ -226,6 +226,10 @@ void PdProxy::stop() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::seconds(10), [&] { return active_ == 0; });
   }
+  // Give their last bytes a moment to reach the clients, then close everything.
+  const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (http_->open_exchanges() > 0 && std::chrono::steady_clock::now() < flush_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http_->stop();
 }
 
