@@ -120,6 +120,8 @@ std::optional<sched::MatchedTokens> PullScheduler::get_num_new_matched_tokens(
   std::string mismatch;
   if (!p.prompt_hash.empty() && p.prompt_hash != prompt_hash(request.prompt_token_ids)) {
     mismatch = "its blocks hold another prompt";
+  } else if (request.sampling.prompt_logprobs) {
+    mismatch = "prompt_logprobs need the logits of every prompt position";
   } else if (p.remote_block_size != 0 && p.remote_block_size != o_.block_size) {
     mismatch = "its KV blocks hold " + std::to_string(p.remote_block_size) +
                " tokens, this decoder's " + std::to_string(o_.block_size);

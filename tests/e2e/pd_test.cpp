@@ -278,9 +278,10 @@ json prefill(const ServerProcess& p, const std::string& prompt) {
 }
 
 // The n choices of a request and the prompts of a batch through PD: P prefills each prompt once
-// and keeps only the blocks its answer names; on D the choices pull them once (the others read
-// them from the prefix cache, or compute the prompt where D has none), a prompt whose blocks P
-// did not keep is computed on D, and nothing is left on either side.
+// and keeps only the blocks its answer names; on D the choices pull them once (the others share
+// the puller's blocks, with or without a prefix cache), a prompt whose blocks P
+// did not keep is computed on D, as is one that asks for prompt_logprobs, and nothing is left on
+// either side.
 TEST_F(PdTest, ChoicesAndPromptBatchesPullEachPromptOnce) {
   const int kv_p = kv_port_base() + 2;
   ServerProcess colocated(e2e::model_dir(), flags(), "/tmp/chunkpipe_pd_n_colocated.log");
@@ -349,6 +350,26 @@ TEST_F(PdTest, ChoicesAndPromptBatchesPullEachPromptOnce) {
   EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
   EXPECT_EQ(metric(p, "chunkpipe:kv_leases_expired_total"), 0.0);
   EXPECT_EQ(metric(seed_d, "vllm:kv_cache_usage_perc"), 0.0);
+
+  // prompt_logprobs need every prompt position's logits: D computes the prompt instead of
+  // pulling it (the logprobs were all null) and releases P.
+  leg = complete_body(prompt, 1);
+  leg["prompt_logprobs"] = 1;
+  leg["kv_transfer_params"] = {{"do_remote_decode", true}, {"do_remote_prefill", false}};
+  const json with_logprobs = post(p, "/v1/completions", leg);
+  body = complete_body(prompt, 4);
+  body["prompt_logprobs"] = 1;
+  const json want_logprobs = post(colocated, "/v1/completions", body);
+  body["kv_transfer_params"] = with_logprobs["kv_transfer_params"];
+  const double pulled = metric(seed_d, "chunkpipe:kv_pull_bytes_total");
+  const json got_logprobs = post(seed_d, "/v1/completions", body, &status);
+  ASSERT_EQ(status, 200) << got_logprobs.dump();
+  ASSERT_TRUE(want_logprobs["choices"][0]["prompt_logprobs"].is_array());
+  EXPECT_EQ(got_logprobs["choices"][0]["prompt_logprobs"],
+            want_logprobs["choices"][0]["prompt_logprobs"]);
+  EXPECT_EQ(got_logprobs["choices"][0]["text"], want_logprobs["choices"][0]["text"]);
+  EXPECT_EQ(metric(seed_d, "chunkpipe:kv_pull_bytes_total"), pulled);
+  EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
 }
 
 // The seed runs MTP on both sides: D's MTP layer reads the prompt's KV of P's MTP layer. With
