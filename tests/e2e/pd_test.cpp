@@ -279,9 +279,8 @@ json prefill(const ServerProcess& p, const std::string& prompt) {
 
 // The n choices of a request and the prompts of a batch through PD: P prefills each prompt once
 // and keeps only the blocks its answer names; on D the choices pull them once (the others share
-// the puller's blocks, with or without a prefix cache), a prompt whose blocks P
-// did not keep is computed on D, as is one that asks for prompt_logprobs, and nothing is left on
-// either side.
+// the puller's blocks, with or without a prefix cache), a prompt whose blocks P did not keep is
+// computed on D, as is one that asks for prompt_logprobs, and nothing is left on either side.
 TEST_F(PdTest, ChoicesAndPromptBatchesPullEachPromptOnce) {
   const int kv_p = kv_port_base() + 2;
   ServerProcess colocated(e2e::model_dir(), flags(), "/tmp/chunkpipe_pd_n_colocated.log");
