@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 namespace {
 
@@ -32,6 +33,12 @@ std::vector<std::pair<std::string, int64_t>> run_step(sched::Scheduler& s, int32
 }
 
 using Sched = std::vector<std::pair<std::string, int64_t>>;
+
+// A scheduled request as (id, num_computed_tokens, num_scheduled_tokens).
+using Entry = std::tuple<std::string, int64_t, int64_t>;
+Entry entry(const sched::ScheduledRequest& s) {
+  return {s.req_id, s.num_computed_tokens, s.num_scheduled_tokens};
+}
 
 TEST(SchedulerTest, ChunkedPrefillThenDecodeWithinBudget) {
   kv::KvCacheManager kv(64, 4, false);
@@ -100,9 +107,7 @@ TEST(SchedulerTest, WaitingForBlocksKeepsThePrefixHitsItFindsLater) {
   s.finish_request("filler", sched::FinishReason::kStop);
   auto out = s.schedule();
   ASSERT_EQ(out.scheduled.size(), 1u);
-  EXPECT_EQ(out.scheduled[0].req_id, "b");
-  EXPECT_EQ(out.scheduled[0].num_computed_tokens, 8);
-  EXPECT_EQ(out.scheduled[0].num_scheduled_tokens, 9);
+  EXPECT_EQ(entry(out.scheduled[0]), Entry("b", 8, 9));
 }
 
 // SchedulerOutput carries a request in full once, then only deltas; the workers' view
@@ -562,9 +567,7 @@ TEST(KvConnectorSchedulerTest, RequestAskedToComeBackLaterDoesNotBlockTheQueue) 
   c.later.clear();
   auto so = s.schedule();
   ASSERT_EQ(so.scheduled.size(), 3u);
-  EXPECT_EQ(so.scheduled[2].req_id, "b");
-  EXPECT_EQ(so.scheduled[2].num_computed_tokens, 8);
-  EXPECT_EQ(so.scheduled[2].num_scheduled_tokens, 1);
+  EXPECT_EQ(entry(so.scheduled[2]), Entry("b", 8, 1));
 }
 
 // Blocks a connector loaded are prefix-cache hits once the load is in: a second request with the
@@ -583,9 +586,7 @@ TEST(KvConnectorSchedulerTest, LoadedBlocksBecomePrefixHits) {
   s.add_request(make_request("b", 10));
   auto so = s.schedule();
   ASSERT_EQ(so.scheduled.size(), 2u);
-  EXPECT_EQ(so.scheduled[1].req_id, "b");
-  EXPECT_EQ(so.scheduled[1].num_computed_tokens, 8);
-  EXPECT_EQ(so.scheduled[1].num_scheduled_tokens, 2);
+  EXPECT_EQ(entry(so.scheduled[1]), Entry("b", 8, 2));
 }
 
 // An abort while the KV is loading keeps the blocks until the load reports: it may still be

@@ -82,6 +82,13 @@ class PullSchedulerTest : public ::testing::Test {
     return ids;
   }
 
+  // The workers report request `id`'s load done.
+  void loaded(const std::string& id) {
+    sched::KvTransferReport report;
+    report.finished_recving = {id};
+    scheduler_.update_kv_transfers(report);
+  }
+
   // The leases P ended within `ms` (a DONE arrived for them).
   std::vector<std::string> released_within(int ms) {
     std::vector<std::string> done;
@@ -124,9 +131,7 @@ TEST_F(PullSchedulerTest, ChoicesOfOneRequestPullOnceAndReadTheLoadedBlocks) {
   EXPECT_TRUE(loads(waiting).empty());
   scheduler_.update(waiting, {});
 
-  sched::KvTransferReport loaded;
-  loaded.finished_recving = {"c0"};
-  scheduler_.update_kv_transfers(loaded);
+  loaded("c0");
   auto so = scheduler_.schedule();
   ASSERT_EQ(so.scheduled.size(), 3u);
   EXPECT_EQ(so.scheduled[0].req_id, "c0");
@@ -146,13 +151,11 @@ TEST_F(PullSchedulerWithoutPrefixCacheTest, ChoicesShareTheBlocksTheFirstOneLoad
   auto first = scheduler_.schedule();
   EXPECT_EQ(loads(first), (std::vector<std::string>{"c0<-r4"}));
   scheduler_.update(first, {});
-  sched::KvTransferReport loaded;
-  loaded.finished_recving = {"c0"};
-  scheduler_.update_kv_transfers(loaded);
+  loaded("c0");
   auto so = scheduler_.schedule();
   ASSERT_EQ(so.scheduled.size(), 2u);
   EXPECT_EQ(so.scheduled[1].req_id, "c1");
-  EXPECT_EQ(so.scheduled[1].num_computed_tokens, 8);
+  EXPECT_EQ(so.scheduled[1].num_computed_tokens, 8) << "c0's two full blocks, shared";
   EXPECT_EQ(so.scheduled[1].num_scheduled_tokens, 2);
   const auto& c0 = kv_.block_table("c0");
   const auto& c1 = kv_.block_table("c1");
