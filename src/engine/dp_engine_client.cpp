@@ -288,7 +288,7 @@ int DpEngineClient::pick_engine() {
 
 int DpEngineClient::engine_for(const EngineRequest& request) {
   // The choices of one PD request name the same remote prompt: one engine pulls it once and
-  // the others read it from that engine's prefix cache (P frees it after the first pull).
+  // its other choices share those blocks (P frees them after the first pull).
   if (!request.kv_transfer_params.empty()) {
     for (const auto& [id, p] : pending_) {
       const Engine& e = engines_[size_t(p.engine)];

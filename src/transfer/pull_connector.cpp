@@ -73,6 +73,7 @@ PullScheduler::Remote* PullScheduler::remote_of(const sched::Request& request) {
   remote.key = params->remote_engine_id + "\n" + params->remote_host + "\n" +
                std::to_string(params->remote_port) + "\n" + params->remote_request_id;
   remote.params = std::move(params).value();
+  remote.prompt = prompt_hash(request.prompt_token_ids);
   ++shared_[remote.key].pending_refs;
   return &remotes_.emplace(request.request_id, std::move(remote)).first->second;
 }
@@ -118,10 +119,14 @@ std::optional<sched::MatchedTokens> PullScheduler::get_num_new_matched_tokens(
   const PullParams& p = remote->params;
   const int64_t blocks = cdiv(request.num_prompt_tokens(), o_.block_size);
   std::string mismatch;
-  if (!p.prompt_hash.empty() && p.prompt_hash != prompt_hash(request.prompt_token_ids)) {
+  if (request.sampling.prompt_logprobs) {  // asked for: not a fault
+    LOG(INFO) << "Request " << request.request_id << ": computing the prompt here, not pulling "
+              << "it: prompt_logprobs need the logits of every prompt position";
+    give_up(remote);
+    return none;
+  }
+  if (!p.prompt_hash.empty() && p.prompt_hash != remote->prompt) {
     mismatch = "its blocks hold another prompt";
-  } else if (request.sampling.prompt_logprobs) {
-    mismatch = "prompt_logprobs need the logits of every prompt position";
   } else if (p.remote_block_size != 0 && p.remote_block_size != o_.block_size) {
     mismatch = "its KV blocks hold " + std::to_string(p.remote_block_size) +
                " tokens, this decoder's " + std::to_string(o_.block_size);
@@ -140,8 +145,7 @@ std::optional<sched::MatchedTokens> PullScheduler::get_num_new_matched_tokens(
   if (!shared.puller.empty()) return std::nullopt;  // another choice loads it: wait for its blocks
   if (shared.consumed) {  // loaded for another choice (its blocks are shared here) or released
     sched::MatchedTokens m;
-    if (shared.loaded_prompt == prompt_hash(request.prompt_token_ids))
-      m.share_from = shared.loaded_by;
+    if (shared.loaded_prompt == remote->prompt) m.share_from = shared.loaded_by;
     give_up(remote);
     return m;
   }
@@ -165,7 +169,7 @@ void PullScheduler::update_state_after_alloc(const sched::Request& request,
   SharedRemote& shared = shared_[remote->key];
   --shared.pending_refs;
   shared.puller = request.request_id;
-  shared.loaded_prompt = prompt_hash(request.prompt_token_ids);
+  shared.loaded_prompt = remote->prompt;
   pullers_[request.request_id] = Puller{remote->key, false};
   // Local prefix hits are whole blocks; the blocks after them come from P, index for index.
   const int64_t first = request.num_computed_tokens / o_.block_size;

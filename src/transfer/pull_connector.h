@@ -77,6 +77,7 @@ class PullScheduler : public sched::KvConnectorScheduler {
   struct Remote {
     PullParams params;
     std::string key;      // the remote prompt: engine, host, port and request id
+    std::string prompt;   // prompt_hash of this request's own prompt
     bool pending = true;  // has neither pulled nor given the remote prompt up yet
   };
   struct SharedRemote {     // one remote prompt, over the requests here that name it
