@@ -84,6 +84,7 @@ void DpEngineClient::shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [id, p] : pending_) left.emplace_back(id, std::move(p.callback));
     pending_.clear();
+    pd_engines_.clear();
   }
   for (auto& [id, cb] : left) {
     RequestOutput out;
@@ -219,6 +220,7 @@ void DpEngineClient::on_message(const std::string& peer, const std::vector<uint8
       deliver.emplace_back(finished ? std::move(it->second.callback) : it->second.callback,
                            std::move(o).value());
       if (finished) {
+        forget_pd_engine(it->second);
         pending_.erase(it);
         --e.unfinished;
       }
@@ -246,6 +248,7 @@ void DpEngineClient::mark_dead(int engine, const std::string& why) {
     LOG(ERROR) << "Data-parallel engine " << engine << " failed: " << why;
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second.engine == engine) {
+        forget_pd_engine(it->second);
         failed.emplace_back(it->first, std::move(it->second.callback));
         it = pending_.erase(it);
       } else {
@@ -287,15 +290,25 @@ int DpEngineClient::pick_engine() {
 }
 
 int DpEngineClient::engine_for(const EngineRequest& request) {
+  if (request.kv_transfer_params.empty()) return pick_engine();
   // The choices of one PD request name the same remote prompt: one engine pulls it once and
   // its other choices share those blocks (P frees them after the first pull).
-  if (!request.kv_transfer_params.empty()) {
-    for (const auto& [id, p] : pending_) {
-      const Engine& e = engines_[size_t(p.engine)];
-      if (p.kv_transfer_params == request.kv_transfer_params && e.ready && !e.dead) return p.engine;
-    }
+  auto [it, added] = pd_engines_.try_emplace(request.kv_transfer_params, -1, 0);
+  const bool alive = !added && engines_[size_t(it->second.first)].ready &&
+                     !engines_[size_t(it->second.first)].dead;
+  if (!alive) it->second = {pick_engine(), 0};
+  if (it->second.first < 0) {
+    pd_engines_.erase(it);
+    return -1;
   }
-  return pick_engine();
+  ++it->second.second;
+  return it->second.first;
+}
+
+void DpEngineClient::forget_pd_engine(const Pending& p) {
+  if (p.kv_transfer_params.empty()) return;
+  auto it = pd_engines_.find(p.kv_transfer_params);
+  if (it != pd_engines_.end() && --it->second.second <= 0) pd_engines_.erase(it);
 }
 
 void DpEngineClient::add_request(EngineRequest request, OutputCallback callback) {

@@ -77,6 +77,7 @@ class DpEngineClient : public EngineClient {
   void mark_dead(int engine, const std::string& why);
   int pick_engine();                             // mu_ held; -1 when none is alive
   int engine_for(const EngineRequest& request);  // mu_ held; pick_engine but for PD choices
+  void forget_pd_engine(const Pending& p);       // mu_ held; p leaves pending_
 
   DpClientOptions options_;
   std::unique_ptr<dist::RouterSocket> socket_;
@@ -88,6 +89,8 @@ class DpEngineClient : public EngineClient {
   std::unordered_map<std::string, int> rank_of_peer_;  // socket identity -> rank (every message)
   std::vector<std::pair<int, std::vector<uint8_t>>> outbox_;
   bool fatal_reported_ = false;
+  // A PD request's kv_transfer_params -> (its engine, its pending choices there).
+  std::unordered_map<std::string, std::pair<int, int>> pd_engines_;
   size_t next_first_ = 0;  // where pick_engine's next scan starts
   std::atomic<bool> stopping_{false};
   std::thread io_;

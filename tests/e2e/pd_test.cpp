@@ -291,16 +291,32 @@ TEST_F(PdTest, ChoicesAndPromptBatchesPullEachPromptOnce) {
       e2e::model_dir(),
       with(flags(), {"--kv-transfer-config", kv_config("kv_consumer", kv_p + 5, 1).dump()}),
       "/tmp/chunkpipe_pd_n_d2.log");
-  ASSERT_TRUE(colocated.ready() && p.ready() && seed_d.ready() && cached_d.ready())
+  // Two engines behind one server: a request's choices must all go to the engine that pulls.
+  ServerProcess dp_d(e2e::model_dir(),
+                     with(decoder_flags(kv_p + 6, 1), {"--data-parallel-size", "2"}),
+                     "/tmp/chunkpipe_pd_n_d3.log");
+  ASSERT_TRUE(colocated.ready() && p.ready() && seed_d.ready() && cached_d.ready() && dp_d.ready())
       << "see /tmp/chunkpipe_pd_n_*.log";
+  // Summed over the engines; a data-parallel engine's counters reach /metrics a moment after
+  // its request ends, so a reading waits (bounded) for the value it expects.
+  auto total = [](const ServerProcess& s, const std::string& name, double want = -2) {
+    double v = e2e::metric_total(s, name);
+    for (int i = 0; i < 100 && want != -2 && v != want; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      v = e2e::metric_total(s, name);
+    }
+    return v;
+  };
   const std::string prompt = words(60), other = words(45, 100);
   const int64_t prompt_tokens = post(colocated, "/tokenize", {{"prompt", prompt}})["count"];
   const int64_t prompt_bytes =  // all but the last token's, in whole blocks
       ((prompt_tokens - 1 + kBlock - 1) / kBlock) * kLayers * kBlock * kRowBytes;
-  for (const ServerProcess* d : {&seed_d, &cached_d}) {
-    SCOPED_TRACE(d == &seed_d ? "decoder without a prefix cache" : "decoder with a prefix cache");
-    const double pulled_before = metric(*d, "chunkpipe:kv_pull_bytes_total");
-    const double computed_before = metric(*d, "vllm:prompt_tokens_total");
+  for (const ServerProcess* d : {&seed_d, &cached_d, &dp_d}) {
+    SCOPED_TRACE(d == &seed_d     ? "decoder without a prefix cache"
+                 : d == &cached_d ? "decoder with a prefix cache"
+                                  : "decoder with two data-parallel engines");
+    const double pulled_before = total(*d, "chunkpipe:kv_pull_bytes_total");
+    const double computed_before = total(*d, "vllm:prompt_tokens_total");
     json leg = complete_body(prompt, 1);
     leg["n"] = 3;
     leg["kv_transfer_params"] = {{"do_remote_decode", true}, {"do_remote_prefill", false}};
@@ -317,15 +333,19 @@ TEST_F(PdTest, ChoicesAndPromptBatchesPullEachPromptOnce) {
     ASSERT_EQ(got["choices"].size(), 3u);
     for (int i = 0; i < 3; ++i)
       EXPECT_EQ(got["choices"][i]["text"], want["choices"][i]["text"]) << "choice " << i;
-    EXPECT_EQ(metric(*d, "chunkpipe:kv_pull_bytes_total") - pulled_before, double(prompt_bytes))
+    EXPECT_EQ(total(*d, "chunkpipe:kv_pull_bytes_total", pulled_before + double(prompt_bytes)) -
+                  pulled_before,
+              double(prompt_bytes))
         << "one pull for three choices";
     const int64_t shared = (prompt_tokens - 1) / kBlock * kBlock;  // the pulled whole blocks
-    EXPECT_EQ(metric(*d, "vllm:prompt_tokens_total") - computed_before,
-              double(1 + 2 * (prompt_tokens - shared)))
+    const double computed = double(1 + 2 * (prompt_tokens - shared));
+    EXPECT_EQ(total(*d, "vllm:prompt_tokens_total", computed_before + computed) - computed_before,
+              computed)
         << "the first choice computes the last token, the others what follows the blocks";
-    EXPECT_EQ(metric(*d, "chunkpipe:kv_pull_failures_total"), 0.0);
+    EXPECT_EQ(total(*d, "chunkpipe:kv_pull_failures_total"), 0.0);
     EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
     EXPECT_EQ(await_metric(*d, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
+    EXPECT_EQ(total(*d, "vllm:kv_cache_usage_perc", 0.0), 0.0);
   }
   // A batch of two prompts: P's answer names the first one's blocks and frees the second's.
   json leg = complete_body(prompt, 1);

@@ -167,6 +167,19 @@ inline double metric(const ServerProcess& s, const std::string& name) {
   return std::stod(r->body.substr(pos + 2));
 }
 
+// The sum of every labelled sample `name{...} v` on /metrics (one per data-parallel engine);
+// -1 when there is none.
+inline double metric_total(const ServerProcess& s, const std::string& name) {
+  auto r = s.client().Get("/metrics");
+  if (!r) return -1;
+  double total = -1;
+  for (size_t pos = 0; (pos = r->body.find("\n" + name + "{", pos)) != std::string::npos;) {
+    pos = r->body.find("} ", pos);
+    total = std::max(total, 0.0) + std::stod(r->body.substr(pos + 2));
+  }
+  return total;
+}
+
 // Process ids of `parent`'s children whose command line contains `needle`.
 inline std::vector<pid_t> child_processes(pid_t parent, const std::string& needle) {
   std::vector<pid_t> out;
