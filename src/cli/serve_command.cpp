@@ -389,6 +389,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     CP_ASSIGN_OR_RETURN(plan->kv_transfer,
                         transfer::parse_kv_transfer_config(plan->kv_transfer_config));
     const transfer::KvTransferConfig& kt = plan->kv_transfer;
+    plan->server.kv_producer = kt.kv_connector == transfer::kMooncakeConnector && kt.is_producer();
     plan->engine.scheduler.recompute_kv_load_failures = kt.kv_load_failure_policy == "recompute";
     if (kt.kv_connector == transfer::kMooncakeConnector) {
       LOG(INFO) << "kv_connector MooncakeConnectorV1 maps to chunkpipe's pull connector (D reads "

@@ -414,9 +414,9 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   // P's leg of a PD request: D samples the n choices from the KV of the prompt P's answer names
   // (the first), so P runs one choice per prompt and keeps only the first prompt's blocks.
   const json* transfer = kv_transfer_params.empty() ? nullptr : &body["kv_transfer_params"];
-  const bool prefill_leg = transfer != nullptr && transfer->contains("do_remote_decode") &&
-                           (*transfer)["do_remote_decode"].is_boolean() &&
-                           (*transfer)["do_remote_decode"].get<bool>();
+  const bool prefill_leg =
+      config_.kv_producer && transfer != nullptr && transfer->contains("do_remote_decode") &&
+      (*transfer)["do_remote_decode"].is_boolean() && (*transfer)["do_remote_decode"].get<bool>();
   api::CommonRequestFields f;
   const auto endpoint = chat ? api::Endpoint::kChat : api::Endpoint::kCompletions;
   if (auto e = api::parse_common_fields(body, endpoint, config_.max_logprobs,

@@ -46,6 +46,8 @@ struct ServerConfig {
   bool enable_force_include_usage = false;    // every stream ends with a usage chunk
   bool enable_prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens
   bool return_tokens_as_token_ids = false;    // the default of the request field of that name
+  // A PD prefiller (kv_role kv_producer or kv_both): a request with do_remote_decode is P's leg.
+  bool kv_producer = false;
   // The model's generation_config sampling defaults (--generation-config).
   api::SamplingDefaults sampling_defaults;
   CorsPolicy cors;         // --allowed-origins, --allow-credentials, --allowed-methods/-headers

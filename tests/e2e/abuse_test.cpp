@@ -687,6 +687,18 @@ TEST_F(AbuseTest, ForcedToolCallTokensBecomeToolCalls) {
   expect_alive(port());
 }
 
+// kv_transfer_params mean something only to a PD instance: on a plain server a P-leg request
+// keeps its n choices and gets no handoff.
+TEST_F(AbuseTest, KvTransferParamsOnAPlainServerChangeNothing) {
+  const Reply r = post(port(), "/v1/completions",
+                       R"({"prompt": "hi", "max_tokens": 2, "n": 2,
+                           "kv_transfer_params": {"do_remote_decode": true}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto j = nlohmann::json::parse(r.body);
+  EXPECT_EQ(j["choices"].size(), 2u);
+  EXPECT_TRUE(j["kv_transfer_params"].is_null()) << r.body;
+}
+
 // Random requests with every option (n, prompt batches, logprobs, echo, stop strings, penalties,
 // streams with usage) from clients that also leave, against pipeline stages with CPP, MTP
 // speculative decoding and the reasoning parser: no answer breaks the rules of
