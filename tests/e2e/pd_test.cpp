@@ -640,11 +640,11 @@ TEST_F(PdTest, RandomRequestsThroughTheProxyLeaveNothingBehind) {
                       "/tmp/chunkpipe_pd_random_proxy.log", "/healthcheck");
   ASSERT_TRUE(proxy.ready());
   e2e::RandomRunReport report;
-  e2e::run_random_requests(proxy.port(), 160, 8, /*seed=*/1000, &report);
+  e2e::run_random_requests(proxy.port(), e2e::random_request_count(), 8, /*seed=*/1000, &report);
   std::string problems;
   for (const std::string& s : report.problems) problems += "\n  " + s;
   EXPECT_TRUE(report.problems.empty()) << report.problems.size() << " problems:" << problems;
-  EXPECT_GT(report.answered.load(), 80);
+  EXPECT_GT(report.answered.load(), e2e::random_request_count() / 2);
   for (const ServerProcess* s : {&p, &d1, &d2}) {
     EXPECT_EQ(await_metric(*s, "vllm:kv_cache_usage_perc", 0.0, 15), 0.0);
     EXPECT_EQ(metric(*s, "vllm:num_requests_running"), 0.0);
@@ -654,8 +654,9 @@ TEST_F(PdTest, RandomRequestsThroughTheProxyLeaveNothingBehind) {
   // P as well, and D's DONE then finds the blocks freed (its request is gone anyway).
   EXPECT_EQ(metric(p, "chunkpipe:kv_leases_expired_total"), 0.0);
   EXPECT_EQ(await_proxy_idle(proxy), 0);
-  std::printf("    160 random requests: %d answered, %d refused (400), %d clients left\n",
-              report.answered.load(), report.refused.load(), report.left.load());
+  std::printf("    %d random requests: %d answered, %d refused (400), %d clients left\n",
+              e2e::random_request_count(), report.answered.load(), report.refused.load(),
+              report.left.load());
 }
 
 // SIGTERM to the proxy mid-stream, as serve handles it: a request that ends within the drain
