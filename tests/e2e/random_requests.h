@@ -6,12 +6,14 @@
 #pragma once
 
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "raw_http.h"
@@ -213,6 +215,20 @@ inline void run_random_requests(int port, int count, int concurrency, uint32_t s
     });
   }
   for (auto& t : clients) t.join();
+}
+
+// Sends random_request_count() random requests from 8 clients and expects every answer to keep
+// the rules above and more than half of them answered; prints the tally.
+inline void expect_random_requests_answered_well(int port, uint32_t seed) {
+  RandomRunReport report;
+  run_random_requests(port, random_request_count(), 8, seed, &report);
+  std::string problems;
+  for (const std::string& p : report.problems) problems += "\n  " + p;
+  EXPECT_TRUE(report.problems.empty()) << report.problems.size() << " problems:" << problems;
+  EXPECT_GT(report.answered.load(), random_request_count() / 2);
+  std::printf("    %d random requests: %d answered, %d refused (400), %d clients left\n",
+              random_request_count(), report.answered.load(), report.refused.load(),
+              report.left.load());
 }
 
 }  // namespace e2e
