@@ -112,17 +112,11 @@ json post(const ServerProcess& s, const std::string& path, const json& body,
 // A streamed completion's text, in order; empty on failure.
 std::string stream_text(const ServerProcess& s, json body, bool chat = false) {
   body["stream"] = true;
-  std::string text, raw;
+  std::string text;
   auto r = s.client().Post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump(),
                            "application/json");
   if (!r || r->status != 200) return "";
-  raw = r->body;
-  size_t pos = 0;
-  while ((pos = raw.find("data: ", pos)) != std::string::npos) {
-    const size_t end = raw.find("\n\n", pos);
-    const std::string data = raw.substr(pos + 6, end - pos - 6);
-    pos = end;
-    if (data == "[DONE]") break;
+  for (const std::string& data : e2e::sse_payloads(r->body)) {
     json c = json::parse(data, nullptr, false);
     if (!c.is_object() || !c.contains("choices") || c["choices"].empty()) continue;
     const json& ch = c["choices"][0];

@@ -163,18 +163,13 @@ inline std::string check_random_answer(const RandomRequest& r, const std::string
     return "";
   }
   if (r.stream) {
-    if (body.find("data: [DONE]") == std::string::npos) return "a stream without [DONE]: " + what;
-    size_t pos = 0;
-    while ((pos = body.find("data: ", pos)) != std::string::npos) {
-      const size_t end = body.find('\n', pos);
-      const std::string data = body.substr(pos + 6, end - pos - 6);
-      pos = end;
-      if (data == "[DONE]") break;
+    bool done = false;
+    for (const std::string& data : sse_payloads(body, &done)) {
       const auto j = nlohmann::json::parse(data, nullptr, false);
       if (!j.is_object()) return "an event that is not JSON: " + data.substr(0, 200);
       if (j.contains("error")) return "an error event: " + data.substr(0, 300) + " for " + what;
     }
-    return "";
+    return done ? "" : "a stream without [DONE]: " + what;
   }
   const auto j = nlohmann::json::parse(body, nullptr, false);
   if (!j.is_object() || !j.contains("choices")) return "no choices: " + what;

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace e2e {
 
@@ -91,6 +92,24 @@ inline std::string http_post(const std::string& path, const std::string& body,
   return "POST " + path + " HTTP/" + version + "\r\nHost: 127.0.0.1\r\n" +
          "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
          "\r\n" + extra_headers + "\r\n" + body;
+}
+
+// The `data:` payloads of a server-sent-event body, in order, up to "[DONE]" (left out; *done
+// says whether it came).
+inline std::vector<std::string> sse_payloads(const std::string& body, bool* done = nullptr) {
+  std::vector<std::string> out;
+  if (done) *done = false;
+  for (size_t pos = 0; (pos = body.find("data: ", pos)) != std::string::npos;) {
+    const size_t end = body.find('\n', pos);
+    std::string payload = body.substr(pos + 6, end == std::string::npos ? end : end - pos - 6);
+    pos = end;
+    if (payload == "[DONE]") {
+      if (done) *done = true;
+      break;
+    }
+    out.push_back(std::move(payload));
+  }
+  return out;
 }
 
 }  // namespace e2e
