@@ -294,8 +294,11 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
         }
         if (!matched->share_from.empty() && hits == 0 && !r->sampling.prompt_logprobs)
           hits = kv_->share_prefix(r->request_id, matched->share_from, r->num_tokens() - 1);
-        // At least the last token is computed here: it produces the first output.
-        external = std::clamp<int64_t>(matched->num_tokens, 0, r->num_tokens() - 1 - hits);
+        // At least the last token is computed here: it produces the first output. Prompt
+        // logprobs need every position computed here, so nothing is loaded for them.
+        external = r->sampling.prompt_logprobs
+                       ? 0
+                       : std::clamp<int64_t>(matched->num_tokens, 0, r->num_tokens() - 1 - hits);
         load_async = matched->load_async && external > 0;
       }
     }

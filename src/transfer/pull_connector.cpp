@@ -119,12 +119,6 @@ std::optional<sched::MatchedTokens> PullScheduler::get_num_new_matched_tokens(
   const PullParams& p = remote->params;
   const int64_t blocks = cdiv(request.num_prompt_tokens(), o_.block_size);
   std::string mismatch;
-  if (request.sampling.prompt_logprobs) {  // asked for: not a fault
-    LOG(INFO) << "Request " << request.request_id << ": computing the prompt here, not pulling "
-              << "it: prompt_logprobs need the logits of every prompt position";
-    give_up(remote);
-    return none;
-  }
   if (!p.prompt_hash.empty() && p.prompt_hash != remote->prompt) {
     mismatch = "its blocks hold another prompt";
   } else if (p.remote_block_size != 0 && p.remote_block_size != o_.block_size) {

@@ -589,6 +589,24 @@ TEST(KvConnectorSchedulerTest, LoadedBlocksBecomePrefixHits) {
   EXPECT_EQ(entry(so.scheduled[1]), Entry("b", 8, 2));
 }
 
+// Prompt logprobs need every prompt position computed: nothing is loaded for such a request,
+// and the connector hears that it loads nothing (a PD decoder then releases P at once).
+TEST(KvConnectorSchedulerTest, PromptLogprobsLoadNothing) {
+  kv::KvCacheManager kv(16, 4, false);
+  sched::Scheduler s({100, 4, 64}, &kv);
+  FakeConnector c;
+  c.offered = 8;
+  c.async = true;
+  s.set_kv_connector(&c);
+  auto r = make_request("a", 10);
+  r->sampling.prompt_logprobs = 1;
+  s.add_request(std::move(r));
+  auto so = s.schedule();
+  ASSERT_EQ(so.scheduled.size(), 1u);
+  EXPECT_EQ(entry(so.scheduled[0]), Entry("a", 0, 10));
+  EXPECT_EQ(c.calls, (std::vector<std::string>{"match a 0", "alloc a 3 0"}));
+}
+
 // An abort while the KV is loading keeps the blocks until the load reports: it may still be
 // writing into them.
 TEST(KvConnectorSchedulerTest, AbortWhileLoadingFreesOnlyWhenTheLoadReports) {
