@@ -355,7 +355,10 @@ void DpEngineClient::release_kv_transfer(const std::string& kv_transfer_params) 
   int engine;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    engine = pick_engine();
+    // The engine running requests that name these params owns their release (and skips this
+    // one); any engine can say DONE for params none of them has seen.
+    auto it = pd_engines_.find(kv_transfer_params);
+    engine = it != pd_engines_.end() ? it->second.first : pick_engine();
   }
   if (engine >= 0) post(engine, dp::message(dp::Kind::kRelease, kv_transfer_params));
 }

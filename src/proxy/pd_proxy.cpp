@@ -465,9 +465,8 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
     }
     if (dr.cancelled) {
       // The client left, or the proxy's shutdown cancelled the request. If the decoder has the
-      // request, closing the stream aborts it and it sends DONE itself; if it never got it,
-      // nobody would: release P now. A DONE after P already freed the blocks is answered
-      // "expired", so a decoder still reading them discards what it read.
+      // request, closing the stream aborts it and it says DONE itself (it ignores this release);
+      // if it never got it, nobody would: release P now.
       release_prefill(d.instance());
       return end_for_shutdown(*ex, streaming);
     }

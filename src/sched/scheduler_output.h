@@ -67,6 +67,7 @@ struct KvTransferStats {
   double read_seconds = 0;
   int64_t pulls_failed = 0;
   int64_t leases_expired = 0;
+  int64_t late_releases = 0;    // DONEs for blocks already freed (expired, or released twice)
   int64_t pulls_in_flight = 0;  // a gauge: now, not since the last report
   // Adds another report's counters (and its gauge: workers' loads in flight add up).
   KvTransferStats& operator+=(const KvTransferStats& o) {
@@ -75,6 +76,7 @@ struct KvTransferStats {
     read_seconds += o.read_seconds;
     pulls_failed += o.pulls_failed;
     leases_expired += o.leases_expired;
+    late_releases += o.late_releases;
     pulls_in_flight += o.pulls_in_flight;
     return *this;
   }

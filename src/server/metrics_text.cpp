@@ -124,6 +124,10 @@ void render_engine(Writer& w, const engine::MetricsSnapshot& s, const std::strin
             "Prefilled requests whose blocks were freed because no decoder released them in "
             "time (VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT).",
             double(kv.leases_expired));
+  w.counter("chunkpipe:kv_late_releases",
+            "DONEs from decoders for blocks this prefiller had already freed: after the lease "
+            "expired, or a second release of one request.",
+            double(kv.late_releases));
   w.counter("chunkpipe:dp_dummy_batches",
             "Forwards a data-parallel rank in lock step ran without work of its own, to join the "
             "collectives of ranks that had some.",

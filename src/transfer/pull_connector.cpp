@@ -11,6 +11,15 @@ int64_t cdiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// Remote prompts remembered for outside releases: far more than run at once, 2 MB at most.
+constexpr size_t kSeenLimit = 16384;
+
+// One remote prompt: P's request id is unique per prefill, the rest tells prefillers apart.
+std::string remote_key(const PullParams& p) {
+  return p.remote_engine_id + "\n" + p.remote_host + "\n" + std::to_string(p.remote_port) + "\n" +
+         p.remote_request_id;
+}
+
 }  // namespace
 
 PullReleaser::PullReleaser() : thread_([this] { loop(); }) {}
@@ -70,11 +79,12 @@ PullScheduler::Remote* PullScheduler::remote_of(const sched::Request& request) {
   }
   if (!params->do_remote_prefill) return nullptr;
   Remote remote;
-  remote.key = params->remote_engine_id + "\n" + params->remote_host + "\n" +
-               std::to_string(params->remote_port) + "\n" + params->remote_request_id;
+  remote.key = remote_key(*params);
   remote.params = std::move(params).value();
   remote.prompt = prompt_hash(request.prompt_token_ids);
-  ++shared_[remote.key].pending_refs;
+  SharedRemote& shared = shared_[remote.key];
+  ++shared.pending_refs;
+  if (remember(remote.key, false).second) shared.consumed = true;  // released before it came
   return &remotes_.emplace(request.request_id, std::move(remote)).first->second;
 }
 
@@ -104,10 +114,28 @@ void PullScheduler::release(const PullParams& params) {
   releaser_->release(params, o_.remote_tp_size, o_.remote_pp_size);
 }
 
+std::pair<bool, bool> PullScheduler::remember(const std::string& key, bool outside_release) {
+  std::lock_guard<std::mutex> lock(release_mu_);
+  auto [it, added] = seen_.try_emplace(key, outside_release);
+  const bool released = it->second;
+  if (added) {
+    seen_order_.push_back(key);
+    if (seen_order_.size() > kSeenLimit) {
+      seen_.erase(seen_order_.front());
+      seen_order_.pop_front();
+    }
+  }
+  return {added, released};
+}
+
 void PullScheduler::release_unscheduled(const std::string& kv_transfer_params) {
   if (!o_.consumer) return;
   auto params = parse_pull_params(kv_transfer_params);
-  if (params.ok() && params->do_remote_prefill) release(*params);
+  if (!params.ok() || !params->do_remote_prefill) return;
+  // A request here that named this prompt says DONE itself when it pulls or gives it up; a
+  // second DONE could free P's blocks under its pull.
+  if (!remember(remote_key(*params), true).first) return;
+  release(*params);
 }
 
 std::optional<sched::MatchedTokens> PullScheduler::get_num_new_matched_tokens(

@@ -6,7 +6,9 @@
 // got blocks still releases P's (DONE, on the releaser's thread). kv_both does both.
 // Requests naming the same remote prompt (the n choices of one request) share it: one pulls,
 // the others wait for its load and then find the blocks in the prefix cache. P's blocks are
-// released when the last of them gives them up without pulling.
+// released when the last of them gives them up without pulling. A release asked from outside
+// (the proxy's, for a client that left) is said only for a remote prompt no request here named;
+// one that comes first makes a later request naming it compute its prompt here.
 // PullWorker, the worker side: a PullSender on P, a PullReceiver on D (pull_sender.h,
 // pull_receiver.h). The scheduler side is single-threaded except release_unscheduled.
 #pragma once
@@ -18,6 +20,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sched/kv_connector.h"
@@ -93,6 +96,9 @@ class PullScheduler : public sched::KvConnectorScheduler {
   };
   // The request's do_remote_prefill params, parsed once; null when it has none.
   Remote* remote_of(const sched::Request& request);
+  // Remembers `key` (named here, or released from outside when `outside_release`); returns
+  // {whether it is new, whether it was released from outside}.
+  std::pair<bool, bool> remember(const std::string& key, bool outside_release);
   // The request will not pull: P is released if no other request here still may.
   void give_up(Remote* remote);
   void forget_if_unused(const std::string& key);
@@ -104,7 +110,11 @@ class PullScheduler : public sched::KvConnectorScheduler {
   std::unordered_map<std::string, Puller> pullers_;       // by request id, until it finishes
   PullStepMeta next_;                                     // for the next step
   std::unique_ptr<PullReleaser> releaser_;                // made on first use
-  std::mutex release_mu_;                                 // guards releaser_ creation
+  std::mutex release_mu_;  // guards releaser_ creation, seen_ and seen_order_
+  // Remote prompts named by a request here or released from outside, the newest kSeenLimit:
+  // whoever came first owns the release.
+  std::unordered_map<std::string, bool> seen_;  // key -> released from outside
+  std::deque<std::string> seen_order_;
 };
 
 class PullWorker : public worker::KvConnectorWorker {

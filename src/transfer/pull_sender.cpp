@@ -67,6 +67,7 @@ Bytes PullSender::handle(const Bytes& request) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!leases_.done(id, token, common::now_seconds())) {
     LOG(WARNING) << "DONE for request " << id << " after its blocks were freed";
+    ++late_releases_;
     const std::string text = kExpired;
     return Bytes(text.begin(), text.end());
   }
@@ -88,7 +89,8 @@ void PullSender::take_finished(std::vector<std::string>* finished, sched::KvTran
   }
   for (std::string& id : leases_.take_ended()) finished->push_back(std::move(id));
   stats->leases_expired += leases_expired_;
-  leases_expired_ = 0;
+  stats->late_releases += late_releases_;
+  leases_expired_ = late_releases_ = 0;
 }
 
 }  // namespace transfer

@@ -63,6 +63,7 @@ class PullSender {
   std::mutex mu_;  // guards everything below
   LeaseBook leases_;
   int64_t leases_expired_ = 0;
+  int64_t late_releases_ = 0;
 };
 
 }  // namespace transfer

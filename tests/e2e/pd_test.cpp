@@ -639,8 +639,11 @@ TEST_F(PdTest, RandomRequestsThroughTheProxyLeaveNothingBehind) {
     EXPECT_EQ(metric(*s, "vllm:num_requests_running"), 0.0);
     EXPECT_EQ(metric(*s, "vllm:num_requests_waiting"), 0.0);
   }
-  // Pull failures are not counted here: a client that leaves while D pulls has the proxy release
-  // P as well, and D's DONE then finds the blocks freed (its request is gone anyway).
+  // A client that leaves while D pulls has the proxy ask D to release P as well: D leaves that
+  // to its request, so P gets one DONE per prompt and no pull reads freed blocks.
+  for (const ServerProcess* d : {&d1, &d2})
+    EXPECT_EQ(metric(*d, "chunkpipe:kv_pull_failures_total"), 0.0);
+  EXPECT_EQ(metric(p, "chunkpipe:kv_late_releases_total"), 0.0);
   EXPECT_EQ(metric(p, "chunkpipe:kv_leases_expired_total"), 0.0);
   EXPECT_EQ(await_proxy_idle(proxy), 0);
 }

@@ -180,6 +180,7 @@ TEST(PullTransferTest, BlocksMoveOverUcxAndAnExpiredLeaseFailsTheLoad) {
   (*sender)->take_finished(&done, &stats);
   EXPECT_EQ(done, (std::vector<std::string>{"r2"}));
   EXPECT_EQ(stats.leases_expired, 1);
+  EXPECT_EQ(stats.late_releases, 1) << "d1-again's DONE came after r1's blocks were freed";
   t.req_id = "d2";
   t.remote.remote_request_id = "r2";
   receiver.enqueue({t});
@@ -187,6 +188,9 @@ TEST(PullTransferTest, BlocksMoveOverUcxAndAnExpiredLeaseFailsTheLoad) {
   ASSERT_EQ(report.failed_recving.size(), 1u);
   EXPECT_NE(report.failed_recving[0].second.find("expired"), std::string::npos)
       << report.failed_recving[0].second;
+  stats = {};
+  (*sender)->take_finished(&done, &stats);
+  EXPECT_EQ(stats.late_releases, 1) << "d2's DONE came after r2's lease expired";
 
   // A peer that is not there: the load fails, naming it.
   t.req_id = "d3";

@@ -1,7 +1,8 @@
 // The pull connector's scheduler side on a decoder, with the real scheduler and a real P
 // sender for its leases: the n choices of one request name one remote prompt and pull it once
 // (the others share its blocks, with or without a prefix cache), P is released only when the last
-// choice gives it up without pulling, and blocks that hold another prompt are never taken.
+// choice gives it up without pulling, blocks that hold another prompt are never taken, and a
+// release from outside (the proxy's) never frees blocks a request here may pull.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -51,23 +52,28 @@ class PullSchedulerTest : public ::testing::Test {
     return ids;
   }
 
-  // A request whose KV P holds as remote request `remote` for the prompt starting at 1.
+  // The params P answers for remote request `remote`: the prompt starting at 1.
+  std::string params(const std::string& remote) const {
+    return nlohmann::json{{"do_remote_prefill", true},
+                          {"remote_engine_id", "p"},
+                          {"remote_request_id", remote},
+                          {"remote_host", "127.0.0.1"},
+                          {"remote_port", port_},
+                          {"remote_block_ids", {{3, 4, 5}}},
+                          {"num_prompt_blocks", 3},
+                          {"remote_block_size", kBlockSize},
+                          {"remote_ptp_size", 1},
+                          {"remote_pp_size", 1},
+                          {"prompt_hash", transfer::prompt_hash(prompt(1))}}
+        .dump();
+  }
+
+  // A request whose KV P holds as remote request `remote`.
   void add(const std::string& id, const std::string& remote, int first_token = 1) {
     auto r = std::make_unique<sched::Request>();
     r->request_id = id;
     r->prompt_token_ids = prompt(first_token);
-    nlohmann::json params = {{"do_remote_prefill", true},
-                             {"remote_engine_id", "p"},
-                             {"remote_request_id", remote},
-                             {"remote_host", "127.0.0.1"},
-                             {"remote_port", port_},
-                             {"remote_block_ids", {{3, 4, 5}}},
-                             {"num_prompt_blocks", 3},
-                             {"remote_block_size", kBlockSize},
-                             {"remote_ptp_size", 1},
-                             {"remote_pp_size", 1},
-                             {"prompt_hash", transfer::prompt_hash(prompt(1))}};
-    r->kv_transfer_params = params.dump();
+    r->kv_transfer_params = params(remote);
     scheduler_.add_request(std::move(r));
   }
 
@@ -206,6 +212,36 @@ TEST_F(PullSchedulerWithoutPrefixCacheTest, ABatchsOtherPromptNeitherWaitsNorSha
   EXPECT_EQ(first.scheduled[0].num_computed_tokens, 0);
   EXPECT_EQ(first.scheduled[0].num_scheduled_tokens, kPromptLen);
   EXPECT_TRUE(released_within(200).empty()) << "mine pulls it";
+}
+
+// The proxy asks for a release when its client leaves, but the request may already be here:
+// its own pull (or give-up) ends P's lease, and a DONE now would free the blocks under the pull.
+TEST_F(PullSchedulerTest, AnOutsideReleaseLeavesAPromptARequestHereNamesToIt) {
+  ASSERT_NE(sender_, nullptr);
+  sender_->add_leases({"r6"});
+  add("c0", "r6");
+  connector_.release_unscheduled(params("r6"));
+  EXPECT_TRUE(released_within(300).empty()) << "c0 owns the release";
+  auto so = scheduler_.schedule();
+  EXPECT_EQ(loads(so), (std::vector<std::string>{"c0<-r6"}));
+  scheduler_.update(so, {});
+  scheduler_.finish_request("c0", sched::FinishReason::kAbort);  // the client left mid-pull
+  connector_.release_unscheduled(params("r6"));
+  EXPECT_TRUE(released_within(300).empty()) << "the load in flight reads the blocks";
+}
+
+// The release may come first: the request that then arrives computes its prompt here.
+TEST_F(PullSchedulerTest, ARequestArrivingAfterAnOutsideReleaseComputesItsPrompt) {
+  ASSERT_NE(sender_, nullptr);
+  sender_->add_leases({"r7"});
+  connector_.release_unscheduled(params("r7"));
+  EXPECT_EQ(released_within(5000), (std::vector<std::string>{"r7"}));
+  add("late", "r7");
+  auto so = scheduler_.schedule();
+  EXPECT_TRUE(loads(so).empty()) << "P freed those blocks";
+  ASSERT_EQ(so.scheduled.size(), 1u);
+  EXPECT_EQ(so.scheduled[0].num_computed_tokens, 0);
+  EXPECT_EQ(so.scheduled[0].num_scheduled_tokens, kPromptLen);
 }
 
 }  // namespace
