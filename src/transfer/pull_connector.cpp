@@ -2,6 +2,7 @@
 #include "transfer/pull_connector.h"
 
 #include "common/logging.h"
+#include "common/timer.h"
 #include "dist/request_channel.h"
 
 namespace transfer {
@@ -46,6 +47,15 @@ void PullReleaser::release(const PullParams& remote, int default_tp, int default
 
 void PullReleaser::loop() {
   dist::RequestClient client;
+  // A DONE to a prefiller that does not answer costs the client's whole retry budget (seconds):
+  // one dead prefiller would hold up every release behind it. After a failure, its DONEs are
+  // dropped for kUnreachableSeconds (its leases end by expiry, or died with it).
+  constexpr double kUnreachableSeconds = 10;
+  struct Unreachable {
+    double until = 0;
+    int64_t dropped = 0;
+  };
+  std::unordered_map<std::string, Unreachable> unreachable;  // by host:port
   while (true) {
     PullParams p;
     {
@@ -59,10 +69,25 @@ void PullReleaser::loop() {
     }
     for (int stage = 0; stage < p.remote_pp_size; ++stage) {
       const int port = worker_port(p.remote_port, stage, 0, p.remote_tp_size);
+      const std::string endpoint = p.remote_host + ":" + std::to_string(port);
+      auto u = unreachable.find(endpoint);
+      if (u != unreachable.end()) {
+        if (common::now_seconds() < u->second.until) {
+          ++u->second.dropped;
+          continue;
+        }
+        if (u->second.dropped > 0)
+          LOG(WARNING) << "Dropped " << u->second.dropped << " releases for " << endpoint
+                       << " while it did not answer";
+        unreachable.erase(u);
+      }
       auto acked = send_done(client, p.remote_host, port, p.remote_request_id);
-      if (!acked.ok())
+      if (!acked.ok()) {
         LOG(WARNING) << "Could not release remote request " << p.remote_request_id << " at "
-                     << p.remote_host << ":" << port << ": " << acked.status().message();
+                     << endpoint << ": " << acked.status().message()
+                     << "; its releases are dropped for the next " << kUnreachableSeconds << " s";
+        unreachable[endpoint].until = common::now_seconds() + kUnreachableSeconds;
+      }
     }
   }
 }

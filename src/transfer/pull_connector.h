@@ -43,7 +43,8 @@ struct PullOptions {
   int64_t transfer_timeout_ms = 33064;  // ASCEND_TRANSFER_TIMEOUT
 };
 
-// Sends DONE for requests whose blocks a decoder will never read, on its own thread.
+// Sends DONE for requests whose blocks a decoder will never read, on its own thread. A
+// prefiller stage that fails to answer gets no DONE for 10 s, so it cannot hold up the others.
 class PullReleaser {
  public:
   PullReleaser();

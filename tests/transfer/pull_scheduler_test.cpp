@@ -53,12 +53,12 @@ class PullSchedulerTest : public ::testing::Test {
   }
 
   // The params P answers for remote request `remote`: the prompt starting at 1.
-  std::string params(const std::string& remote) const {
+  std::string params(const std::string& remote, int port = 0) const {
     return nlohmann::json{{"do_remote_prefill", true},
                           {"remote_engine_id", "p"},
                           {"remote_request_id", remote},
                           {"remote_host", "127.0.0.1"},
-                          {"remote_port", port_},
+                          {"remote_port", port != 0 ? port : port_},
                           {"remote_block_ids", {{3, 4, 5}}},
                           {"num_prompt_blocks", 3},
                           {"remote_block_size", kBlockSize},
@@ -242,6 +242,19 @@ TEST_F(PullSchedulerTest, ARequestArrivingAfterAnOutsideReleaseComputesItsPrompt
   ASSERT_EQ(so.scheduled.size(), 1u);
   EXPECT_EQ(so.scheduled[0].num_computed_tokens, 0);
   EXPECT_EQ(so.scheduled[0].num_scheduled_tokens, kPromptLen);
+}
+
+// A prefiller that died (killed, its host gone) answers no DONE; each costs the client's whole
+// retry budget (3 x 1 s). Releases for a live prefiller must not queue behind all of them.
+TEST_F(PullSchedulerTest, ADeadPrefillerDoesNotHoldUpReleasesForALiveOne) {
+  ASSERT_NE(sender_, nullptr);
+  const int dead_port = port_ + 1;  // nothing here listens on it
+  for (int i = 0; i < 8; ++i)
+    connector_.release_unscheduled(params("dead" + std::to_string(i), dead_port));
+  sender_->add_leases({"r8"});
+  connector_.release_unscheduled(params("r8"));
+  // One DONE to the dead port times out (3 s); the other seven are dropped, not 21 s more.
+  EXPECT_EQ(released_within(12000), (std::vector<std::string>{"r8"}));
 }
 
 }  // namespace
