@@ -31,6 +31,9 @@ struct EngineRequest {
   std::string sampling_key;
   // The request's cache_salt: it shares prefix-cache blocks only with requests of the same salt.
   std::string cache_salt;
+  // Whether the recompute scheduler may hand it back (stop_reason "recomputed") for the proxy to
+  // resume elsewhere. Not one of several choices: the proxy resumes only an answer's first.
+  bool recomputable = true;
 };
 
 // A generated token with its logprob and the top alternatives (when asked for).

@@ -180,6 +180,7 @@ void EngineCore::add_request(EngineRequest request, OutputCallback callback) {
   r->sampling = std::move(request.sampling);
   r->kv_transfer_params = std::move(request.kv_transfer_params);
   r->cache_salt = std::move(request.cache_salt);
+  r->recomputable = request.recomputable;
   // An unseeded request's generator comes from --seed and its sampling key, not from the order
   // of arrival: the same request samples the same tokens on whichever DP rank serves it.
   if (!r->sampling.seed)

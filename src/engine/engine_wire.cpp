@@ -22,6 +22,7 @@ std::vector<uint8_t> encode_request(const EngineRequest& q) {
   w.put_string(q.kv_transfer_params);
   w.put_string(q.sampling_key);
   w.put_string(q.cache_salt);
+  w.put(static_cast<uint8_t>(q.recomputable));
   return out;
 }
 
@@ -34,6 +35,9 @@ common::Result<EngineRequest> decode_request(const std::vector<uint8_t>& bytes) 
   r.get_string(&q.kv_transfer_params);
   r.get_string(&q.sampling_key);
   r.get_string(&q.cache_salt);
+  uint8_t recomputable = 1;
+  r.get(&recomputable);
+  q.recomputable = recomputable != 0;
   if (!r.ok() || !r.at_end()) return malformed("request");
   return q;
 }

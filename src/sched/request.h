@@ -28,6 +28,7 @@ struct Request {
   int64_t num_external_tokens = 0;  // of num_cached_tokens, those a KV connector provided
   std::string kv_transfer_params;   // the client's, for the KV connector (JSON text), if any
   std::string cache_salt;           // prefix-cache hits only among requests with the same salt
+  bool recomputable = true;         // the recompute scheduler may hand it back (EngineRequest)
   std::string kv_handoff_params;    // the KV connector's answer at finish (JSON), if any
   // CPP planned mode: the chunk time of this prompt's plan (0: fixed chunks; < 0: not planned
   // yet). Planned at its first chunk, again after a preemption.

@@ -247,7 +247,7 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
       const bool self = victim == r;
       // A victim scheduled earlier this step keeps its slot in `out`; only unscheduled ones go.
       if (std::find(scheduled.begin(), scheduled.end(), victim) != scheduled.end()) break;
-      if (config_.recompute_scheduler_enable) {
+      if (config_.recompute_scheduler_enable && victim->recomputable) {
         recompute(victim);
         ++out.num_recomputed;
       } else {

@@ -30,7 +30,8 @@ struct SchedulerConfig {
   // vllm-ascend's recompute scheduler (a PD decoder): when a running request's slots do not
   // fit, the newest running request is finished with stop_reason "recomputed" (the proxy
   // re-prefills it elsewhere) instead of being preempted and re-prefilled here, and no waiting
-  // request is admitted in that step.
+  // request is admitted in that step. A request that is not Request::recomputable (one of
+  // several choices) is preempted as usual.
   bool recompute_scheduler_enable = false;
   // kv_load_failure_policy "recompute": a request whose remote KV failed to load computes its
   // prompt here; false ("fail", vLLM's default) finishes it with an error.

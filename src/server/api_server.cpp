@@ -608,6 +608,10 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
       plan.requests.push_back(std::move(r));
     }
   }
+  // The proxy resumes a handed-back answer only from its first choice: with several, D
+  // preempts and recomputes a choice itself.
+  if (plan.requests.size() > 1)
+    for (engine::EngineRequest& r : plan.requests) r.recomputable = false;
   auto session = std::make_shared<GenerateSession>(
       engine_, tokenizer_, ex, std::move(plan), workers_->make_serial(),
       [this](const GenerateSession* s) { untrack(s); });

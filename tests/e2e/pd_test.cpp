@@ -728,7 +728,24 @@ TEST_F(PdTest, DecoderOutOfKvHandsRequestsBackAndTheProxyCompletesThem) {
       }
     });
   }
+  // Two choices: the proxy resumes only a first choice, so D recomputes either one itself.
+  json two_choices;
+  clients.emplace_back([&] {
+    json body = complete_body("two choices say hello", 90);
+    body["n"] = 2;
+    two_choices = post(proxy, "/v1/completions", body);
+  });
   for (auto& t : clients) t.join();
+  const json want_two =
+      post(colocated, "/v1/completions", complete_body("two choices say hello", 90));
+  ASSERT_TRUE(two_choices.contains("choices")) << two_choices.dump();
+  ASSERT_EQ(two_choices["choices"].size(), 2u) << two_choices.dump();
+  EXPECT_EQ(two_choices["usage"]["completion_tokens"], 180);
+  for (const json& c : two_choices["choices"]) {
+    EXPECT_EQ(c["text"], want_two["choices"][0]["text"]) << c.dump();
+    EXPECT_EQ(c["finish_reason"], "length") << c.dump();
+    EXPECT_TRUE(c["stop_reason"].is_null()) << c.dump();
+  }
   for (size_t i = 0; i < replies.size(); ++i) {
     const json want =
         post(colocated, "/v1/completions",
@@ -744,8 +761,10 @@ TEST_F(PdTest, DecoderOutOfKvHandsRequestsBackAndTheProxyCompletesThem) {
     }
   }
   EXPECT_GT(metric(d, "chunkpipe:recomputed_requests_total"), 0.0);
-  std::printf("    %.0f requests handed back by the decoder and finished elsewhere\n",
-              metric(d, "chunkpipe:recomputed_requests_total"));
+  std::printf(
+      "    %.0f requests handed back by the decoder and finished elsewhere, %.0f "
+      "preempted there\n",
+      metric(d, "chunkpipe:recomputed_requests_total"), metric(d, "vllm:num_preemptions_total"));
   EXPECT_EQ(await_metric(d, "vllm:kv_cache_usage_perc", 0.0), 0.0);
   EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0), 0.0);
 }

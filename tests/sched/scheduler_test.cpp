@@ -655,6 +655,28 @@ TEST(RecomputeSchedulerTest, NewestRunningRequestIsHandedBackInsteadOfPreempted)
   EXPECT_TRUE(s.take_recomputed().empty());
 }
 
+// One of several choices is preempted and recomputed here: the proxy resumes only an answer's
+// first choice, so a handed-back second one would reach the client cut short.
+TEST(RecomputeSchedulerTest, AChoiceThatCannotBeResumedElsewhereIsPreempted) {
+  kv::KvCacheManager kv(4, 4, false);
+  sched::SchedulerConfig config{100, 4, 64};
+  config.recompute_scheduler_enable = true;
+  sched::Scheduler s(config, &kv);
+  s.add_request(make_request("a", 8));
+  auto b = make_request("b", 8);
+  b->recomputable = false;
+  s.add_request(std::move(b));
+  auto first = s.schedule();
+  s.update(first, {7, 8});
+  auto second = s.schedule();  // a needs a third block: b is preempted, not handed back
+  EXPECT_EQ(second.num_recomputed, 0);
+  EXPECT_EQ(second.num_preempted, 1);
+  EXPECT_TRUE(s.take_recomputed().empty());
+  ASSERT_NE(s.find_request("b"), nullptr);
+  EXPECT_EQ(s.find_request("b")->status, sched::RequestStatus::kPreempted);
+  EXPECT_EQ(s.stats().num_preemptions, 1);
+}
+
 }  // namespace
 
 namespace spec {
