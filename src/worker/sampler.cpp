@@ -5,8 +5,11 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <unordered_map>
+
+#include "kernels/exp_row.h"
 
 namespace worker {
 namespace {
@@ -25,6 +28,18 @@ float max_logit(std::span<const float> logits) {
   return *std::max_element(m, m + kLanes);
 }
 
+// The sum of `w`, in eight running sums for the same reason (one chain of dependent additions
+// cost as much as the exps). The order differs from a plain loop's only in the last bits.
+double sum_of(std::span<const double> w) {
+  constexpr size_t kLanes = 8;
+  double s[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= w.size(); i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) s[j] += w[i + j];
+  for (; i < w.size(); ++i) s[0] += w[i];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 // NaN logits count as -inf (they are never the answer), +inf ones share all the mass, and a
 // row with nothing above -inf gives -inf everywhere: every output is a number or -inf.
 void log_softmax(std::span<const float> logits, std::vector<float>* out) {
@@ -37,9 +52,7 @@ void log_softmax(std::span<const float> logits, std::vector<float>* out) {
     for (size_t i = 0; i < logits.size(); ++i) (*out)[i] = logits[i] == kInf ? lp : -kInf;
     return;
   }
-  double sum = 0;
-  for (float v : logits)
-    if (!std::isnan(v)) sum += std::exp(static_cast<double>(v) - m);
+  const double sum = kernels::sum_exp_shifted(logits.data(), int64_t(logits.size()), m);
   const float lse = m + static_cast<float>(std::log(sum));
   for (size_t i = 0; i < logits.size(); ++i)
     (*out)[i] = std::isnan(logits[i]) ? -kInf : logits[i] - lse;
@@ -146,13 +159,12 @@ size_t compact(std::span<const double> in, double* out, Keep keep) {
 //   stay. A flat distribution (a random-weight model) keeps most of the vocabulary, where a sort
 //   cost 10x more.
 void keep_nucleus(std::vector<double>& w, double top_p) {
-  double total = 0;
-  for (const double x : w) total += x;
+  const double total = sum_of(w);
   if (!(total > 0)) return;
   const double needed = top_p * total;  // a token stays while the mass above it is below this
   const double floor = 0.5 * (1.0 - top_p) * total / double(w.size());  // half: for rounding
-  std::vector<double> buffer(2 * w.size());
-  double* v = buffer.data();       // the weights the cut may still fall among
+  const auto buffer = std::make_unique_for_overwrite<double[]>(2 * w.size());
+  double* v = buffer.get();        // the weights the cut may still fall among
   double* scratch = v + w.size();  // where the next pass writes them
   size_t n = compact(w, v, [&](double x) { return x > floor; });
   double above = 0;  // the mass known to lie above v[0, n)
@@ -163,7 +175,7 @@ void keep_nucleus(std::vector<double>& w, double top_p) {
     const double pivot = std::max(std::min(a, b), std::min(std::max(a, b), c));  // median of 3
     const std::span<const double> range(v, n);
     const size_t gt = compact(range, scratch, [&](double x) { return x > pivot; });
-    const double mass_gt = std::accumulate(scratch, scratch + gt, 0.0);
+    const double mass_gt = sum_of({scratch, gt});
     if (gt > 0 && above + mass_gt >= needed) {  // the cut lies among the larger weights
       std::swap(v, scratch);
       n = gt;
@@ -242,13 +254,19 @@ Candidates random_candidates(std::span<const float> logits, const sched::Samplin
     top = max_logit(logits);
   const size_t n = c.ids.empty() ? size_t(V) : c.ids.size();
   c.weights.resize(n);
-  for (size_t i = 0; i < n; ++i) c.weights[i] = std::exp((logits[size_t(c.id(i))] - top) * inv_t);
+  if (c.ids.empty()) {
+    kernels::exp_shifted(logits.data(), V, top, inv_t, c.weights.data());
+  } else {
+    std::vector<float> picked(n);
+    for (size_t i = 0; i < n; ++i) picked[i] = logits[size_t(c.ids[i])];
+    kernels::exp_shifted(picked.data(), int64_t(n), top, inv_t, c.weights.data());
+  }
   // min-p: the best token weighs 1, so the threshold is min_p itself.
   if (p.min_p > 0.0)
     for (double& x : c.weights)
       if (x < p.min_p) x = 0;
   if (p.top_p < 1.0) keep_nucleus(c.weights, p.top_p);
-  for (double x : c.weights) c.total += x;
+  c.total = sum_of(c.weights);
   return c;
 }
 

@@ -1,9 +1,12 @@
-// RMSNorm, SwiGLU and YaRN RoPE kernels against their references and the documented numbers.
+// RMSNorm, SwiGLU, YaRN RoPE and exp kernels against their references and the documented
+// numbers.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kernels/activation.h"
+#include "kernels/exp_row.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 #include "kernels/vec_exp.h"
@@ -96,6 +99,63 @@ TEST(VecExpTest, MatchesStdExp) {
   alignas(32) float out[8];
   _mm256_store_ps(out, kernels::exp8(_mm256_set1_ps(-200.0f)));
   EXPECT_EQ(out[0], 0.0f);
+}
+
+// exp_shifted (the sampler's weights, in double) against std::exp: within 2 ulp of it from
+// overflow down through the subnormals, exactly 1 at the shift, 0 for -inf, NaN and past the
+// last subnormal; the tail past the last group of four gets the same function.
+TEST(ExpRowTest, ExpShiftedMatchesStdExp) {
+  std::vector<float> xs;
+  for (float x = -760.0f; x <= 720.0f; x += 0.173f) xs.push_back(x);
+  for (float x = -3.0f; x <= 0.0f; x += 1.0f / 1024) xs.push_back(x);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float x : {0.0f, -0.0f, 1e-8f, -1e-8f, -745.0f, -744.5f, -708.5f, 709.5f, -inf, inf})
+    xs.push_back(x);
+  xs.push_back(std::nanf(""));
+  for (double scale : {1.0, 1.0 / 0.6, 0.5}) {
+    for (size_t n : {xs.size(), xs.size() - 1, size_t{3}, size_t{1}}) {
+      const std::vector<float> in(xs.end() - std::ptrdiff_t(n), xs.end());
+      std::vector<double> got(n), want(n);
+      kernels::exp_shifted(in.data(), int64_t(n), 0.0f, scale, got.data());
+      kernels::exp_shifted_reference(in.data(), int64_t(n), 0.0f, scale, want.data());
+      size_t bad = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const bool same =
+            got[i] == want[i] ||
+            (std::isfinite(want[i]) &&
+             std::abs(got[i] - want[i]) <= 2 * std::max(std::abs(want[i]) * 2.220446049250313e-16,
+                                                        std::numeric_limits<double>::denorm_min()));
+        if (!same && bad++ < 5)
+          ADD_FAILURE() << "exp(" << in[i] << " * " << scale << "): " << got[i] << " against "
+                        << want[i];
+      }
+      EXPECT_EQ(bad, 0u) << "n=" << n << " scale=" << scale;
+    }
+  }
+  // The shift is subtracted in f32 first, as the sampler's scalar loop did; the top is exactly 1.
+  const float row[5] = {3.5f, -inf, 1.25f, std::nanf(""), 3.5f};
+  double out[5];
+  kernels::exp_shifted(row, 5, 3.5f, 1.0 / 0.7, out);
+  EXPECT_EQ(out[0], 1.0);
+  EXPECT_EQ(out[1], 0.0);
+  EXPECT_EQ(out[3], 0.0);
+  EXPECT_EQ(out[4], 1.0);
+  EXPECT_NEAR(out[2], std::exp(double(1.25f - 3.5f) / 0.7), 1e-16);
+}
+
+// sum_exp_shifted (log-softmax denominators): the reference's sum up to the order of the
+// additions (1e-12 over 129k terms), NaN skipped, for lengths that end inside a group of four.
+TEST(ExpRowTest, SumExpShiftedMatchesReference) {
+  auto x = testutil::random_vector(129280, 5, 8.0f);
+  x[17] = std::nanf("");
+  x[18] = -std::numeric_limits<float>::infinity();
+  for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{19}, int64_t{4097}, int64_t{129280}}) {
+    const double shift = 7.5;
+    const double got = kernels::sum_exp_shifted(x.data(), n, shift);
+    const double want = kernels::sum_exp_shifted_reference(x.data(), n, shift);
+    EXPECT_NEAR(got, want, 1e-12 * want) << "n=" << n;
+    EXPECT_GT(want, 0.0);
+  }
 }
 
 }  // namespace
