@@ -308,7 +308,17 @@ int DpEngineClient::engine_for(const EngineRequest& request) {
 void DpEngineClient::forget_pd_engine(const Pending& p) {
   if (p.kv_transfer_params.empty()) return;
   auto it = pd_engines_.find(p.kv_transfer_params);
-  if (it != pd_engines_.end() && --it->second.second <= 0) pd_engines_.erase(it);
+  if (it == pd_engines_.end() || --it->second.second > 0) return;
+  constexpr size_t kRemembered = 16384;
+  const size_t hash = std::hash<std::string>()(p.kv_transfer_params);
+  if (finished_pd_engines_.insert_or_assign(hash, it->second.first).second) {
+    finished_pd_order_.push_back(hash);
+    if (finished_pd_order_.size() > kRemembered) {
+      finished_pd_engines_.erase(finished_pd_order_.front());
+      finished_pd_order_.pop_front();
+    }
+  }
+  pd_engines_.erase(it);
 }
 
 void DpEngineClient::add_request(EngineRequest request, OutputCallback callback) {
@@ -355,10 +365,15 @@ void DpEngineClient::release_kv_transfer(const std::string& kv_transfer_params) 
   int engine;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // The engine running requests that name these params owns their release (and skips this
-    // one); any engine can say DONE for params none of them has seen.
+    // The engine that runs (or ran) requests naming these params owns their release and skips
+    // this one; any engine can say DONE for params none of them has seen.
     auto it = pd_engines_.find(kv_transfer_params);
-    engine = it != pd_engines_.end() ? it->second.first : pick_engine();
+    auto done = finished_pd_engines_.find(std::hash<std::string>()(kv_transfer_params));
+    engine = it != pd_engines_.end()              ? it->second.first
+             : done != finished_pd_engines_.end() ? done->second
+                                                  : -1;
+    if (engine < 0 || !engines_[size_t(engine)].ready || engines_[size_t(engine)].dead)
+      engine = pick_engine();
   }
   if (engine >= 0) post(engine, dp::message(dp::Kind::kRelease, kv_transfer_params));
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -91,6 +92,10 @@ class DpEngineClient : public EngineClient {
   bool fatal_reported_ = false;
   // A PD request's kv_transfer_params -> (its engine, its pending choices there).
   std::unordered_map<std::string, std::pair<int, int>> pd_engines_;
+  // The engines of the newest finished PD requests, by a hash of their params: a proxy's late
+  // release goes to the engine that remembers it said DONE (transfer/pull_connector.h).
+  std::unordered_map<size_t, int> finished_pd_engines_;
+  std::deque<size_t> finished_pd_order_;
   size_t next_first_ = 0;  // where pick_engine's next scan starts
   std::atomic<bool> stopping_{false};
   std::thread io_;

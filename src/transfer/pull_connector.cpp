@@ -48,14 +48,15 @@ void PullReleaser::release(const PullParams& remote, int default_tp, int default
 void PullReleaser::loop() {
   dist::RequestClient client;
   // A DONE to a prefiller that does not answer costs the client's whole retry budget (seconds):
-  // one dead prefiller would hold up every release behind it. After a failure, its DONEs are
-  // dropped for kUnreachableSeconds (its leases end by expiry, or died with it).
+  // one dead prefiller (or params naming a dead host with many stages) would hold up every
+  // release behind it. A release stops at its first stage that fails, and the prefiller's
+  // releases are dropped for kUnreachableSeconds (its leases end by expiry, or died with it).
   constexpr double kUnreachableSeconds = 10;
   struct Unreachable {
     double until = 0;
     int64_t dropped = 0;
   };
-  std::unordered_map<std::string, Unreachable> unreachable;  // by host:port
+  std::unordered_map<std::string, Unreachable> unreachable;  // by host:port of stage 0
   while (true) {
     PullParams p;
     {
@@ -67,26 +68,30 @@ void PullReleaser::loop() {
       p = std::move(queue_.front());
       queue_.pop_front();
     }
+    const double now = common::now_seconds();
+    if (unreachable.size() > 1024)  // params may name any number of hosts: forget expired ones
+      std::erase_if(unreachable, [&](const auto& u) { return u.second.until <= now; });
+    const std::string prefiller = p.remote_host + ":" + std::to_string(p.remote_port);
+    if (auto u = unreachable.find(prefiller); u != unreachable.end()) {
+      if (now < u->second.until) {
+        ++u->second.dropped;
+        continue;
+      }
+      if (u->second.dropped > 0)
+        LOG(WARNING) << "Dropped " << u->second.dropped << " releases for the prefiller at "
+                     << prefiller << " while it did not answer";
+      unreachable.erase(u);
+    }
     for (int stage = 0; stage < p.remote_pp_size; ++stage) {
       const int port = worker_port(p.remote_port, stage, 0, p.remote_tp_size);
-      const std::string endpoint = p.remote_host + ":" + std::to_string(port);
-      auto u = unreachable.find(endpoint);
-      if (u != unreachable.end()) {
-        if (common::now_seconds() < u->second.until) {
-          ++u->second.dropped;
-          continue;
-        }
-        if (u->second.dropped > 0)
-          LOG(WARNING) << "Dropped " << u->second.dropped << " releases for " << endpoint
-                       << " while it did not answer";
-        unreachable.erase(u);
-      }
       auto acked = send_done(client, p.remote_host, port, p.remote_request_id);
       if (!acked.ok()) {
         LOG(WARNING) << "Could not release remote request " << p.remote_request_id << " at "
-                     << endpoint << ": " << acked.status().message()
-                     << "; its releases are dropped for the next " << kUnreachableSeconds << " s";
-        unreachable[endpoint].until = common::now_seconds() + kUnreachableSeconds;
+                     << p.remote_host << ":" << port << ": " << acked.status().message()
+                     << "; releases for the prefiller at " << prefiller
+                     << " are dropped for the next " << kUnreachableSeconds << " s";
+        unreachable[prefiller].until = common::now_seconds() + kUnreachableSeconds;
+        break;
       }
     }
   }

@@ -44,7 +44,8 @@ struct PullOptions {
 };
 
 // Sends DONE for requests whose blocks a decoder will never read, on its own thread. A
-// prefiller stage that fails to answer gets no DONE for 10 s, so it cannot hold up the others.
+// prefiller with a stage that fails to answer gets no DONE for 10 s, so that it cannot hold up
+// the others.
 class PullReleaser {
  public:
   PullReleaser();

@@ -340,6 +340,17 @@ TEST_F(PdTest, ChoicesAndPromptBatchesPullEachPromptOnce) {
     EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
     EXPECT_EQ(await_metric(*d, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
     EXPECT_EQ(total(*d, "vllm:kv_cache_usage_perc", 0.0), 0.0);
+    // A proxy whose client left as the answer ended asks D to release P as well (twice here, so
+    // that a DP server's round robin would reach both engines): the engine that ran the
+    // request said DONE already, and no second one reaches P.
+    for (int i = 0; i < 2; ++i) {
+      post(*d, "/v1/kv_transfer/release", {{"kv_transfer_params", answer["kv_transfer_params"]}},
+           &status);
+      EXPECT_EQ(status, 200);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a DONE would be there by now
+    post(p, "/v1/completions", complete_body("a step", 1));  // P reads its counters as it steps
+    EXPECT_EQ(await_metric(p, "chunkpipe:kv_late_releases_total", 1.0, 1), 0.0);
   }
   // A batch of two prompts: P's answer names the first one's blocks and frees the second's.
   json leg = complete_body(prompt, 1);
