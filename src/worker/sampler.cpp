@@ -6,7 +6,6 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <numeric>
 #include <unordered_map>
 
 #include "kernels/exp_row.h"
@@ -40,23 +39,31 @@ double sum_of(std::span<const double> w) {
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-// NaN logits count as -inf (they are never the answer), +inf ones share all the mass, and a
-// row with nothing above -inf gives -inf everywhere: every output is a number or -inf.
-void log_softmax(std::span<const float> logits, std::vector<float>* out) {
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  const float m = max_logit(logits);
-  out->resize(logits.size());
-  if (m == kInf || m == -kInf) {
-    const auto n = std::count(logits.begin(), logits.end(), kInf);
-    const float lp = m == kInf ? -static_cast<float>(std::log(double(n))) : -kInf;
-    for (size_t i = 0; i < logits.size(); ++i) (*out)[i] = logits[i] == kInf ? lp : -kInf;
-    return;
+// A row's log-softmax, from its max and log-sum-exp: NaN logits count as -inf (they are never
+// the answer), +inf ones share all the mass, and a row with nothing above -inf gives -inf
+// everywhere: every logprob is a number or -inf.
+class LogSoftmax {
+ public:
+  explicit LogSoftmax(std::span<const float> logits) : max_(max_logit(logits)) {
+    if (max_ == kInf || max_ == -kInf) {
+      const auto n = std::count(logits.begin(), logits.end(), kInf);
+      inf_logprob_ = max_ == kInf ? -static_cast<float>(std::log(double(n))) : -kInf;
+      return;
+    }
+    const double sum = kernels::sum_exp_shifted(logits.data(), int64_t(logits.size()), max_);
+    lse_ = max_ + static_cast<float>(std::log(sum));
   }
-  const double sum = kernels::sum_exp_shifted(logits.data(), int64_t(logits.size()), m);
-  const float lse = m + static_cast<float>(std::log(sum));
-  for (size_t i = 0; i < logits.size(); ++i)
-    (*out)[i] = std::isnan(logits[i]) ? -kInf : logits[i] - lse;
-}
+  float operator()(float logit) const {
+    if (max_ == kInf || max_ == -kInf) return logit == kInf ? inf_logprob_ : -kInf;
+    return std::isnan(logit) ? -kInf : logit - lse_;
+  }
+
+ private:
+  static constexpr float kInf = std::numeric_limits<float>::infinity();
+  float max_;
+  float lse_ = 0;
+  float inf_logprob_ = 0;
+};
 
 // allowed_token_ids: everything else becomes -inf. The ids are sorted.
 void mask_all_but(std::span<float> logits, const std::vector<int32_t>& allowed) {
@@ -298,21 +305,36 @@ int32_t argmax(std::span<const float> logits) {
   return it == logits.end() ? 0 : static_cast<int32_t>(it - logits.begin());
 }
 
-// out->token's logprob and the top `num_top` alternatives (ties: the lower id first).
+// out->token's logprob and the top `num_top` alternatives (ties: the lower id first). A bounded
+// heap over one pass: neither a logprob per token nor a sort of the vocabulary is kept.
 void score(std::span<const float> logits, int32_t num_top, SampledToken* out) {
-  const int64_t V = static_cast<int64_t>(logits.size());
-  std::vector<float> logprobs;
-  log_softmax(logits, &logprobs);
-  out->logprob = logprobs[out->token];
-  if (num_top > 0) {
-    const int64_t n = std::min<int64_t>(num_top, V);
-    std::vector<int32_t> order(V);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
-      return logprobs[a] > logprobs[b] || (logprobs[a] == logprobs[b] && a < b);
-    });
-    for (int64_t i = 0; i < n; ++i) out->top_logprobs.emplace_back(order[i], logprobs[order[i]]);
+  const LogSoftmax logprob(logits);
+  out->logprob = logprob(logits[out->token]);
+  if (num_top <= 0) return;
+  using Entry = std::pair<float, int32_t>;  // (logprob, id)
+  // Best first: the higher logprob, then the lower id. The heap's front is its worst entry.
+  const auto better = [](const Entry& a, const Entry& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  const size_t n = std::min<size_t>(size_t(num_top), logits.size());
+  std::vector<Entry> heap;
+  heap.reserve(n);
+  size_t i = 0;
+  for (; i < n; ++i) {
+    heap.emplace_back(logprob(logits[i]), static_cast<int32_t>(i));
+    std::push_heap(heap.begin(), heap.end(), better);
   }
+  float worst = heap.front().first;  // a local: the loop does not reload it through the heap
+  for (; i < logits.size(); ++i) {
+    const float lp = logprob(logits[i]);
+    if (!(lp > worst)) continue;  // a tie never wins: every id here is above the heap's
+    std::pop_heap(heap.begin(), heap.end(), better);
+    heap.back() = {lp, static_cast<int32_t>(i)};
+    std::push_heap(heap.begin(), heap.end(), better);
+    worst = heap.front().first;
+  }
+  std::sort(heap.begin(), heap.end(), better);
+  for (const auto& [lp, id] : heap) out->top_logprobs.emplace_back(id, lp);
 }
 
 // Logprobs come from the processed logits, before temperature (vLLM's default).

@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
+#include <span>
 
 namespace {
 
@@ -269,6 +272,45 @@ TEST(SamplerTest, ScoreTokenMatchesTheNaiveReference) {
     EXPECT_NEAR(s.top_logprobs[2].second, std::log(std::exp(1.0) / z), 1e-6);
   }
   EXPECT_TRUE(worker::score_token(logits, 2, 0).top_logprobs.empty());
+}
+
+// Top logprobs over a whole vocabulary against a sort: coarse logits (many exact ties, kept in
+// id order), NaN (never listed above a number) and -inf entries, and a row with +inf entries,
+// which share all the mass.
+TEST(SamplerTest, TopLogprobsMatchASortOfTheVocabulary) {
+  std::mt19937_64 gen(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(4096);
+  for (float& x : logits) x = std::round(normal(gen) * 2.0f) / 2.0f;
+  logits[7] = std::nanf("");
+  logits[8] = -std::numeric_limits<float>::infinity();
+  double z = 0;
+  for (float v : logits)
+    if (!std::isnan(v)) z += std::exp(double(v));
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto key = [&](int32_t i) {
+    return std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return key(a) > key(b); });
+  const sched::SampledToken s = worker::score_token(logits, 7, 20);
+  EXPECT_EQ(s.logprob, -std::numeric_limits<float>::infinity()) << "NaN scores -inf";
+  ASSERT_EQ(s.top_logprobs.size(), 20u);
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(s.top_logprobs[i].first, order[i]) << i;
+    EXPECT_NEAR(s.top_logprobs[i].second, double(logits[size_t(order[i])]) - std::log(z), 1e-5);
+  }
+  const sched::SampledToken all = worker::score_token(std::span(logits).first(5), 0, 20);
+  EXPECT_EQ(all.top_logprobs.size(), 5u) << "no more than the vocabulary";
+
+  logits[100] = logits[3000] = std::numeric_limits<float>::infinity();
+  const sched::SampledToken inf = worker::score_token(logits, 3000, 3);
+  EXPECT_NEAR(inf.logprob, std::log(0.5), 1e-6);
+  ASSERT_EQ(inf.top_logprobs.size(), 3u);
+  EXPECT_EQ(inf.top_logprobs[0].first, 100);
+  EXPECT_EQ(inf.top_logprobs[1].first, 3000);
+  EXPECT_EQ(inf.top_logprobs[2].second, -std::numeric_limits<float>::infinity());
 }
 
 }  // namespace
