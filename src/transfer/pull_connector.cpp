@@ -1,6 +1,8 @@
 // The pull connector's scheduler side, its releaser thread, and the worker side's wiring.
 #include "transfer/pull_connector.h"
 
+#include <functional>
+
 #include "common/logging.h"
 #include "common/timer.h"
 #include "dist/request_channel.h"
@@ -12,13 +14,18 @@ int64_t cdiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// Remote prompts remembered for outside releases: far more than run at once, 2 MB at most.
+// Remote prompts remembered for outside releases: far more than run at once, under 1 MB.
 constexpr size_t kSeenLimit = 16384;
 
 // One remote prompt: P's request id is unique per prefill, the rest tells prefillers apart.
 std::string remote_key(const PullParams& p) {
   return p.remote_engine_id + "\n" + p.remote_host + "\n" + std::to_string(p.remote_port) + "\n" +
          p.remote_request_id;
+}
+
+// What the seen list keeps of a key: its hash, since the params (the client's) may be long.
+size_t seen_id(const std::string& key) {
+  return std::hash<std::string>()(key);
 }
 
 }  // namespace
@@ -146,10 +153,11 @@ void PullScheduler::release(const PullParams& params) {
 
 std::pair<bool, bool> PullScheduler::remember(const std::string& key, bool outside_release) {
   std::lock_guard<std::mutex> lock(release_mu_);
-  auto [it, added] = seen_.try_emplace(key, outside_release);
+  const size_t id = seen_id(key);
+  auto [it, added] = seen_.try_emplace(id, outside_release);
   const bool released = it->second;
   if (added) {
-    seen_order_.push_back(key);
+    seen_order_.push_back(id);
     if (seen_order_.size() > kSeenLimit) {
       seen_.erase(seen_order_.front());
       seen_order_.pop_front();

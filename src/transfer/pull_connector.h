@@ -115,8 +115,8 @@ class PullScheduler : public sched::KvConnectorScheduler {
   std::mutex release_mu_;  // guards releaser_ creation, seen_ and seen_order_
   // Remote prompts named by a request here or released from outside, the newest kSeenLimit:
   // whoever came first owns the release.
-  std::unordered_map<std::string, bool> seen_;  // key -> released from outside
-  std::deque<std::string> seen_order_;
+  std::unordered_map<size_t, bool> seen_;  // a hash of the key -> released from outside
+  std::deque<size_t> seen_order_;
 };
 
 class PullWorker : public worker::KvConnectorWorker {
