@@ -654,6 +654,7 @@ TEST_F(PdTest, RandomRequestsThroughTheProxyLeaveNothingBehind) {
   // to its request, so P gets one DONE per prompt and no pull reads freed blocks.
   for (const ServerProcess* d : {&d1, &d2})
     EXPECT_EQ(metric(*d, "chunkpipe:kv_pull_failures_total"), 0.0);
+  post(p, "/v1/completions", complete_body("a step", 1));  // P reads its counters as it steps
   EXPECT_EQ(metric(p, "chunkpipe:kv_late_releases_total"), 0.0);
   EXPECT_EQ(metric(p, "chunkpipe:kv_leases_expired_total"), 0.0);
   EXPECT_EQ(await_proxy_idle(proxy), 0);
