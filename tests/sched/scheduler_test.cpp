@@ -433,13 +433,18 @@ sched::KvTransferReport received(std::vector<std::string> ids) {
   return r;
 }
 
+// Makes `c` offer the first 8 prompt tokens, loaded asynchronously, and attaches it to `s`.
+void attach_async_loader(FakeConnector* c, sched::Scheduler* s) {
+  c->offered = 8;
+  c->async = true;
+  s->set_kv_connector(c);
+}
+
 TEST(KvConnectorSchedulerTest, AsyncLoadWaitsForRemoteKvThenRuns) {
   kv::KvCacheManager kv(16, 4, false);
   sched::Scheduler s({100, 4, 64}, &kv);
   FakeConnector c;
-  c.offered = 8;
-  c.async = true;
-  s.set_kv_connector(&c);
+  attach_async_loader(&c, &s);
   s.add_request(make_request("a", 10));
   auto poll = s.schedule();  // blocks allocated, nothing runs while the KV arrives
   EXPECT_TRUE(poll.empty());
@@ -464,9 +469,7 @@ TEST(KvConnectorSchedulerTest, LoadedRequestsAlwaysStart) {
   kv::KvCacheManager kv(4, 4, false);  // 16 slots
   sched::Scheduler s({100, 4, 64}, &kv);
   FakeConnector c;
-  c.offered = 8;
-  c.async = true;
-  s.set_kv_connector(&c);
+  attach_async_loader(&c, &s);
   s.add_request(make_request("a", 9));  // 8 tokens load, the 9th needs a third block
   s.add_request(make_request("b", 9));
   s.update(s.schedule(), {});
@@ -506,9 +509,7 @@ TEST(KvConnectorSchedulerTest, DelayedFreeHoldsBlocksUntilSent) {
 struct LoadingRequest {
   explicit LoadingRequest(bool recompute_failures = false)
       : kv(16, 4, false), s(config(recompute_failures), &kv) {
-    c.offered = 8;
-    c.async = true;
-    s.set_kv_connector(&c);
+    attach_async_loader(&c, &s);
     s.add_request(make_request("a", 10));
     s.update(s.schedule(), {});
   }
@@ -576,10 +577,8 @@ TEST(KvConnectorSchedulerTest, LoadedBlocksBecomePrefixHits) {
   kv::KvCacheManager kv(16, 4, /*enable_prefix_caching=*/true);
   sched::Scheduler s({100, 4, 64}, &kv);
   FakeConnector c;
-  c.offered = 8;
-  c.async = true;
   c.own = {"b"};
-  s.set_kv_connector(&c);
+  attach_async_loader(&c, &s);
   s.add_request(make_request("a", 10));
   s.update(s.schedule(), {});
   s.update_kv_transfers(received({"a"}));
@@ -595,9 +594,7 @@ TEST(KvConnectorSchedulerTest, PromptLogprobsLoadNothing) {
   kv::KvCacheManager kv(16, 4, false);
   sched::Scheduler s({100, 4, 64}, &kv);
   FakeConnector c;
-  c.offered = 8;
-  c.async = true;
-  s.set_kv_connector(&c);
+  attach_async_loader(&c, &s);
   auto r = make_request("a", 10);
   r->sampling.prompt_logprobs = 1;
   s.add_request(std::move(r));
