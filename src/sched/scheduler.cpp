@@ -148,7 +148,13 @@ void Scheduler::preempt(Request* r) {
   r->resumed = r->known_to_workers;
   r->num_blocks_sent = 0;
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
-  waiting_.push_front(r);
+  // First in line, but behind the waiting requests that hold their blocks (loads that are in):
+  // they start without a new block, and ahead of them this request could wait forever for the
+  // blocks they hold while nothing runs to free any.
+  auto first_without_blocks = std::find_if(waiting_.begin(), waiting_.end(), [&](Request* w) {
+    return kv_->block_table(w->request_id).empty();
+  });
+  waiting_.insert(first_without_blocks, r);
   ++num_preemptions_;
 }
 
@@ -303,10 +309,10 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
       }
     }
     if (load_async) {  // the blocks now, the KV over later steps
-      // Slots for every token, the last included: once the KV is in, the request must run
-      // without needing another block, or loaded requests could hold the whole cache while
-      // none of them can start.
-      if (!kv_->allocate_slots(r->request_id, r->num_tokens())) {
+      // Slots for every token, the last included (and the drafts' lookahead): once the KV is
+      // in, the request must run without needing another block, or loaded requests could hold
+      // the whole cache while none of them can start.
+      if (!kv_->allocate_slots(r->request_id, slots_for(*r, r->num_tokens()))) {
         stay_waiting();
         break;
       }

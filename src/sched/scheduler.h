@@ -132,6 +132,7 @@ class Scheduler {
   SchedulerConfig config_;
   kv::KvCacheManager* kv_;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+  // Those that hold blocks (their loads are in) come first: they start without a new block.
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;
   int64_t num_preemptions_ = 0;

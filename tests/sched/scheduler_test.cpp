@@ -604,6 +604,33 @@ TEST(KvConnectorSchedulerTest, PromptLogprobsLoadNothing) {
   EXPECT_EQ(c.calls, (std::vector<std::string>{"match a 0", "alloc a 3 0"}));
 }
 
+// A request preempted while a loaded one waits queues behind it: the loaded request holds its
+// blocks and needs no new one, while the preempted one needs more than the rest of the cache.
+TEST(KvConnectorSchedulerTest, APreemptedRequestQueuesBehindLoadedOnes) {
+  kv::KvCacheManager kv(4, 4, false);  // 16 slots
+  sched::Scheduler s({100, 4, 64}, &kv);
+  FakeConnector c;
+  c.own = {"x"};
+  attach_async_loader(&c, &s);
+  s.add_request(make_request("x", 8));  // computed here: 2 blocks
+  s.add_request(make_request("a", 5));  // 4 tokens load into 2 blocks: the cache is full
+  auto first = s.schedule();
+  ASSERT_EQ(first.scheduled.size(), 1u);
+  s.update(first, {7});
+  s.update_kv_transfers(received({"a"}));
+  auto second = s.schedule();  // x needs a third block: there is none, so x is preempted
+  EXPECT_EQ(second.num_preempted, 1);
+  EXPECT_TRUE(second.empty());
+  auto third = s.schedule();  // x needs 3 blocks, 2 are free; a needs none
+  ASSERT_EQ(third.scheduled.size(), 1u);
+  EXPECT_EQ(entry(third.scheduled[0]), Entry("a", 4, 1));
+  s.update(third, {9});
+  ASSERT_NE(s.finish_request("a", sched::FinishReason::kStop), nullptr);
+  auto fourth = s.schedule();
+  ASSERT_EQ(fourth.scheduled.size(), 1u);
+  EXPECT_EQ(entry(fourth.scheduled[0]), Entry("x", 0, 9));
+}
+
 // An abort while the KV is loading keeps the blocks until the load reports: it may still be
 // writing into them.
 TEST(KvConnectorSchedulerTest, AbortWhileLoadingFreesOnlyWhenTheLoadReports) {
