@@ -1,6 +1,7 @@
 // The scheduler under random traffic, as an engine drives it: arrivals, KV loads that finish or
 // fail some steps later, requests asked to come back later, sends that hold blocks, aborts,
-// handed-back and preempted requests, one or two steps in flight, over caches of a few blocks.
+// handed-back and preempted requests, speculative drafts, one or two steps in flight, over
+// caches of a few blocks.
 // Every request must leave within a bounded number of steps, and every block must come back.
 #include <gtest/gtest.h>
 
@@ -91,6 +92,7 @@ struct Trace {
   int load_failures = 0;
   int aborted = 0;
   int finished = 0;
+  int drafts_verified = 0;
 };
 
 // Runs one random workload; fails the test (with the seed) on a stuck or leaking scheduler.
@@ -141,18 +143,41 @@ Trace run_workload(uint32_t seed) {
     s.update_kv_transfers(connector.report());
     sched::SchedulerOutput out = s.schedule();
     const bool ran = !out.empty() || out.kv_connector_poll;
+    // Each step keeps to the budget and the sequence limit, and each entry has its slots.
+    if (out.total_num_scheduled_tokens > config.max_num_batched_tokens ||
+        static_cast<int>(out.scheduled.size()) > config.max_num_seqs) {
+      ADD_FAILURE() << where.str() << ": a step over its limits";
+      return t;
+    }
+    for (const auto& e : out.scheduled) {
+      const int64_t slots = static_cast<int64_t>(kv.block_table(e.req_id).size()) * block_size;
+      if (slots < e.num_computed_tokens + e.num_scheduled_tokens) {
+        ADD_FAILURE() << where.str() << ": " << e.req_id << " scheduled past its slots";
+        return t;
+      }
+    }
     t.preempted += out.num_preempted;
     t.recomputed += out.num_recomputed;
     if (ran) in_flight.push_back(std::move(out));
     if (in_flight.size() >= in_flight_limit || (!ran && !in_flight.empty())) {
       const sched::SchedulerOutput step = std::move(in_flight.front());
       in_flight.pop_front();
-      std::vector<int32_t> sampled;
-      for (const auto& e : step.scheduled) sampled.push_back(e.samples ? pick(1, 3) : -1);
-      s.update(step, sampled);
+      // A sampling entry gets its token and some of its drafts accepted, and new drafts.
+      std::vector<std::vector<int32_t>> sampled(step.scheduled.size());
+      std::vector<std::vector<int32_t>> drafts(step.scheduled.size());
+      for (size_t i = 0; i < step.scheduled.size(); ++i) {
+        const sched::ScheduledRequest& e = step.scheduled[i];
+        if (!e.samples) continue;
+        t.drafts_verified += static_cast<int>(e.spec_token_ids.size());
+        sampled[i].resize(1 + pick(0, static_cast<int>(e.spec_token_ids.size())), pick(1, 3));
+        drafts[i].resize(pick(0, config.num_lookahead_tokens), pick(1, 3));
+      }
+      s.update(step, sampled, drafts);
       for (const auto& e : step.scheduled) {
         const sched::Request* r = s.find_request(e.req_id);
         if (r != nullptr && static_cast<int>(r->output_token_ids.size()) >= max_tokens[e.req_id]) {
+          s.truncate_output(e.req_id,
+                            max_tokens[e.req_id]);  // tokens past the stop, as drafts give
           s.finish_request(e.req_id, sched::FinishReason::kLength);
           max_tokens.erase(e.req_id);
           ++t.finished;
@@ -194,6 +219,7 @@ TEST(SchedulerRandomTest, EveryRequestLeavesAndEveryBlockComesBack) {
     total.load_failures += t.load_failures;
     total.aborted += t.aborted;
     total.finished += t.finished;
+    total.drafts_verified += t.drafts_verified;
   }
   // The workloads reach every path they are here to exercise.
   EXPECT_GT(total.preempted, 0);
@@ -201,10 +227,12 @@ TEST(SchedulerRandomTest, EveryRequestLeavesAndEveryBlockComesBack) {
   EXPECT_GT(total.load_failures, 0);
   EXPECT_GT(total.aborted, 0);
   EXPECT_GT(total.finished, 0);
+  EXPECT_GT(total.drafts_verified, 0);
   std::printf(
-      "    %d steps: %d finished, %d preempted, %d handed back, %d failed loads, %d aborted\n",
+      "    %d steps: %d finished, %d preempted, %d handed back, %d failed loads, %d aborted, %d "
+      "drafts verified\n",
       total.steps, total.finished, total.preempted, total.recomputed, total.load_failures,
-      total.aborted);
+      total.aborted, total.drafts_verified);
 }
 
 }  // namespace
