@@ -1,6 +1,7 @@
 // Request JSON as untrusted input: a depth-bounded parse (so nothing recursive, dump or copy,
 // can overflow the stack later) and typed readers of optional fields whose errors name the
-// field, its expected type and the value. Integers must fit the target type: no wrapping.
+// field, its expected type and the value. Scalars convert as pydantic's lax mode converts them
+// for vLLM's request models ("16" for an integer); integers must fit: no wrapping.
 // Pure functions; thread-safe.
 #pragma once
 
@@ -29,6 +30,17 @@ std::string json_preview(const nlohmann::json& v);
 
 enum class Nullable { kYes, kNo };
 
+// pydantic's lax conversions (its conversion table), as vLLM validates request fields:
+// - a boolean from 0 or 1, 0.0 or 1.0, or a string that lower-cased is one of 0 off f false n no
+//   1 on t true y yes;
+// - an integer from a boolean, a number with no fractional part, or a string of one (spaces
+//   around it allowed; "16.0" counts);
+// - a number from a boolean, or a string of a finite number.
+// The value converted (as an integer or a number), or nullopt where pydantic refuses it too.
+// Strings stay strict: pydantic turns no number into a string.
+enum class LaxType { kBool, kInteger, kNumber };
+std::optional<nlohmann::json> lax_convert(const nlohmann::json& v, LaxType type);
+
 // Reads body[key] into *out when present; *present says whether it was. A null counts as
 // absent for Optional fields (vLLM's Optional[...]) and is an error for the others.
 template <typename T>
@@ -38,7 +50,15 @@ std::optional<ApiError> read_field(const nlohmann::json& body, const char* key, 
   if (!body.is_object()) return std::nullopt;
   const auto it = body.find(key);
   if (it == body.end() || (it->is_null() && nullable == Nullable::kYes)) return std::nullopt;
-  const nlohmann::json& v = *it;
+  std::optional<nlohmann::json> converted;
+  if constexpr (std::is_same_v<T, bool>) {
+    converted = lax_convert(*it, LaxType::kBool);
+  } else if constexpr (std::is_integral_v<T>) {
+    converted = lax_convert(*it, LaxType::kInteger);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    converted = lax_convert(*it, LaxType::kNumber);
+  }
+  const nlohmann::json& v = converted ? *converted : *it;
   bool ok;
   if constexpr (std::is_same_v<T, bool>) {
     ok = v.is_boolean();
@@ -66,8 +86,8 @@ std::optional<ApiError> read_field(const nlohmann::json& body, const char* key, 
                        : std::is_integral_v<T>       ? "an integer"
                        : std::is_floating_point_v<T> ? "a number"
                                                      : "a string";
-    return bad_request("'" + std::string(key) + "' must be " + want + ", got " + json_type_name(v) +
-                       ": " + json_preview(v));
+    return bad_request("'" + std::string(key) + "' must be " + want + ", got " +
+                       json_type_name(*it) + ": " + json_preview(*it));
   }
   *out = v.get<T>();
   if (present) *present = true;

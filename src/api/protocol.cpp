@@ -25,6 +25,15 @@ std::optional<ApiError> read_strict(const json& body, const char* key, T* out) {
   return read_field(body, key, out, nullptr, Nullable::kNo);
 }
 
+// A list with each element converted to an integer where pydantic's lax mode would; anything
+// else as it is.
+json lax_integers(const json& v) {
+  if (!v.is_array()) return v;
+  json out = json::array();
+  for (const json& x : v) out.push_back(lax_convert(x, LaxType::kInteger).value_or(x));
+  return out;
+}
+
 std::string fmt_float(double v) {
   json j = v;
   std::string s = j.dump();
@@ -51,11 +60,12 @@ std::optional<ApiError> parse_logit_bias(const json& body, int64_t vocab_size,
                          "] in logit_bias contain out-of-vocab token ids. Vocabulary size: " +
                          std::to_string(vocab_size));
     }
-    if (!value.is_number() || !std::isfinite(value.get<double>())) {
+    const json number = lax_convert(value, LaxType::kNumber).value_or(value);
+    if (!number.is_number() || !std::isfinite(number.get<double>())) {
       return bad_request("'logit_bias' values must be numbers, got " + json_preview(value) +
                          " for token " + key);
     }
-    const double bias = std::clamp(value.get<double>(), -100.0, 100.0);
+    const double bias = std::clamp(number.get<double>(), -100.0, 100.0);
     s->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
   }
   return std::nullopt;
@@ -66,7 +76,7 @@ std::optional<ApiError> parse_allowed_token_ids(const json& body, int64_t vocab_
                                                 sched::SamplingParams* s) {
   if (!body.contains("allowed_token_ids") || body["allowed_token_ids"].is_null())
     return std::nullopt;
-  const json& a = body["allowed_token_ids"];
+  const json a = lax_integers(body["allowed_token_ids"]);
   if (!a.is_array() ||
       !std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_number_integer(); })) {
     return bad_request("'allowed_token_ids' must be a list of token ids");
@@ -211,7 +221,7 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
     }
   }
   if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
-    const json& st = body["stop_token_ids"];
+    const json st = lax_integers(body["stop_token_ids"]);
     if (!st.is_array() || !std::all_of(st.begin(), st.end(), [](const json& x) {
           return x.is_number_integer() && x.get<int64_t>() >= 0 &&
                  x.get<int64_t>() <= std::numeric_limits<int32_t>::max();

@@ -333,22 +333,27 @@ TEST_F(AbuseTest, ChunkedBodyOverTheLimitGets413) {
   expect_alive(port());
 }
 
-// 11. Wrong-typed fields gave a 500 with nlohmann's exception text.
+// 11. Wrong-typed fields gave a 500 with nlohmann's exception text. Those pydantic converts
+// (lax mode, as vLLM's request models validate) are converted.
 TEST_F(AbuseTest, WrongTypesGetA400NamingTheField) {
   ASSERT_TRUE(server_->ready());
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
       {"/v1/chat/completions",
-       R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":"yes"})",
+       R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":"maybe"})",
        "add_generation_prompt"},
       {"/v1/chat/completions",
        R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":null})",
        "add_generation_prompt"},
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":[{"type":5}]}]})",
        "content[0]"},
-      {"/tokenize", R"({"prompt":"x","add_special_tokens":"yes"})", "add_special_tokens"},
-      {"/tokenize", R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":1})",
+      {"/tokenize", R"({"prompt":"x","add_special_tokens":[true]})", "add_special_tokens"},
+      {"/tokenize", R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":2})",
        "add_generation_prompt"},
-      {"/v1/completions", R"({"prompt":"x","echo":"true"})", "echo"},
+      {"/v1/completions", R"({"prompt":"x","echo":"sure"})", "echo"},
+      {"/v1/completions", R"({"prompt":"x","max_tokens":"16.5"})", "max_tokens"},
+      {"/v1/completions", R"({"prompt":"x","n":2.5})", "'n'"},
+      {"/v1/completions", R"({"prompt":"x","temperature":"nan"})", "temperature"},
+      {"/v1/completions", R"({"prompt":"x","model":5})", "model"},
       {"/v1/completions", R"({"prompt":"x","stop":[1]})", "stop"},
       {"/v1/completions", R"({"prompt":"x","logit_bias":[1]})", "logit_bias"},
   };
@@ -358,6 +363,14 @@ TEST_F(AbuseTest, WrongTypesGetA400NamingTheField) {
     EXPECT_NE(r.body.find(field), std::string::npos) << body << " -> " << r.body;
     EXPECT_EQ(r.body.find("json.exception"), std::string::npos) << r.body;
   }
+  // What pydantic's lax mode converts for vLLM is accepted the same way.
+  const Reply lax = post(port(), "/v1/completions",
+                         R"({"prompt":"x","max_tokens":"3","temperature":" 0 ","n":1.0,
+                             "stream":"false","echo":0,"ignore_eos":"True","logprobs":true})");
+  ASSERT_EQ(lax.status, 200) << lax.body;
+  const json j = json::parse(lax.body);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][0].size(), 1u) << "logprobs true is 1";
   expect_alive(port());
 }
 

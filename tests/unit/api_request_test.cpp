@@ -1,9 +1,10 @@
-// The request and response pieces of api/: tool_choice and tools, the prompt's shapes, and the
-// logprobs layouts.
+// The request and response pieces of api/: tool_choice and tools, the prompt's shapes, lax
+// scalar conversion, and the logprobs layouts.
 #include <gtest/gtest.h>
 
 #include <limits>
 
+#include "api/json_fields.h"
 #include "api/prompt_input.h"
 #include "api/protocol.h"
 #include "api/response.h"
@@ -42,6 +43,59 @@ TEST(ToolRequestTest, ChoiceDefaultsAndErrors) {
   EXPECT_NE(tool_error({{"tools", json::parse(R"([{"function":{"name":1}}])")}})
                 .find("tools[0].function.name"),
             std::string::npos);
+}
+
+// pydantic's lax mode, case by case: what converts, and what stays an error.
+TEST(LaxConversionTest, FollowsPydanticsConversionTable) {
+  using api::LaxType;
+  auto as = [](const json& v, LaxType t) { return api::lax_convert(v, t).value_or("refused"); };
+  for (const json& v :
+       {json(1), json(1.0), json("1"), json("on"), json("T"), json("yes"), json("True"), json("Y")})
+    EXPECT_EQ(as(v, LaxType::kBool), true) << v;
+  for (const json& v : {json(0), json(0.0), json("0"), json("OFF"), json("f"), json("false"),
+                        json("n"), json("No")})
+    EXPECT_EQ(as(v, LaxType::kBool), false) << v;
+  for (const json& v : {json(2), json(0.5), json("maybe"), json(" true"), json(""), json::array()})
+    EXPECT_EQ(as(v, LaxType::kBool), "refused") << v;
+
+  EXPECT_EQ(as(true, LaxType::kInteger), 1);
+  EXPECT_EQ(as(16.0, LaxType::kInteger), 16);
+  EXPECT_EQ(as(-3.0, LaxType::kInteger), -3);
+  EXPECT_EQ(as("16", LaxType::kInteger), 16);
+  EXPECT_EQ(as(" +16 ", LaxType::kInteger), 16);
+  EXPECT_EQ(as("-7", LaxType::kInteger), -7);
+  EXPECT_EQ(as("16.00", LaxType::kInteger), 16);
+  for (const json& v :
+       {json(16.5), json(1e300), json("16.5"), json("1e3"), json("0x10"),
+        json("99999999999999999999"), json(""), json("-"), json(".0"), json::object()})
+    EXPECT_EQ(as(v, LaxType::kInteger), "refused") << v;
+
+  EXPECT_EQ(as(false, LaxType::kNumber), 0.0);
+  EXPECT_EQ(as("0.25", LaxType::kNumber), 0.25);
+  EXPECT_EQ(as(" -1e-2 ", LaxType::kNumber), -0.01);
+  for (const json& v : {json("nan"), json("inf"), json("1e999"), json("0x1p3"), json("1.5x"),
+                        json(""), json::array()})
+    EXPECT_EQ(as(v, LaxType::kNumber), "refused") << v;
+}
+
+// The readers convert as lax_convert does, range-check the result and name the field.
+TEST(LaxConversionTest, FieldReadersConvertThenCheckTheRange) {
+  int32_t n = 0;
+  EXPECT_FALSE(api::read_field(json{{"n", "2"}}, "n", &n));
+  EXPECT_EQ(n, 2);
+  auto e = api::read_field(json{{"n", "4294967297"}}, "n", &n);
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("'n' must be an integer in"), std::string::npos) << e->message;
+  e = api::read_field(json{{"n", 2.5}}, "n", &n);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "'n' must be an integer, got number: 2.5");
+  bool stream = false;
+  EXPECT_FALSE(api::read_field(json{{"stream", "true"}}, "stream", &stream));
+  EXPECT_TRUE(stream);
+  std::string model;
+  e = api::read_field(json{{"model", 5}}, "model", &model);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "'model' must be a string, got integer: 5");
 }
 
 TEST(PromptInputTest, EveryShapeAndTheErrors) {
@@ -119,7 +173,7 @@ TEST(PromptLogprobsRequestTest, FieldsAndErrors) {
   e = parse({{"prompt_logprobs", -1}}, api::Endpoint::kCompletions, &f);
   ASSERT_TRUE(e);
   EXPECT_NE(e->message.find("prompt_logprobs must be non-negative"), std::string::npos);
-  e = parse({{"prompt_logprobs", "2"}}, api::Endpoint::kCompletions, &f);
+  e = parse({{"prompt_logprobs", "two"}}, api::Endpoint::kCompletions, &f);
   ASSERT_TRUE(e);
   EXPECT_NE(e->message.find("prompt_logprobs"), std::string::npos);
   e = parse({{"suffix", "x"}}, api::Endpoint::kCompletions, &f);
@@ -148,6 +202,17 @@ TEST(SamplingFieldsRequestTest, ParsedOrRefusedByName) {
             &f));
   EXPECT_TRUE(f.continuous_usage_stats);
   EXPECT_TRUE(f.include_usage);
+  // List elements and logit_bias values convert as pydantic's lax mode converts them.
+  f = {};
+  ASSERT_FALSE(parse(json::parse(R"({"stop_token_ids": ["5", 6.0], "allowed_token_ids": ["7"],
+                                     "logit_bias": {"3": "2.5"}})"),
+                     &f));
+  EXPECT_EQ(f.sampling.stop_token_ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(f.sampling.allowed_token_ids, (std::vector<int32_t>{7}));
+  ASSERT_EQ(f.sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(f.sampling.logit_bias[0].second, 2.5f);
+  EXPECT_NE(refusal({{"stop_token_ids", {"5.5"}}}), "accepted");
+  EXPECT_NE(refusal({{"logit_bias", {{"3", "lots"}}}}), "accepted");
 
   EXPECT_EQ(refusal({{"truncate_prompt_tokens", 0}}),
             "truncate_prompt_tokens must be an integer >= 1 or -1, got 0");
