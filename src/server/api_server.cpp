@@ -371,10 +371,18 @@ HttpResponse ApiServer::handle_tokenize(const HttpRequest& req) const {
   } else {
     return error_response(api::bad_request("'prompt' (a string) or 'messages' is required"));
   }
+  // return_token_strs (vLLM's field, Optional[bool]): the tokens as the vocabulary spells them.
+  bool token_strs = false;
+  if (auto e = api::read_field(body, "return_token_strs", &token_strs)) return error_response(*e);
+  json strs = nullptr;
+  if (token_strs) {
+    strs = json::array();
+    for (int32_t id : ids) strs.push_back(tokenizer::sanitize_utf8(tokenizer_.token_string(id)));
+  }
   return json_response(200, {{"count", ids.size()},
                              {"max_model_len", config_.max_model_len},
                              {"tokens", ids},
-                             {"token_strs", nullptr}});
+                             {"token_strs", std::move(strs)}});
 }
 
 HttpResponse ApiServer::handle_detokenize(const HttpRequest& req) const {

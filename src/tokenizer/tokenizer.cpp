@@ -190,6 +190,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::parse_tokenizer_json(const std::st
 
   t->token_bytes_.assign(max_id + 1, std::string());
   t->special_.assign(max_id + 1, false);
+  t->is_added_.assign(max_id + 1, false);
   for (const auto& [text, id] : t->bpe_->vocab()) {
     auto bytes = byte_level_to_bytes(text);
     t->token_bytes_[id] = bytes ? *bytes : text;  // non-byte-level entries decode verbatim
@@ -199,6 +200,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::parse_tokenizer_json(const std::st
   for (const AddedToken& a : t->added_) {
     t->token_bytes_[a.id] = a.content;
     t->special_[a.id] = a.special;
+    t->is_added_[a.id] = true;
     int node = 0;
     for (unsigned char c : a.content) {
       auto& kids = t->trie_children_[node];
@@ -322,6 +324,11 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
 const std::string& Tokenizer::token_bytes(int32_t id) const {
   static const std::string kEmpty;
   return id >= 0 && id < vocab_size() ? token_bytes_[id] : kEmpty;
+}
+
+std::string Tokenizer::token_string(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return "";
+  return is_added_[id] ? token_bytes_[id] : bytes_to_byte_level(token_bytes_[id]);
 }
 
 bool Tokenizer::is_special(int32_t id) const {

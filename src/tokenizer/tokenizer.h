@@ -40,6 +40,9 @@ class Tokenizer {
 
   // Raw bytes a token stands for ("" for ids outside the vocabulary).
   const std::string& token_bytes(int32_t id) const;
+  // The token as the vocabulary spells it (Hugging Face's convert_ids_to_tokens): an added
+  // token's content, else its bytes in the byte-level alphabet ("Ġhi"); "" outside the vocab.
+  std::string token_string(int32_t id) const;
   bool is_special(int32_t id) const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
   int32_t vocab_size() const { return static_cast<int32_t>(token_bytes_.size()); }
@@ -77,6 +80,7 @@ class Tokenizer {
   std::vector<std::string> token_bytes_;
   size_t max_token_bytes_ = 1;
   std::vector<bool> special_;
+  std::vector<bool> is_added_;
   std::optional<int32_t> bos_id_, eos_id_;
   std::string bos_token_, eos_token_, chat_template_;
   bool add_bos_token_ = false;

@@ -1031,6 +1031,13 @@ TEST_F(ServeTest, StopStringsStopTokensEchoAndN) {
 
   auto ids = post(*server_, "/tokenize", R"({"prompt": "The future of AI is"})");
   ASSERT_EQ(ids.status, 200);
+  EXPECT_TRUE(ids.body["token_strs"].is_null());
+  auto strs = post(*server_, "/tokenize",
+                   R"({"prompt": "The future of AI is", "return_token_strs": true})");
+  ASSERT_EQ(strs.status, 200);
+  EXPECT_EQ(strs.body["token_strs"], json({"<｜begin▁of▁sentence｜>", "The", "\u0120future",
+                                           "\u0120of", "\u0120AI", "\u0120is"}))
+      << strs.raw;
   auto back = post(*server_, "/detokenize", json({{"tokens", ids.body["tokens"]}}).dump());
   EXPECT_EQ(back.body["prompt"], "<｜begin▁of▁sentence｜>The future of AI is");
   const int first_generated =

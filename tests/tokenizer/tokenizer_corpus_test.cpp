@@ -74,6 +74,26 @@ TEST(TokenizerCorpusTest, AddedAndSpecialTokens) {
   EXPECT_EQ(t.decode(with_special, /*skip_special_tokens=*/true), t.decode({ids.data() + 1, 1}));
 }
 
+// token_string spells each id as the vocabulary does (what /tokenize's token_strs returns), so
+// that looking the spelling up gives the id back, for every id.
+TEST(TokenizerCorpusTest, TokenStringsSpellTheVocabulary) {
+  const auto& t = v31();
+  const auto ids = t.encode(" hello<think>");
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(t.token_string(ids[0]), "\u0120hello");  // the byte-level form of " hello"
+  EXPECT_EQ(t.token_string(ids[1]), "<think>");
+  EXPECT_EQ(t.token_string(-1), "");
+  EXPECT_EQ(t.token_string(t.vocab_size()), "");
+  int spelled = 0;
+  for (int32_t id = 0; id < t.vocab_size(); ++id) {
+    const std::string s = t.token_string(id);
+    if (s.empty()) continue;  // ids the vocabulary skips
+    ++spelled;
+    ASSERT_EQ(t.token_to_id(s), id) << s;
+  }
+  EXPECT_GT(spelled, 128000);
+}
+
 TEST(TokenizerErrorsTest, MalformedFilesNameTheProblem) {
   auto err = [](const std::string& text) {
     auto t = tokenizer::Tokenizer::from_json(text, "tokenizer.json");
