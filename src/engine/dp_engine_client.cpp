@@ -383,6 +383,8 @@ MetricsSnapshot DpEngineClient::metrics() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Engine& e : engines_) {
     add_metrics(sum.totals, e.stats.totals);
+    sum.recent_prefix_cache_queries += e.stats.recent_prefix_cache_queries;
+    sum.recent_prefix_cache_hits += e.stats.recent_prefix_cache_hits;
     sum.num_running += e.stats.num_running;
     sum.num_waiting += e.stats.num_waiting;
     sum.num_kv_blocks += e.stats.num_kv_blocks;

@@ -233,6 +233,8 @@ MetricsSnapshot EngineCore::metrics() const {
   std::lock_guard<std::mutex> lock(mu_);
   MetricsSnapshot s;
   s.totals = metrics_;
+  s.recent_prefix_cache_queries = recent_prefix_cache_hits_.queries();
+  s.recent_prefix_cache_hits = recent_prefix_cache_hits_.hits();
   const auto st = scheduler_.stats();
   s.num_running = st.num_running;
   s.num_waiting = st.num_waiting + static_cast<int32_t>(inbox_.size());
@@ -452,6 +454,10 @@ sched::SchedulerOutput EngineCore::schedule_step(bool allow_poll) {
     if (it != tracked_.end()) it->second.num_cached_tokens = r->num_cached_tokens;
   }
   const auto& pc = kv_.prefix_cache_stats();
+  recent_prefix_cache_hits_.observe(pc.requests - prefix_cache_requests_,
+                                    pc.queries - metrics_.prefix_cache_queries,
+                                    pc.hits - metrics_.prefix_cache_hits);
+  prefix_cache_requests_ = pc.requests;
   metrics_.prefix_cache_queries = pc.queries;
   metrics_.prefix_cache_hits = pc.hits;
   return so;

@@ -140,8 +140,10 @@ class EngineCore : public EngineClient {
   std::vector<std::string> aborts_;
   bool stopping_ = false;
   bool dead_ = false;
-  std::string fatal_error_;           // why the engine died (guarded by mu_)
-  Metrics metrics_;                   // guarded by mu_
+  std::string fatal_error_;                         // why the engine died (guarded by mu_)
+  Metrics metrics_;                                 // guarded by mu_
+  RecentPrefixCacheHits recent_prefix_cache_hits_;  // guarded by mu_
+  int64_t prefix_cache_requests_ = 0;               // lookups seen so far; guarded by mu_
   SpecDecodingCounters spec_logged_;  // the counters at the last log line (engine thread)
   double spec_logged_at_ = 0;
   std::thread thread_;

@@ -137,6 +137,8 @@ std::vector<uint8_t> encode_metrics(const MetricsSnapshot& s) {
   for (const Histogram* h : {&m.ttft, &m.itl, &m.e2e, &m.iteration_tokens}) put_histogram(w, *h);
   w.put(m.cpp_predicted_ms_sum);
   w.put(m.cpp_measured_ms_sum);
+  w.put(s.recent_prefix_cache_queries);
+  w.put(s.recent_prefix_cache_hits);
   w.put(s.num_running);
   w.put(s.num_waiting);
   w.put(s.kv_cache_usage);
@@ -171,6 +173,8 @@ common::Result<MetricsSnapshot> decode_metrics(const std::vector<uint8_t>& bytes
     if (!get_histogram(r, h)) return malformed("metrics report");
   r.get(&m.cpp_predicted_ms_sum);
   r.get(&m.cpp_measured_ms_sum);
+  r.get(&s.recent_prefix_cache_queries);
+  r.get(&s.recent_prefix_cache_hits);
   r.get(&s.num_running);
   r.get(&s.num_waiting);
   r.get(&s.kv_cache_usage);

@@ -13,6 +13,17 @@ void Histogram::observe(double v) {
   ++count;
 }
 
+void RecentPrefixCacheHits::observe(int64_t requests, int64_t queries, int64_t hits) {
+  if (requests == 0) return;  // an empty step would push useful ones out of the window
+  steps_.push_back({requests, queries, hits});
+  requests_ += requests, queries_ += queries, hits_ += hits;
+  while (steps_.size() > 1 && requests_ > kMaxRecentRequests) {
+    const Step& old = steps_.front();
+    requests_ -= old.requests, queries_ -= old.queries, hits_ -= old.hits;
+    steps_.pop_front();
+  }
+}
+
 void SpecDecodingCounters::observe(int64_t num_draft_tokens_of_step, int64_t num_accepted) {
   ++num_drafts;
   num_draft_tokens += num_draft_tokens_of_step;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -63,8 +64,30 @@ struct Metrics {
   int64_t cpp_steps = 0;
 };
 
+// vLLM's prefix-cache hit rate over recent requests (its CachingMetrics): per step, the
+// lookups, prompt tokens looked up and tokens found; the oldest steps leave once the rest
+// hold more than kMaxRecentRequests lookups (the newest step always stays).
+class RecentPrefixCacheHits {
+ public:
+  static constexpr int64_t kMaxRecentRequests = 1000;
+  void observe(int64_t requests, int64_t queries, int64_t hits);
+  int64_t queries() const { return queries_; }
+  int64_t hits() const { return hits_; }
+
+ private:
+  struct Step {
+    int64_t requests, queries, hits;
+  };
+  std::deque<Step> steps_;
+  int64_t requests_ = 0, queries_ = 0, hits_ = 0;
+};
+
 struct MetricsSnapshot {
   Metrics totals;
+  // The prefix-cache lookups of about the last 1000 requests (RecentPrefixCacheHits): the
+  // stats line's hit rate is hits / queries.
+  int64_t recent_prefix_cache_queries = 0;
+  int64_t recent_prefix_cache_hits = 0;
   int32_t num_running = 0;
   int32_t num_waiting = 0;
   double kv_cache_usage = 0;

@@ -21,6 +21,7 @@ int64_t KvCacheManager::acquire_cached_prefix(const std::string& request_id,
   Entry& e = requests_[request_id];
   CHECK(e.blocks.empty()) << "request " << request_id << " already holds blocks";
   if (!enable_prefix_caching_ || prompt.empty()) return 0;
+  ++stats_.requests;
   stats_.queries += static_cast<int64_t>(prompt.size());
   e.hashes.clear();
   extend_block_hashes(prompt, block_size_, &e.hashes, root_hash(cache_salt));

@@ -15,8 +15,9 @@
 namespace kv {
 
 struct PrefixCacheStats {
-  int64_t queries = 0;  // prompt tokens looked up
-  int64_t hits = 0;     // of those, tokens found cached
+  int64_t requests = 0;  // lookups (a request waiting for blocks may look up more than once)
+  int64_t queries = 0;   // prompt tokens looked up
+  int64_t hits = 0;      // of those, tokens found cached
 };
 
 class KvCacheManager {

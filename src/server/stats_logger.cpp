@@ -17,10 +17,12 @@ std::string engine_stats_line(const engine::EngineMetrics& before, const engine:
   const int64_t generated = b.generation_tokens - a.generation_tokens;
   if (prompt == 0 && generated == 0 && !was_busy) return "";
   const double s = seconds > 0 ? seconds : 1.0;
-  // Cumulative hit rate (vLLM averages over its last 1000 requests).
-  const double hit_rate = b.prefix_cache_queries > 0
-                              ? 100.0 * double(b.prefix_cache_hits) / double(b.prefix_cache_queries)
-                              : 0.0;
+  // Over about the last 1000 requests' lookups, as vLLM's CachingMetrics.
+  const engine::MetricsSnapshot& n = now.snapshot;
+  const double hit_rate =
+      n.recent_prefix_cache_queries > 0
+          ? 100.0 * double(n.recent_prefix_cache_hits) / double(n.recent_prefix_cache_queries)
+          : 0.0;
   char line[320];
   std::snprintf(line, sizeof(line),
                 "Engine %03d: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: "

@@ -89,6 +89,8 @@ TEST(EngineWireTest, MetricsReportRoundTrips) {
   m.totals.ttft.observe(0.03);
   m.totals.iteration_tokens.observe(64);
   m.num_running = 2;
+  m.recent_prefix_cache_queries = 300;
+  m.recent_prefix_cache_hits = 120;
   m.num_waiting = 7;
   m.kv_cache_usage = 0.25;
   m.num_kv_blocks = 100;
@@ -108,6 +110,8 @@ TEST(EngineWireTest, MetricsReportRoundTrips) {
   EXPECT_EQ(back->totals.ttft.counts, m.totals.ttft.counts);
   EXPECT_EQ(back->totals.iteration_tokens.counts, m.totals.iteration_tokens.counts);
   EXPECT_EQ(back->num_running, 2);
+  EXPECT_EQ(back->recent_prefix_cache_queries, 300);
+  EXPECT_EQ(back->recent_prefix_cache_hits, 120);
   EXPECT_EQ(back->num_waiting, 7);
   EXPECT_EQ(back->kv_cache_usage, 0.25);
   EXPECT_EQ(back->stage_busy_seconds, m.stage_busy_seconds);
