@@ -85,6 +85,7 @@ class RandomConnector : public sched::KvConnectorScheduler {
   std::map<std::string, int> sending_;  // steps left
 };
 
+// Counts over all workloads.
 struct Trace {
   int steps = 0;
   int preempted = 0;
@@ -95,8 +96,9 @@ struct Trace {
   int drafts_verified = 0;
 };
 
-// Runs one random workload; fails the test (with the seed) on a stuck or leaking scheduler.
-Trace run_workload(uint32_t seed) {
+// Runs one random workload, counting into *t; fails the test (with the seed) on a stuck or
+// leaking scheduler.
+void run_workload(uint32_t seed, Trace* t) {
   std::mt19937 rng(seed);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
@@ -117,16 +119,17 @@ Trace run_workload(uint32_t seed) {
 
   const int num_requests = 40;
   std::map<std::string, int> max_tokens;  // of the requests still in the scheduler
-  Trace t;
+  int steps = 0;
   int added = 0;
   int stuck = 0;
   std::deque<sched::SchedulerOutput> in_flight;
   std::ostringstream where;
   where << "seed " << seed << ", " << num_blocks << " blocks";
   while (added < num_requests || s.has_requests() || !in_flight.empty()) {
-    if (++t.steps > 20000) {
+    ++t->steps;
+    if (++steps > 20000) {
       ADD_FAILURE() << where.str() << ": still running after 20000 steps";
-      return t;
+      return;
     }
     if (added < num_requests && chance(0.3)) {
       auto r = std::make_unique<sched::Request>();
@@ -147,17 +150,17 @@ Trace run_workload(uint32_t seed) {
     if (out.total_num_scheduled_tokens > config.max_num_batched_tokens ||
         static_cast<int>(out.scheduled.size()) > config.max_num_seqs) {
       ADD_FAILURE() << where.str() << ": a step over its limits";
-      return t;
+      return;
     }
     for (const auto& e : out.scheduled) {
       const int64_t slots = static_cast<int64_t>(kv.block_table(e.req_id).size()) * block_size;
       if (slots < e.num_computed_tokens + e.num_scheduled_tokens) {
         ADD_FAILURE() << where.str() << ": " << e.req_id << " scheduled past its slots";
-        return t;
+        return;
       }
     }
-    t.preempted += out.num_preempted;
-    t.recomputed += out.num_recomputed;
+    t->preempted += out.num_preempted;
+    t->recomputed += out.num_recomputed;
     if (ran) in_flight.push_back(std::move(out));
     if (in_flight.size() >= in_flight_limit || (!ran && !in_flight.empty())) {
       const sched::SchedulerOutput step = std::move(in_flight.front());
@@ -168,7 +171,7 @@ Trace run_workload(uint32_t seed) {
       for (size_t i = 0; i < step.scheduled.size(); ++i) {
         const sched::ScheduledRequest& e = step.scheduled[i];
         if (!e.samples) continue;
-        t.drafts_verified += static_cast<int>(e.spec_token_ids.size());
+        t->drafts_verified += static_cast<int>(e.spec_token_ids.size());
         sampled[i].resize(1 + pick(0, static_cast<int>(e.spec_token_ids.size())), pick(1, 3));
         drafts[i].resize(pick(0, config.num_lookahead_tokens), pick(1, 3));
       }
@@ -180,19 +183,19 @@ Trace run_workload(uint32_t seed) {
                             max_tokens[e.req_id]);  // tokens past the stop, as drafts give
           s.finish_request(e.req_id, sched::FinishReason::kLength);
           max_tokens.erase(e.req_id);
-          ++t.finished;
+          ++t->finished;
         }
       }
     }
     if (!max_tokens.empty() && chance(0.01)) {
       auto victim = std::next(max_tokens.begin(), pick(0, static_cast<int>(max_tokens.size()) - 1));
-      if (s.abort_request(victim->first) != nullptr) ++t.aborted;
+      if (s.abort_request(victim->first) != nullptr) ++t->aborted;
       max_tokens.erase(victim);
     }
     for (const auto& r : s.take_recomputed()) max_tokens.erase(r->request_id);
     for (const auto& [r, why] : s.take_load_failures()) {
       max_tokens.erase(r->request_id);
-      ++t.load_failures;
+      ++t->load_failures;
     }
     // Nothing ran, nothing is in flight or being transferred, and no request is on its way in:
     // the next steps see the same state (but for come-back-later answers, a few at most).
@@ -201,26 +204,16 @@ Trace run_workload(uint32_t seed) {
       const sched::SchedulerStats st = s.stats();
       ADD_FAILURE() << where.str() << ": stuck with " << st.num_running << " running, "
                     << st.num_waiting << " waiting and " << kv.num_free_blocks() << " free blocks";
-      return t;
+      return;
     }
   }
   EXPECT_EQ(kv.num_free_blocks(), num_blocks) << where.str() << ": blocks leaked";
   EXPECT_TRUE(max_tokens.empty()) << where.str() << ": a request vanished";
-  return t;
 }
 
 TEST(SchedulerRandomTest, EveryRequestLeavesAndEveryBlockComesBack) {
   Trace total;
-  for (uint32_t seed = 1; seed <= 1000 && !HasFailure(); ++seed) {
-    const Trace t = run_workload(seed);
-    total.steps += t.steps;
-    total.preempted += t.preempted;
-    total.recomputed += t.recomputed;
-    total.load_failures += t.load_failures;
-    total.aborted += t.aborted;
-    total.finished += t.finished;
-    total.drafts_verified += t.drafts_verified;
-  }
+  for (uint32_t seed = 1; seed <= 1000 && !HasFailure(); ++seed) run_workload(seed, &total);
   // The workloads reach every path they are here to exercise.
   EXPECT_GT(total.preempted, 0);
   EXPECT_GT(total.recomputed, 0);
