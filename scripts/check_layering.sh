@@ -2,8 +2,8 @@
 # Fails when a file includes a header of a module its own module may not depend on
 # (docs/ARCHITECTURE.md, "Layering"). Usage: scripts/check_layering.sh [SRC_DIR] (default src).
 # Each module lists the modules it may include; a few seams are narrower than a whole module:
-# only the executor files of engine/ include worker/, and server/ sees engine/ only through
-# engine_client.h and metrics.h.
+# only the executor files of engine/ include worker/, server/ sees engine/ only through
+# engine_client.h and metrics.h, and proxy/ uses only server/http_server.h and api/json_fields.h.
 set -uo pipefail
 src="${1:-$(dirname "$0")/../src}"
 declare -A allowed=(
@@ -21,7 +21,7 @@ declare -A allowed=(
   [api]="common sched tokenizer"
   [server]="common api tokenizer engine"
   [httpclient]="common"
-  [proxy]="common server httpclient"
+  [proxy]="common api server httpclient"
   [bench]="common tokenizer httpclient"
   [cli]="*"
 )
@@ -53,6 +53,9 @@ while IFS= read -r -d '' file; do
     fi
     if [ "$module" = proxy ] && [ "$dep" = server ] && [ "$header" != server/http_server.h ]; then
       report "$rel includes $header: proxy/ uses only server/'s HTTP transport"
+    fi
+    if [ "$module" = proxy ] && [ "$dep" = api ] && [ "$header" != api/json_fields.h ]; then
+      report "$rel includes $header: proxy/ uses only api/'s field conversions"
     fi
     if [ "$module" = server ] && [ "$dep" = engine ] &&
       [ "$header" != engine/engine_client.h ] && [ "$header" != engine/metrics.h ]; then

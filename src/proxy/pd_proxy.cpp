@@ -2,9 +2,12 @@
 #include "proxy/pd_proxy.h"
 
 #include <chrono>
+#include <cstdint>
+#include <optional>
 #include <random>
 #include <thread>
 
+#include "api/json_fields.h"
 #include "common/logging.h"
 #include "httpclient/http_call.h"
 #include "proxy/sse_splitter.h"
@@ -38,10 +41,49 @@ HttpResponse json_reply(int status, const json& body) {
 HttpResponse error_reply(int status, const std::string& message) {
   const char* type = status == 400   ? "BadRequestError"
                      : status == 404 ? "NotFoundError"
+                     : status == 500 ? "InternalServerError"
                                      : "ServiceUnavailableError";
   return json_reply(
       status,
       {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}});
+}
+
+// A field as the backends read it: pydantic's lax conversions, as vLLM's request models apply
+// them ("stream": "true" streams there, so the relay must expect a stream too).
+bool flag(const json& body, const char* key) {
+  const auto it = body.find(key);
+  if (it == body.end()) return false;
+  const json v = api::lax_convert(*it, api::LaxType::kBool).value_or(*it);
+  return v.is_boolean() && v.get<bool>();
+}
+std::optional<int64_t> integer(const json& body, const char* key) {
+  const auto it = body.find(key);
+  if (it == body.end()) return std::nullopt;
+  const json v = api::lax_convert(*it, api::LaxType::kInteger).value_or(*it);
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX))
+    return std::nullopt;
+  return v.get<int64_t>();
+}
+
+// A backend's integer field, or `fallback` when it is missing or not an integer: the proxy
+// never trusts a body enough to let a wrong type throw.
+int64_t int_field(const json& obj, const char* key, int64_t fallback) {
+  if (!obj.is_object()) return fallback;
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_integer()) return fallback;
+  return it->get<int64_t>();
+}
+
+// Token ids from a backend's list; empty when it is not a list of 32-bit ids.
+std::vector<int32_t> token_ids(const json& list) {
+  std::vector<int32_t> ids;
+  if (!list.is_array()) return ids;
+  for (const json& id : list) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+      return {};
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return ids;
 }
 
 std::string sse(const json& chunk) {
@@ -92,20 +134,13 @@ void relay_failure(HttpExchange& ex, bool streaming, const httpclient::HttpCallR
 
 constexpr const char* kShuttingDown = "The proxy is shutting down";
 
-// Ends a request the proxy's shutdown cancelled, as serve ends its own: a stream gets an error
-// event and [DONE], a client still waiting for a whole answer a 503.
-void end_for_shutdown(HttpExchange& ex, bool streaming) {
+// Ends a request with an error, as serve ends its own (the proxy's shutdown: 503): a client still
+// waiting for a whole answer gets it as the reply, a started stream as an event before [DONE].
+void end_with_error(HttpExchange& ex, int status, const std::string& message) {
   if (ex.closed()) return;
-  if (streaming) {
-    ex.send(sse({{"error",
-                  {{"message", kShuttingDown},
-                   {"type", "ServiceUnavailableError"},
-                   {"param", nullptr},
-                   {"code", 503}}}}) +
-            "data: [DONE]\n\n");
-    return ex.end_stream();
-  }
-  ex.respond(error_reply(503, kShuttingDown));
+  const HttpResponse reply = error_reply(status, message);
+  ex.respond(reply);  // ignored once the client's stream has started
+  if (ex.send("data: " + reply.body + "\n\ndata: [DONE]\n\n")) ex.end_stream();
 }
 
 // What a leg's answer (a whole response or one stream chunk) says about choice 0.
@@ -118,15 +153,12 @@ struct ChoiceDelta {
 
 ChoiceDelta read_choice(const json& j, bool chat, bool stream) {
   ChoiceDelta d;
-  if (j.contains("prompt_token_ids") && j["prompt_token_ids"].is_array())
-    d.prompt_token_ids = j["prompt_token_ids"].get<std::vector<int32_t>>();
+  if (j.contains("prompt_token_ids")) d.prompt_token_ids = token_ids(j["prompt_token_ids"]);
   if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return d;
   const json& c = j["choices"][0];
   if (c.contains("stop_reason") && c["stop_reason"] == "recomputed") d.recomputed = true;
-  if (c.contains("token_ids") && c["token_ids"].is_array())
-    d.token_ids = c["token_ids"].get<std::vector<int32_t>>();
-  if (c.contains("prompt_token_ids") && c["prompt_token_ids"].is_array())
-    d.prompt_token_ids = c["prompt_token_ids"].get<std::vector<int32_t>>();
+  if (c.contains("token_ids")) d.token_ids = token_ids(c["token_ids"]);
+  if (c.contains("prompt_token_ids")) d.prompt_token_ids = token_ids(c["prompt_token_ids"]);
   const json* text = nullptr;
   if (!chat) {
     if (c.contains("text")) text = &c["text"];
@@ -167,7 +199,7 @@ bool empty_delta(const json& chunk, bool chat) {
   const json& c = chunk["choices"][0];
   if (c.contains("finish_reason") && !c["finish_reason"].is_null()) return false;
   if (c.contains("logprobs") && !c["logprobs"].is_null()) return false;
-  if (!chat) return c.value("text", std::string()).empty();
+  if (!chat) return !c.contains("text") || (c["text"].is_string() && c["text"].empty());
   if (!c.contains("delta") || !c["delta"].is_object()) return false;
   for (const auto& [key, value] : c["delta"].items()) {
     if (key == "content" && value.is_string() && value.get<std::string>().empty()) continue;
@@ -233,13 +265,18 @@ void PdProxy::stop() {
   http_->stop();
 }
 
-void PdProxy::spawn(std::function<void()> fn) {
+void PdProxy::spawn(std::function<void()> fn, std::shared_ptr<HttpExchange> ex) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++active_;
   }
-  std::thread([this, fn = std::move(fn)] {
-    fn();
+  std::thread([this, fn = std::move(fn), ex = std::move(ex)] {
+    try {
+      fn();
+    } catch (const std::exception& e) {  // a bug: this request fails, the others go on
+      LOG(ERROR) << "proxy request failed: " << e.what();
+      if (ex) end_with_error(*ex, 500, std::string("the proxy failed: ") + e.what());
+    }
     std::lock_guard<std::mutex> lock(mu_);
     --active_;
     cv_.notify_all();
@@ -257,11 +294,11 @@ void PdProxy::handle(const std::shared_ptr<HttpExchange>& ex) {
   if (req.method == "POST" && (path == "/v1/completions" || path == "/v1/chat/completions")) {
     if (draining_) return ex->respond(error_reply(503, kShuttingDown));
     const bool chat = path == "/v1/chat/completions";
-    spawn([this, ex, chat] { generate(ex, chat); });
+    spawn([this, ex, chat] { generate(ex, chat); }, ex);
   } else if (req.method == "GET" && path == "/v1/models") {
-    spawn([this, ex] { models(ex); });
+    spawn([this, ex] { models(ex); }, ex);
   } else if (req.method == "POST" && path == "/reset_prefix_cache") {
-    spawn([this, ex] { reset_prefix_cache(ex); });
+    spawn([this, ex] { reset_prefix_cache(ex); }, ex);
   } else if (req.method == "GET" && path == "/healthcheck") {
     ex->respond(json_reply(200, {{"status", "ok"},
                                  {"prefill_instances", registry_.num_ready(Role::kPrefill)},
@@ -312,8 +349,8 @@ json next_round_request(const json& original, const json& current, bool chat,
   const auto generated = static_cast<int64_t>(generated_ids.size());
   next.erase("max_completion_tokens");
   if (max_tokens >= 0) next["max_tokens"] = std::max<int64_t>(1, max_tokens - generated);
-  if (original.contains("min_tokens") && original["min_tokens"].is_number_integer())
-    next["min_tokens"] = std::max<int64_t>(0, original["min_tokens"].get<int64_t>() - generated);
+  if (const auto min_tokens = integer(original, "min_tokens"))
+    next["min_tokens"] = std::max<int64_t>(0, *min_tokens - generated);
   return next;
 }
 
@@ -322,12 +359,11 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
   json original = json::parse(ex->request().body, nullptr, /*allow_exceptions=*/false);
   if (original.is_discarded() || !original.is_object())
     return ex->respond(error_reply(400, "the request body is not a JSON object"));
-  const bool stream = original.value("stream", false) == true;
-  const bool wants_ids = original.value("return_token_ids", false) == true;
+  const bool stream = flag(original, "stream");
+  const bool wants_ids = flag(original, "return_token_ids");
   int64_t max_tokens = -1;
   for (const char* key : {"max_completion_tokens", "max_tokens"}) {
-    if (original.contains(key) && original[key].is_number_integer())
-      max_tokens = original[key].get<int64_t>();
+    if (const auto n = integer(original, key)) max_tokens = *n;
   }
   auto gone = [&] { return ex->closed() || stopping_; };
 
@@ -343,7 +379,7 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
     // Leg 1: prefill.
     const std::string p_body = prefill_body(request).dump();
     Lease p = registry_.acquire(Role::kPrefill, p_body.size());
-    if (!p) return ex->respond(error_reply(503, "no prefill instance is available"));
+    if (!p) return end_with_error(*ex, 503, "no prefill instance is available");
     std::string answer;
     httpclient::HttpCallResult pr;
     for (int attempt = 1; attempt <= std::max(1, o_.max_retries); ++attempt) {
@@ -356,7 +392,7 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
                    << (pr.error.empty() ? "HTTP " + std::to_string(pr.status) : pr.error);
       if (attempt < o_.max_retries) backoff(o_.retry_delay, attempt);
     }
-    if (pr.cancelled) return end_for_shutdown(*ex, streaming);
+    if (pr.cancelled) return end_with_error(*ex, 503, kShuttingDown);
     if (!pr.error.empty() || pr.status != 200)
       return relay_failure(*ex, streaming, pr, answer, "prefill instance " + p.instance().key());
     json p_json = json::parse(answer, nullptr, false);
@@ -364,9 +400,8 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
     if (p_json.is_object() && p_json.contains("kv_transfer_params") &&
         p_json["kv_transfer_params"].is_object() && !p_json["kv_transfer_params"].empty())
       kv_params = p_json["kv_transfer_params"];
-    if (prompt_tokens < 0 && p_json.is_object() && p_json.contains("usage") &&
-        p_json["usage"].is_object() && p_json["usage"].contains("prompt_tokens"))
-      prompt_tokens = p_json["usage"]["prompt_tokens"].get<int64_t>();
+    if (prompt_tokens < 0 && p_json.is_object() && p_json.contains("usage"))
+      prompt_tokens = int_field(p_json["usage"], "prompt_tokens", -1);
 
     // Leg 2: decode.
     json d_request = request;
@@ -385,11 +420,11 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
     if (!d) {
       const auto any = registry_.instances(Role::kDecode);
       if (!any.empty()) release_prefill(any.front());
-      return ex->respond(error_reply(503, "no decode instance is available"));
+      return end_with_error(*ex, 503, "no decode instance is available");
     }
     if (gone()) {
       release_prefill(d.instance());
-      return end_for_shutdown(*ex, streaming);
+      return end_with_error(*ex, 503, kShuttingDown);
     }
     bool recomputed = false;
     ChoiceDelta leg;  // this round's text and ids
@@ -437,12 +472,14 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
                 if (chunk.contains("usage") && chunk["usage"].is_object()) {
                   json& u = chunk["usage"];
                   if (prompt_tokens >= 0) u["prompt_tokens"] = prompt_tokens;
-                  if (u.contains("completion_tokens"))
-                    u["completion_tokens"] = u["completion_tokens"].get<int64_t>() +
-                                             static_cast<int64_t>(generated_ids.size());
-                  if (u.contains("prompt_tokens") && u.contains("completion_tokens"))
+                  const int64_t completion = int_field(u, "completion_tokens", -1);
+                  if (completion >= 0) {
+                    u["completion_tokens"] =
+                        completion + static_cast<int64_t>(generated_ids.size());
+                  }
+                  if (int_field(u, "prompt_tokens", -1) >= 0 && completion >= 0)
                     u["total_tokens"] =
-                        u["prompt_tokens"].get<int64_t>() + u["completion_tokens"].get<int64_t>();
+                        int_field(u, "prompt_tokens", 0) + int_field(u, "completion_tokens", 0);
                 }
                 if (!wants_ids) {
                   strip_token_ids(&chunk, true);
@@ -468,7 +505,7 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
       // request, closing the stream aborts it and it says DONE itself (it ignores this release);
       // if it never got it, nobody would: release P now.
       release_prefill(d.instance());
-      return end_for_shutdown(*ex, streaming);
+      return end_with_error(*ex, 503, kShuttingDown);
     }
     if (!dr.error.empty() || dr.status != 200) {
       if (dr.status == 0) release_prefill(d.instance());  // it never saw the request
@@ -483,22 +520,27 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
       leg = cd;
       recomputed = cd.recomputed;
       if (!recomputed) {
-        json& c = d_json["choices"][0];
-        if (!generated_text.empty()) {  // earlier rounds' text comes first
+        json& choices = d_json["choices"];
+        json no_choice = json::object();
+        json& c = choices.is_array() && !choices.empty() && choices[0].is_object() ? choices[0]
+                                                                                   : no_choice;
+        const bool has_text = !chat || (c.contains("message") && c["message"].is_object());
+        if (!generated_text.empty() && has_text) {  // earlier rounds' text comes first
           json& text = chat ? c["message"]["content"] : c["text"];
           text = generated_text + (text.is_string() ? text.get<std::string>() : "");
         }
         if (wants_ids && c.contains("token_ids") && c["token_ids"].is_array()) {
           std::vector<int32_t> all = generated_ids;
-          for (const auto& id : c["token_ids"]) all.push_back(id.get<int32_t>());
+          for (int32_t id : token_ids(c["token_ids"])) all.push_back(id);
           c["token_ids"] = all;
         }
         if (d_json.contains("usage") && d_json["usage"].is_object()) {
           json& u = d_json["usage"];
           if (prompt_tokens >= 0) u["prompt_tokens"] = prompt_tokens;
           u["completion_tokens"] =
-              u.value("completion_tokens", 0) + static_cast<int64_t>(generated_ids.size());
-          u["total_tokens"] = u.value("prompt_tokens", 0) + u["completion_tokens"].get<int64_t>();
+              int_field(u, "completion_tokens", 0) + static_cast<int64_t>(generated_ids.size());
+          u["total_tokens"] =
+              int_field(u, "prompt_tokens", 0) + int_field(u, "completion_tokens", 0);
         }
         if (!wants_ids) strip_token_ids(&d_json, false);
         HttpResponse r;
@@ -507,8 +549,9 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
         return ex->respond(std::move(r));
       }
     }
-    if (!recomputed) {
-      if (streaming) ex->send("data: [DONE]\n\n");
+    if (!recomputed) {  // a stream (a whole answer was relayed above)
+      if (!streaming) ex->start_stream(200, "text/event-stream", {});  // D sent no event
+      ex->send("data: [DONE]\n\n");
       return ex->end_stream();
     }
     // The decoder ran out of KV slots and handed the request back: prefill it again, from the
@@ -518,14 +561,11 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
     LOG(INFO) << "Request recomputed by " << d.instance().key() << " after " << generated_ids.size()
               << " tokens; retrying (round " << round + 1 << ")";
     if (prompt_ids.empty())
-      return ex->respond(error_reply(502,
-                                     "the decoder handed the request back without its "
-                                     "prompt's token ids; it cannot be retried exactly"));
+      return end_with_error(*ex, 502,
+                            "the decoder handed the request back without its prompt's token "
+                            "ids; it cannot be retried exactly");
     request = next_round_request(original, request, chat, prompt_ids, generated_ids, max_tokens);
-    if (round >= 16) {
-      if (streaming) return ex->end_stream();
-      return ex->respond(error_reply(503, "the request was handed back 16 times"));
-    }
+    if (round >= 16) return end_with_error(*ex, 503, "the request was handed back 16 times");
   }
 }
 

@@ -109,9 +109,10 @@ json post(const ServerProcess& s, const std::string& path, const json& body,
   return json::parse(r->body, nullptr, false);
 }
 
-// A streamed completion's text, in order; empty on failure.
+// A streamed completion's text, in order; empty on failure. A body that asks for a stream its
+// own way (as "stream": "true") keeps it.
 std::string stream_text(const ServerProcess& s, json body, bool chat = false) {
-  body["stream"] = true;
+  if (!body.contains("stream")) body["stream"] = true;
   std::string text;
   auto r = s.client().Post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump(),
                            "application/json");
@@ -660,6 +661,104 @@ TEST_F(PdTest, RandomRequestsThroughTheProxyLeaveNothingBehind) {
   EXPECT_EQ(await_proxy_idle(proxy), 0);
 }
 
+// A backend that answers with wrong types, odd shapes or nothing at all (a bug, another
+// server, a version skew) costs only that request: the proxy reads every backend field by its
+// type, a stream always ends, and the proxy keeps serving. Before, a string where it expected
+// a number threw in the request's thread and ended the proxy, and so did "stream": "true" in
+// the client's body.
+TEST_F(PdTest, ProxySurvivesMalformedBackendAnswers) {
+  // One stub plays P and D; the prompt names the answer. "recompute" answers the first decode
+  // leg with a hand-back, the next with a chat message of the wrong type.
+  std::atomic<int> recompute_round{0};
+  httplib::Server stub;
+  stub.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"object":"list","data":[]})", "application/json");
+  });
+  auto answer = [&](const httplib::Request& req, httplib::Response& res) {
+    const json body = json::parse(req.body, nullptr, false);
+    // The chat request's second round is a completion of token ids.
+    const bool named = body.contains("prompt") && body["prompt"].is_string();
+    const std::string c = named ? body["prompt"].get<std::string>() : "recompute";
+    const json kv = body.value("kv_transfer_params", json::object());
+    if (kv.is_object() && kv.value("do_remote_decode", false)) {  // the prefill leg
+      res.set_content(
+          R"({"choices":[{"text":"x"}],"usage":{"prompt_tokens":"many"},)"
+          R"("kv_transfer_params":{"do_remote_prefill":true,"remote_block_ids":"none"}})",
+          "application/json");
+      return;
+    }
+    std::string out;
+    if (c == "bad usage") {
+      out = R"({"choices":[{"text":"ok","finish_reason":"length"}],)"
+            R"("usage":{"prompt_tokens":null,"completion_tokens":"2"}})";
+    } else if (c == "choices string") {
+      out = R"({"choices":"zzz","usage":"none"})";
+    } else if (c == "bad ids") {
+      out = R"({"choices":[{"text":"t","token_ids":["a"],"prompt_token_ids":[1.5]}],)"
+            R"("usage":{"completion_tokens":[]}})";
+    } else if (c == "stream odd") {
+      out =
+          "data: {\"choices\":[{\"text\":5,\"token_ids\":\"x\"}],"
+          "\"usage\":{\"completion_tokens\":\"3\",\"prompt_tokens\":null}}\n\ndata: [DONE]\n\n";
+    } else if (c == "stream empty") {
+      out = "data: [DONE]\n\n";
+    } else if (c == "stream handed back without ids") {
+      out =
+          "data: {\"choices\":[{\"text\":\"a\",\"finish_reason\":\"stop\","
+          "\"stop_reason\":\"recomputed\"}]}\n\ndata: [DONE]\n\n";
+    } else if (c == "recompute" && recompute_round++ % 2 == 0) {
+      out = R"({"choices":[{"message":{"content":"a"},"finish_reason":"stop",)"
+            R"("stop_reason":"recomputed","token_ids":[3]}],"prompt_token_ids":[1,2]})";
+    } else {
+      out = R"({"choices":[{"message":"oops","text":7}],"usage":{"completion_tokens":null}})";
+    }
+    res.set_content(out, out.rfind("data:", 0) == 0 ? "text/event-stream" : "application/json");
+  };
+  stub.Post("/v1/completions", answer);
+  stub.Post("/v1/chat/completions", answer);
+  const int port = stub.bind_to_any_port("127.0.0.1");
+  struct Serving {  // stops and joins however the test ends
+    httplib::Server& stub;
+    std::thread thread{[this] { stub.listen_after_bind(); }};
+    ~Serving() {
+      stub.stop();
+      thread.join();
+    }
+  } serving{stub};
+  ServerProcess proxy(
+      {"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-ports", std::to_string(port),
+       "--decoder-hosts", "127.0.0.1", "--decoder-ports", std::to_string(port)},
+      "/tmp/chunkpipe_pd_stub_proxy.log", "/healthcheck");
+  ASSERT_TRUE(proxy.ready());
+  const std::vector<std::pair<json, bool>> requests = {
+      {{{"prompt", "bad usage"}, {"stream", "false"}, {"max_tokens", "4"}}, false},
+      {{{"prompt", "choices string"}, {"return_token_ids", "yes"}}, false},
+      {{{"prompt", "bad ids"}, {"return_token_ids", true}}, false},
+      {{{"prompt", "stream odd"}, {"stream", "true"}, {"stream_options", {{"include_usage", 1}}}},
+       true},
+      {{{"prompt", "stream empty"}, {"stream", 1}}, true},
+      {{{"prompt", "stream handed back without ids"}, {"stream", true}}, true},
+      {{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 5}}, false},
+  };
+  for (const auto& [body, streamed] : requests) {
+    const bool chat = body.contains("messages");
+    auto r = proxy.client(20).Post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump(),
+                                   "application/json");
+    ASSERT_TRUE(r) << "no answer to " << body.dump();
+    if (streamed && r->status == 200) {  // else the stream never started: a whole error
+      EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos)
+          << body.dump() << " -> " << r->body;
+    } else {
+      EXPECT_TRUE(json::parse(r->body, nullptr, false).is_object())
+          << body.dump() << " -> " << r->body;
+    }
+  }
+  EXPECT_EQ(recompute_round.load(), 2) << "the chat request was prefilled again after a hand-back";
+  EXPECT_EQ(proxy.client().Get("/healthcheck")->status, 200);
+  EXPECT_EQ(await_proxy_idle(proxy), 0);
+  EXPECT_EQ(proxy.stop(), 0) << "the proxy ran to its SIGTERM";
+}
+
 // SIGTERM to the proxy mid-stream, as serve handles it: a request that ends within the drain
 // timeout completes, a longer stream gets an error event, [DONE] and the chunked terminator,
 // the proxy exits 0, and P and D are left with nothing running and no block held.
@@ -733,6 +832,10 @@ TEST_F(PdTest, DecoderOutOfKvHandsRequestsBackAndTheProxyCompletesThem) {
     clients.emplace_back([&, i] {
       json body = complete_body("request number " + std::to_string(i) + " says hello", 90);
       body["stream"] = i % 2 == 1;
+      if (i >= 4) {  // typed as pydantic converts them: the proxy reads them as D will
+        body["stream"] = i % 2 == 1 ? "true" : "false";
+        body["max_tokens"] = "90";
+      }
       if (i % 2 == 0) {
         replies[i] = post(proxy, "/v1/completions", body);
       } else {
