@@ -69,8 +69,9 @@ void apply_sse_event(const std::string& payload, double now, StreamResult* r, bo
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, false);
   if (j.is_discarded()) return;
   if (j.contains("error")) {
-    r->error =
-        j["error"].is_object() ? j["error"].value("message", j["error"].dump()) : j["error"].dump();
+    const nlohmann::json& e = j["error"];
+    const bool has_message = e.is_object() && e.contains("message") && e["message"].is_string();
+    r->error = has_message ? e["message"].get<std::string>() : e.dump();
     return;
   }
   if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {

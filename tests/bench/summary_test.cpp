@@ -101,6 +101,12 @@ TEST(SseParseTest, ChoicesUsageErrorsAndDone) {
   EXPECT_EQ(r.prompt_len, 4);
   httpclient::apply_sse_event(R"({"error":{"message":"boom","code":500}})", 0.1, &r, &done);
   EXPECT_EQ(r.error, "boom");
+  // A server's odd shapes are read by type, never thrown on.
+  httpclient::apply_sse_event(R"({"error":{"message":5}})", 0.1, &r, &done);
+  EXPECT_EQ(r.error, R"({"message":5})");
+  httpclient::apply_sse_event(R"({"choices":[7],"usage":{"completion_tokens":"2"}})", 0.2, &r,
+                              &done);
+  EXPECT_EQ(r.output_tokens, 2);
 }
 
 }  // namespace
