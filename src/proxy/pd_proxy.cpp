@@ -34,7 +34,9 @@ std::string uuid4() {
 HttpResponse json_reply(int status, const json& body) {
   HttpResponse r;
   r.status = status;
-  r.body = body.dump();
+  // Messages may quote what a backend or an exception said: bytes that are not UTF-8 are
+  // replaced, where a plain dump() would throw.
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;
 }
 
