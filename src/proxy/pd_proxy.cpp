@@ -88,6 +88,14 @@ std::vector<int32_t> token_ids(const json& list) {
   return ids;
 }
 
+// Untrusted JSON (a client's body, a backend's answer) parsed under api's nesting bound: copies
+// and dumps recurse, and a body nested 300,000 deep overflowed the stack. Discarded on error.
+json parse_bounded(const std::string& text) {
+  json j;
+  if (api::parse_json_body(text, &j)) return json(json::value_t::discarded);
+  return j;
+}
+
 std::string sse(const json& chunk) {
   return "data: " + chunk.dump() + "\n\n";
 }
@@ -358,8 +366,10 @@ json next_round_request(const json& original, const json& current, bool chat,
 
 void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
   const std::string api = chat ? "/v1/chat/completions" : "/v1/completions";
-  json original = json::parse(ex->request().body, nullptr, /*allow_exceptions=*/false);
-  if (original.is_discarded() || !original.is_object())
+  json original;
+  if (auto e = api::parse_json_body(ex->request().body, &original))
+    return ex->respond(error_reply(400, e->message));
+  if (!original.is_object())
     return ex->respond(error_reply(400, "the request body is not a JSON object"));
   const bool stream = flag(original, "stream");
   const bool wants_ids = flag(original, "return_token_ids");
@@ -397,7 +407,7 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
     if (pr.cancelled) return end_with_error(*ex, 503, kShuttingDown);
     if (!pr.error.empty() || pr.status != 200)
       return relay_failure(*ex, streaming, pr, answer, "prefill instance " + p.instance().key());
-    json p_json = json::parse(answer, nullptr, false);
+    json p_json = parse_bounded(answer);
     json kv_params = nullptr;
     if (p_json.is_object() && p_json.contains("kv_transfer_params") &&
         p_json["kv_transfer_params"].is_object() && !p_json["kv_transfer_params"].empty())
@@ -446,7 +456,7 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
               for (std::string& event : splitter.push(piece)) {
                 const std::string data = sse_data(event);
                 if (data == "[DONE]") continue;  // sent once the last round is over
-                json chunk = json::parse(data, nullptr, false);
+                json chunk = parse_bounded(data);
                 if (!chunk.is_object()) {  // not ours to judge: relay it
                   forwarded = true;
                   if (!streaming) ex->start_stream(200, "text/event-stream", {});
@@ -514,7 +524,7 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
       return relay_failure(*ex, streaming, dr, d_answer, "decode instance " + d.instance().key());
     }
     if (!stream) {
-      json d_json = json::parse(d_answer, nullptr, false);
+      json d_json = parse_bounded(d_answer);
       if (!d_json.is_object())
         return ex->respond(error_reply(502, "the decoder's answer is not JSON"));
       ChoiceDelta cd = read_choice(d_json, chat, false);
@@ -606,7 +616,7 @@ void PdProxy::reset_prefix_cache(const std::shared_ptr<HttpExchange>& ex) {
 }
 
 void PdProxy::instances(const std::shared_ptr<HttpExchange>& ex, bool add) {
-  json body = json::parse(ex->request().body, nullptr, false);
+  const json body = parse_bounded(ex->request().body);
   if (!body.is_object() || !body.contains("type") ||
       (body["type"] != "prefill" && body["type"] != "decode"))
     return ex->respond(error_reply(400, "'type' must be \"prefill\" or \"decode\""));

@@ -665,8 +665,8 @@ TEST_F(PdTest, RandomRequestsThroughTheProxyLeaveNothingBehind) {
 // server, a version skew) costs only that request: the proxy reads every backend field by its
 // type, a stream always ends, and the proxy keeps serving. Before, a string where it expected
 // a number threw in the request's thread and ended the proxy, and so did "stream": "true" in
-// the client's body.
-TEST_F(PdTest, ProxySurvivesMalformedBackendAnswers) {
+// the client's body, and a body nested 300,000 deep.
+TEST_F(PdTest, ProxySurvivesMalformedBodiesAndAnswers) {
   // One stub plays P and D; the prompt names the answer. "recompute" answers the first decode
   // leg with a hand-back, the next with a chat message of the wrong type.
   std::atomic<int> recompute_round{0};
@@ -696,6 +696,8 @@ TEST_F(PdTest, ProxySurvivesMalformedBackendAnswers) {
     } else if (c == "bad ids") {
       out = R"({"choices":[{"text":"t","token_ids":["a"],"prompt_token_ids":[1.5]}],)"
             R"("usage":{"completion_tokens":[]}})";
+    } else if (c == "deep answer") {
+      out = R"({"choices":)" + std::string(300000, '[') + std::string(300000, ']') + "}";
     } else if (c == "stream odd") {
       out =
           "data: {\"choices\":[{\"text\":5,\"token_ids\":\"x\"}],"
@@ -734,6 +736,7 @@ TEST_F(PdTest, ProxySurvivesMalformedBackendAnswers) {
       {{{"prompt", "bad usage"}, {"stream", "false"}, {"max_tokens", "4"}}, false},
       {{{"prompt", "choices string"}, {"return_token_ids", "yes"}}, false},
       {{{"prompt", "bad ids"}, {"return_token_ids", true}}, false},
+      {{{"prompt", "deep answer"}}, false},
       {{{"prompt", "stream odd"}, {"stream", "true"}, {"stream_options", {{"include_usage", 1}}}},
        true},
       {{{"prompt", "stream empty"}, {"stream", 1}}, true},
@@ -754,6 +757,13 @@ TEST_F(PdTest, ProxySurvivesMalformedBackendAnswers) {
     }
   }
   EXPECT_EQ(recompute_round.load(), 2) << "the chat request was prefilled again after a hand-back";
+  // A client's body nested deeper than the bound gets a 400 (copying it overflowed the stack).
+  const std::string deep =
+      R"({"prompt":"x","extra":)" + std::string(300000, '[') + std::string(300000, ']') + "}";
+  auto r = proxy.client(20).Post("/v1/completions", deep, "application/json");
+  ASSERT_TRUE(r) << "the proxy died";
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("deeper than 64"), std::string::npos) << r->body;
   EXPECT_EQ(proxy.client().Get("/healthcheck")->status, 200);
   EXPECT_EQ(await_proxy_idle(proxy), 0);
   EXPECT_EQ(proxy.stop(), 0) << "the proxy ran to its SIGTERM";
