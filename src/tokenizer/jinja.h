@@ -20,6 +20,11 @@ struct Node;
 // non-ASCII kept, invalid UTF-8 replaced.
 std::string to_json_text(const nlohmann::json& value);
 
+// The source as the lexer sees it, as @huggingface/jinja prepares it: one trailing newline
+// dropped, lstrip_blocks (spaces and tabs from a line's start to a `{%`, `{#` or `{-` go) and
+// trim_blocks (the newline right after `%}`, `#}` or `-}` goes). Linear in the source.
+std::string strip_block_whitespace(std::string source);
+
 class Template {
  public:
   // Syntax errors name the line and what was expected.

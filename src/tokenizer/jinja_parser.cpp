@@ -2,7 +2,10 @@
 // @huggingface/jinja (drop one trailing newline, lstrip_blocks, trim_blocks) so both render the
 // same text; {%- -%} and {{- -}} strip whitespace as Jinja does.
 #include <cctype>
-#include <regex>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstdlib>
 
 #include "tokenizer/jinja.h"
 #include "tokenizer/jinja_ast.h"
@@ -32,13 +35,6 @@ struct Token {
   int line;
   nlohmann::json number;
 };
-
-std::string preprocess(std::string s) {
-  if (!s.empty() && s.back() == '\n') s.pop_back();
-  s = std::regex_replace(s, std::regex(R"((^|\n)[ \t]*(\{[#%-]))"), "$1$2");
-  s = std::regex_replace(s, std::regex(R"(([#%-]\})\n)"), "$1");
-  return s;
-}
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
@@ -140,10 +136,18 @@ class Lexer {
         }
         const std::string num = src_.substr(b, pos_ - b);
         Token t{TokKind::kNumber, num, line_, {}};
+        // strtod / from_chars, not std::stod / stoll: a literal out of range (the template may
+        // come with a request) is a syntax error, not an exception.
         if (is_float) {
-          t.number = std::stod(num);
+          errno = 0;
+          const double x = std::strtod(num.c_str(), nullptr);
+          if (errno == ERANGE) return error("number " + num + " is out of range");
+          t.number = x;
         } else {
-          t.number = std::stoll(num);
+          int64_t x = 0;
+          const auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), x);
+          if (ec != std::errc()) return error("integer " + num + " is out of range");
+          t.number = x;
         }
         tokens_.push_back(std::move(t));
       } else if (c == '\'' || c == '"') {
@@ -221,6 +225,28 @@ class Lexer {
   std::vector<Token> tokens_;
 };
 
+// The tree's nesting is bounded: parsing, rendering and freeing it all recurse over it, and a
+// template may come with a request (--trust-request-chat-template) or an unknown checkpoint.
+// Each recursive descent and each node wrapped around another counts one level.
+constexpr int kMaxNesting = 200;
+
+// Levels entered by one parser function, given back when it returns.
+class Nesting {
+ public:
+  explicit Nesting(int* depth) : depth_(depth) {}
+  ~Nesting() { *depth_ -= entered_; }
+  Nesting(const Nesting&) = delete;
+  Nesting& operator=(const Nesting&) = delete;
+  bool enter() {
+    ++entered_;
+    return ++*depth_ <= kMaxNesting;
+  }
+
+ private:
+  int* depth_;
+  int entered_ = 0;
+};
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
@@ -257,9 +283,14 @@ class Parser {
     ++i_;
     return {};
   }
+  Status too_deep() const {
+    return error("nesting deeper than " + std::to_string(kMaxNesting) + " levels");
+  }
 
   // Parses statements until one of `stops` ({% name %}), whose name goes to *stop.
   Status parse_body(Node* block, const std::vector<std::string>& stops, std::string* stop) {
+    Nesting nesting(&depth_);
+    if (!nesting.enter()) return too_deep();
     while (true) {
       const Token& tok = peek();
       if (tok.kind == TokKind::kEnd) {
@@ -394,6 +425,8 @@ class Parser {
 
   // expression := or_expr ['if' or_expr ['else' expression]]
   Result<NodePtr> expression() {
+    Nesting nesting(&depth_);
+    if (!nesting.enter()) return too_deep();
     CP_ASSIGN_OR_RETURN(auto value, or_expr());
     if (!is_name("if")) return value;
     const int line = peek().line;
@@ -420,29 +453,35 @@ class Parser {
   }
 
   Result<NodePtr> or_expr() {
+    Nesting nesting(&depth_);
     CP_ASSIGN_OR_RETURN(auto left, and_expr());
     while (is_name("or")) {
       const int line = peek().line;
       ++i_;
       CP_ASSIGN_OR_RETURN(auto right, and_expr());
+      if (!nesting.enter()) return too_deep();
       left = binary("or", std::move(left), std::move(right), line);
     }
     return left;
   }
 
   Result<NodePtr> and_expr() {
+    Nesting nesting(&depth_);
     CP_ASSIGN_OR_RETURN(auto left, not_expr());
     while (is_name("and")) {
       const int line = peek().line;
       ++i_;
       CP_ASSIGN_OR_RETURN(auto right, not_expr());
+      if (!nesting.enter()) return too_deep();
       left = binary("and", std::move(left), std::move(right), line);
     }
     return left;
   }
 
   Result<NodePtr> not_expr() {
+    Nesting nesting(&depth_);
     if (is_name("not")) {
+      if (!nesting.enter()) return too_deep();
       auto n = std::make_unique<Node>(NodeKind::kUnary, peek().line);
       ++i_;
       n->text = "not";
@@ -454,6 +493,7 @@ class Parser {
   }
 
   Result<NodePtr> compare() {
+    Nesting nesting(&depth_);
     CP_ASSIGN_OR_RETURN(auto left, additive());
     while (true) {
       const int line = peek().line;
@@ -471,36 +511,43 @@ class Parser {
         return left;
       }
       CP_ASSIGN_OR_RETURN(auto right, additive());
+      if (!nesting.enter()) return too_deep();
       left = binary(op, std::move(left), std::move(right), line);
     }
   }
 
   Result<NodePtr> additive() {
+    Nesting nesting(&depth_);
     CP_ASSIGN_OR_RETURN(auto left, multiplicative());
     while (is_op("+") || is_op("-") || is_op("~")) {
       const std::string op = peek().text;
       const int line = peek().line;
       ++i_;
       CP_ASSIGN_OR_RETURN(auto right, multiplicative());
+      if (!nesting.enter()) return too_deep();
       left = binary(op, std::move(left), std::move(right), line);
     }
     return left;
   }
 
   Result<NodePtr> multiplicative() {
+    Nesting nesting(&depth_);
     CP_ASSIGN_OR_RETURN(auto left, unary());
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
       const std::string op = peek().text;
       const int line = peek().line;
       ++i_;
       CP_ASSIGN_OR_RETURN(auto right, unary());
+      if (!nesting.enter()) return too_deep();
       left = binary(op, std::move(left), std::move(right), line);
     }
     return left;
   }
 
   Result<NodePtr> unary() {
+    Nesting nesting(&depth_);
     if (is_op("-") || is_op("+")) {
+      if (!nesting.enter()) return too_deep();
       auto n = std::make_unique<Node>(NodeKind::kUnary, peek().line);
       n->text = peek().text;
       ++i_;
@@ -513,8 +560,10 @@ class Parser {
 
   // postfix ('|' filter | 'is' ['not'] test)*
   Result<NodePtr> filtered() {
+    Nesting nesting(&depth_);
     CP_ASSIGN_OR_RETURN(auto operand, postfix());
     while (true) {
+      if ((is_op("|") || is_name("is")) && !nesting.enter()) return too_deep();
       if (is_op("|")) {
         ++i_;
         if (peek().kind != TokKind::kName) return error("expected a filter name after '|'");
@@ -567,9 +616,11 @@ class Parser {
   }
 
   Result<NodePtr> postfix() {
+    Nesting nesting(&depth_);
     CP_ASSIGN_OR_RETURN(auto node, primary());
     while (true) {
       const int line = peek().line;
+      if ((is_op(".") || is_op("[") || is_op("(")) && !nesting.enter()) return too_deep();
       if (is_op(".")) {
         ++i_;
         if (peek().kind != TokKind::kName && peek().kind != TokKind::kNumber)
@@ -699,14 +750,49 @@ class Parser {
 
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;  // levels of nesting entered (Nesting)
 };
 
 }  // namespace
 
 Template::~Template() = default;
 
+// One pass per rule, in the order @huggingface/jinja applies its two regular expressions
+// (std::regex, which this used, recursed once per character and overflowed the stack on a long
+// run of spaces).
+std::string strip_block_whitespace(std::string s) {
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  auto opens_block = [&](size_t i) {
+    return i + 1 < s.size() && s[i] == '{' &&
+           (s[i + 1] == '%' || s[i + 1] == '#' || s[i + 1] == '-');
+  };
+  // lstrip_blocks: from where a line starts, past spaces and tabs, when a block opens there.
+  auto past_indent = [&](size_t line) {
+    size_t i = line;
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+    return opens_block(i) ? i : line;
+  };
+  std::string lstripped;
+  lstripped.reserve(s.size());
+  for (size_t i = past_indent(0); i < s.size();) {
+    lstripped += s[i];
+    i = s[i] == '\n' ? past_indent(i + 1) : i + 1;
+  }
+  // trim_blocks: a newline right after a block closes.
+  std::string out;
+  out.reserve(lstripped.size());
+  for (size_t i = 0; i < lstripped.size(); ++i) {
+    const bool after_close =
+        i >= 2 && lstripped[i - 1] == '}' &&
+        (lstripped[i - 2] == '%' || lstripped[i - 2] == '#' || lstripped[i - 2] == '-');
+    if (lstripped[i] == '\n' && after_close) continue;
+    out += lstripped[i];
+  }
+  return out;
+}
+
 Result<std::unique_ptr<Template>> Template::parse(const std::string& source) {
-  const std::string src = preprocess(source);
+  const std::string src = strip_block_whitespace(source);
   Lexer lexer(src);
   CP_ASSIGN_OR_RETURN(auto tokens, lexer.run());
   Parser parser(std::move(tokens));

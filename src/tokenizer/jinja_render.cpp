@@ -2,8 +2,10 @@
 // objects). Output conversions follow @huggingface/jinja, the oracle the tests compare with:
 // booleans print as true/false, none as null, floats with a trailing .0 when integral.
 // Errors inside rendering travel as a private exception and leave render() as a Status.
+// Rendering is bounded (the limits below): a template may come with a request.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -19,6 +21,27 @@ using nlohmann::json;
 struct RenderError {
   std::string message;
 };
+
+// What one render may build and run. A template from a request or an unknown checkpoint could
+// otherwise grow strings and lists without end, nest values deeper than the recursive printers
+// and copies can go, or loop for hours. The prompt itself is bounded far below these.
+constexpr size_t kMaxStringBytes = 64 << 20;  // a string value, and the rendered text
+constexpr size_t kMaxItems = 1 << 22;         // the items of a list or mapping
+constexpr int kMaxValueDepth = 128;           // lists and mappings nested in each other
+constexpr int64_t kMaxRange = 100000;         // range()'s items, as Jinja's sandbox allows
+constexpr int64_t kMaxIterations = 1000000;   // loop iterations of one render
+
+// Nesting of lists and mappings in v, counted up to limit + 1 (the recursion stops there).
+int value_depth(const json& v, int limit) {
+  if (!v.is_structured()) return 0;
+  if (limit <= 0) return 1;
+  int deepest = 0;
+  for (const json& c : v) {
+    deepest = std::max(deepest, value_depth(c, limit - 1));
+    if (deepest >= limit) break;
+  }
+  return deepest + 1;
+}
 
 [[noreturn]] void fail(const Node& n, const std::string& what) {
   throw RenderError{"chat template error at line " + std::to_string(n.line) + ": " + what};
@@ -176,10 +199,10 @@ class Renderer {
         return;
       case NodeKind::kText:
         *out += n.text;
-        return;
+        break;
       case NodeKind::kOutput:
         *out += to_string(eval(*n.children[0]));
-        return;
+        break;
       case NodeKind::kIf: {
         const size_t pairs = (n.children.size() - (n.has_else ? 1 : 0)) / 2;
         for (size_t i = 0; i < pairs; ++i) {
@@ -209,6 +232,8 @@ class Renderer {
       default:
         fail(n, "not a statement");
     }
+    if (out->size() > kMaxStringBytes)
+      fail(n, "rendered text longer than " + std::to_string(kMaxStringBytes) + " bytes");
   }
 
  private:
@@ -218,6 +243,11 @@ class Renderer {
       if (f != it->end()) return f->second;
     }
     return Value::undef();
+  }
+
+  void count_iteration(const Node& n) {
+    if (++iterations_ > kMaxIterations)
+      fail(n, "more than " + std::to_string(kMaxIterations) + " loop iterations");
   }
 
   void exec_for(const Node& n, std::string* out) {
@@ -239,11 +269,13 @@ class Renderer {
     scopes_.emplace_back();
     std::vector<json> selected;
     for (json& item : items) {
+      count_iteration(n);
       bind_loop_vars(n, item);
       if (filter == nullptr || truthy(eval(*filter))) selected.push_back(std::move(item));
     }
     const size_t count = selected.size();
     for (size_t i = 0; i < count; ++i) {
+      count_iteration(n);
       bind_loop_vars(n, selected[i]);
       json loop = {{"index", i + 1},
                    {"index0", i},
@@ -270,7 +302,25 @@ class Renderer {
     for (size_t k = 0; k < n.names.size(); ++k) scopes_.back()[n.names[k]] = Value::of(item[k]);
   }
 
+  // Every value is checked against the limits as it is made.
   Value eval(const Node& n) {
+    Value v = eval_node(n);
+    const json& j = v.j();
+    if (j.is_string() && j.get_ref<const std::string&>().size() > kMaxStringBytes)
+      fail(n, "a string longer than " + std::to_string(kMaxStringBytes) + " bytes");
+    if (j.is_structured()) {
+      if (j.size() > kMaxItems)
+        fail(n, "a list or mapping of more than " + std::to_string(kMaxItems) + " items");
+      const bool builds = n.kind == NodeKind::kList || n.kind == NodeKind::kDict ||
+                          n.kind == NodeKind::kFilter || n.kind == NodeKind::kCall ||
+                          n.kind == NodeKind::kBinary;
+      if (builds && value_depth(j, kMaxValueDepth) > kMaxValueDepth)
+        fail(n, "values nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
+    }
+    return v;
+  }
+
+  Value eval_node(const Node& n) {
     switch (n.kind) {
       case NodeKind::kLiteral:
         return Value::of(n.value);
@@ -307,8 +357,10 @@ class Renderer {
         if (n.text == "not") return Value::of(!truthy(v));
         if (!v.j().is_number()) fail(n, "unary " + n.text + " needs a number");
         if (n.text == "+") return v;
-        return v.j().is_number_integer() ? Value::of(-v.j().get<int64_t>())
-                                         : Value::of(-v.j().get<double>());
+        if (!v.j().is_number_integer()) return Value::of(-v.j().get<double>());
+        const int64_t x = v.j().get<int64_t>();
+        if (x == INT64_MIN) fail(n, "integer overflow");
+        return Value::of(-x);
       }
       case NodeKind::kTernary: {
         if (truthy(eval(*n.children[1]))) return eval(*n.children[0]);
@@ -433,8 +485,20 @@ class Renderer {
           start = b[0], stop = b[1];
         if (b.size() == 3) step = b[2];
         if (step == 0 || b.empty() || b.size() > 3) fail(n, "bad range() arguments");
+        // The item count in unsigned 64 bits: start, stop and step may be anywhere in int64.
+        const bool up = step > 0;
+        uint64_t size = 0;
+        if (up ? start < stop : start > stop) {
+          const uint64_t span =
+              up ? uint64_t(stop) - uint64_t(start) : uint64_t(start) - uint64_t(stop);
+          const uint64_t stride = up ? uint64_t(step) : uint64_t(0) - uint64_t(step);
+          size = (span - 1) / stride + 1;
+        }
+        if (size > uint64_t(kMaxRange))
+          fail(n, "range() of more than " + std::to_string(kMaxRange) + " items");
         json out = json::array();
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
+        for (int64_t i = 0; i < static_cast<int64_t>(size); ++i)
+          out.push_back(int64_t(uint64_t(start) + uint64_t(i) * uint64_t(step)));  // in range
         return Value::of(std::move(out));
       }
       fail(n, "unknown function '" + callee.text + "'");
@@ -660,8 +724,12 @@ class Renderer {
       return Value::of(std::move(out));
     }
     if (op == "*" && a.is_string() && b.is_number_integer()) {
+      const std::string& piece = a.get_ref<const std::string&>();
+      const int64_t times = b.get<int64_t>();
+      if (times > 0 && !piece.empty() && uint64_t(times) > kMaxStringBytes / piece.size())
+        fail(n, "a string longer than " + std::to_string(kMaxStringBytes) + " bytes");
       std::string out;
-      for (int64_t i = 0; i < b.get<int64_t>(); ++i) out += a.get<std::string>();
+      for (int64_t i = 0; i < times; ++i) out += piece;
       return Value::of(out);
     }
     if (a.is_string() && b.is_string()) {
@@ -680,12 +748,19 @@ class Renderer {
     if (op == ">=") return Value::of(x >= y);
     if (ints && op != "/") {
       const int64_t p = a.get<int64_t>(), q = b.get<int64_t>();
-      if (op == "+") return Value::of(p + q);
-      if (op == "-") return Value::of(p - q);
-      if (op == "*") return Value::of(p * q);
+      int64_t r = 0;
+      if ((op == "+" && __builtin_add_overflow(p, q, &r)) ||
+          (op == "-" && __builtin_sub_overflow(p, q, &r)) ||
+          (op == "*" && __builtin_mul_overflow(p, q, &r)))
+        fail(n, "integer overflow");
+      if (op == "+" || op == "-" || op == "*") return Value::of(r);
       if (q == 0) fail(n, "division by zero");
-      if (op == "//")
-        return Value::of(static_cast<int64_t>(std::floor(static_cast<double>(p) / q)));
+      if (op == "%" && q == -1) return Value::of(0);  // INT64_MIN % -1 would trap
+      if (op == "//") {                               // floor division, exact in 64 bits
+        if (p == INT64_MIN && q == -1) fail(n, "integer overflow");
+        const int64_t d = p / q;
+        return Value::of(p % q != 0 && (p < 0) != (q < 0) ? d - 1 : d);
+      }
       if (op == "%") return Value::of(((p % q) + q) % q);
     }
     if (op == "+") return Value::of(x + y);
@@ -699,6 +774,7 @@ class Renderer {
   }
 
   std::vector<std::unordered_map<std::string, Value>> scopes_;
+  int64_t iterations_ = 0;  // loop iterations so far (kMaxIterations)
 };
 
 }  // namespace

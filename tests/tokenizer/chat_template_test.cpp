@@ -1,11 +1,14 @@
 // Chat templates: the Jinja renderer and the built-in V3.1 template against texts rendered by
 // npm @huggingface/jinja (tests/data/chat/expected.json, made by tools/render_chat_fixtures.mjs),
-// continue_final_message, and the errors bad templates and bad messages produce.
+// continue_final_message, the errors bad templates and bad messages produce, and the bounds a
+// hostile template meets.
 #include "tokenizer/chat_template.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
+#include <regex>
 #include <sstream>
 
 namespace {
@@ -136,6 +139,87 @@ TEST(JinjaTest, ExpressionsFiltersAndWhitespaceControl) {
       "dZ");
   // Filters bind tighter than `+`, as in vLLM's tool templates ('<sep>' + args|tojson + '<end>').
   EXPECT_EQ(render("{{ '<' + x['a'] | tojson + '>' }}", {{"x", {{"a", "q\"s"}}}}), "<\"q\\\"s\">");
+}
+
+// The whitespace rules against the two regular expressions of @huggingface/jinja (the naive
+// reference: std::regex recurses per character, fine on these short strings), on random text
+// made of the characters the rules look at; and on a run of spaces std::regex overflowed on.
+TEST(JinjaTest, BlockWhitespaceMatchesTheRegularExpressions) {
+  static const std::regex indent(R"((^|\n)[ \t]*(\{[#%-]))"), newline(R"(([#%-]\})\n)");
+  auto reference = [](std::string s) {
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    return std::regex_replace(std::regex_replace(s, indent, "$1$2"), newline, "$1");
+  };
+  std::mt19937 rng(5);
+  const std::string alphabet = " \t\n{}%#-a";
+  for (int i = 0; i < 20000; ++i) {
+    std::string s(std::uniform_int_distribution<int>(0, 24)(rng), ' ');
+    for (char& c : s)
+      c = alphabet[std::uniform_int_distribution<size_t>(0, alphabet.size() - 1)(rng)];
+    ASSERT_EQ(tokenizer::jinja::strip_block_whitespace(s), reference(s)) << json(s).dump();
+  }
+  const std::string long_indent = "\n" + std::string(1000000, ' ') + "{% if true %}x{% endif %}";
+  EXPECT_EQ(tokenizer::jinja::strip_block_whitespace(long_indent), "\n{% if true %}x{% endif %}");
+  EXPECT_EQ(render(long_indent), "\nx");
+}
+
+// A template may come with a request (--trust-request-chat-template) or an unknown checkpoint:
+// nesting, values, loops and arithmetic are bounded, and each bound is an error that says so,
+// where the server used to overflow its stack, exhaust memory, loop for hours or trap.
+TEST(JinjaTest, HostileTemplatesMeetBoundsNotCrashes) {
+  const std::string deep_parens =
+      "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
+  const std::string deep_ifs = [] {
+    std::string t;
+    for (int i = 0; i < 50000; ++i) t += "{% if true %}";
+    t += "x";
+    for (int i = 0; i < 50000; ++i) t += "{% endif %}";
+    return t;
+  }();
+  std::string long_sum = "{{ 1", attributes = "{{ x";
+  for (int i = 0; i < 100000; ++i) long_sum += " + 1", attributes += ".a";
+  const std::string deep_list = "{{ " + std::string(100000, '[') + std::string(100000, ']') + " }}";
+  const std::string minuses = "{{ " + std::string(100000, '-') + "1 }}";
+  for (const std::string& t :
+       {deep_parens, deep_ifs, long_sum + " }}", attributes + " }}", deep_list, minuses}) {
+    EXPECT_NE(syntax_error(t).find("nesting deeper than 200 levels"), std::string::npos)
+        << t.substr(0, 40);
+  }
+  EXPECT_NE(syntax_error("{{ 99999999999999999999 }}").find("out of range"), std::string::npos);
+  EXPECT_NE(syntax_error("{{ 1" + std::string(400, '0') + ".5 }}").find("out of range"),
+            std::string::npos);
+
+  auto refused = [](const std::string& source, const std::string& why) {
+    const std::string r = render(source);
+    EXPECT_EQ(r.rfind("ERROR: ", 0), 0u) << source << " rendered " << r.size() << " bytes";
+    EXPECT_NE(r.find(why), std::string::npos) << source << ": " << r.substr(0, 200);
+  };
+  refused("{% for i in range(100000000) %}x{% endfor %}", "range() of more than 100000 items");
+  refused("{{ range(-9223372036854775807, 9223372036854775807, 3) | length }}",
+          "range() of more than");
+  refused("{% for i in range(100000) %}{% for j in range(10) %}{% endfor %}{% endfor %}",
+          "more than 1000000 loop iterations");
+  refused("{{ 'ab' * 4611686018427387904 }}", "a string longer than");
+  refused(
+      "{% set s = namespace(t='x') %}{% for i in range(40) %}{% set s.t = s.t ~ s.t %}"
+      "{% endfor %}{{ s.t | length }}",
+      "a string longer than");
+  refused(
+      "{% set s = namespace(v=[]) %}{% for i in range(1000) %}{% set s.v = [s.v] %}"
+      "{% endfor %}{{ s.v }}",
+      "values nested deeper than 128 levels");
+  refused("{{ 9223372036854775807 + 1 }}", "integer overflow");
+  refused("{{ -9223372036854775807 - 2 }}", "integer overflow");
+  refused("{{ 4611686018427387904 * 2 }}", "integer overflow");
+  refused("{{ (-9223372036854775807 - 1) // -1 }}", "integer overflow");
+  // What stays inside the bounds renders as before.
+  EXPECT_EQ(render("{{ (-9223372036854775807 - 1) % -1 }}{{ range(3, -3, -2) | join(',') }}"),
+            "03,1,-1");
+  EXPECT_EQ(render("{{ -7 // 2 }} {{ 7 // -2 }} {{ -9223372036854775807 // 3 }} {{ 6 // 3 }}"),
+            "-4 -4 -3074457345618258603 2");
+  EXPECT_EQ(render("{{ range(9223372036854775805, 9223372036854775807) | join(',') }}"),
+            "9223372036854775805,9223372036854775806");
+  EXPECT_EQ(render("{{ " + std::string(150, '(') + "7" + std::string(150, ')') + " }}"), "7");
 }
 
 TEST(ChatMessagesTest, BadMessagesNameTheField) {
