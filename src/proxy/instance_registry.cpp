@@ -10,7 +10,9 @@ std::string InstanceInfo::url() const {
   return "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-std::string InstanceInfo::key() const { return host + ":" + std::to_string(port); }
+std::string InstanceInfo::key() const {
+  return host + ":" + std::to_string(port);
+}
 
 Lease& Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
@@ -74,8 +76,8 @@ Lease InstanceRegistry::acquire(Role role, size_t body_bytes) {
   }
   Lease lease;
   if (best == nullptr) return lease;
-  const double load = role == Role::kPrefill ? 0.3 * prefill_cost(body_bytes)
-                                             : static_cast<double>(body_bytes);
+  const double load =
+      role == Role::kPrefill ? 0.3 * prefill_cost(body_bytes) : static_cast<double>(body_bytes);
   best->load += load;
   ++best->requests;
   lease.registry_ = this;
@@ -104,7 +106,9 @@ std::vector<InstanceInfo> InstanceRegistry::instances(Role role) const {
   return out;
 }
 
-size_t InstanceRegistry::num_ready(Role role) const { return instances(role).size(); }
+size_t InstanceRegistry::num_ready(Role role) const {
+  return instances(role).size();
+}
 
 int64_t InstanceRegistry::requests_in_flight() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -117,12 +121,11 @@ nlohmann::json InstanceRegistry::snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   nlohmann::json out = {{"prefill", nlohmann::json::array()}, {"decode", nlohmann::json::array()}};
   for (const Entry& e : entries_) {
-    out[e.role == Role::kPrefill ? "prefill" : "decode"].push_back(
-        {{"instance", e.info.key()},
-         {"requests", e.requests},
-         {"load", e.load},
-         {"ready", e.ready},
-         {"tainted", e.tainted}});
+    out[e.role == Role::kPrefill ? "prefill" : "decode"].push_back({{"instance", e.info.key()},
+                                                                    {"requests", e.requests},
+                                                                    {"load", e.load},
+                                                                    {"ready", e.ready},
+                                                                    {"tainted", e.tainted}});
   }
   return out;
 }

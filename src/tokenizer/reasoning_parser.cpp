@@ -10,7 +10,6 @@ namespace {
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
 
-
 }  // namespace
 
 ReasoningDelta ReasoningParser::push(std::string_view text) {
