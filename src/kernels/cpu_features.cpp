@@ -101,6 +101,8 @@ std::string kernel_paths_line() {
   s += ", linear int8 ";
   s += f.avx512_vnni ? "avx512_vnni" : (f.avx_vnni ? "avx_vnni" : "avx2");
   if (f.amx_int8) s += " (amx_int8 from 16 tokens)";
+  s += ", sampler exp ";
+  s += f.avx512 ? "avx512" : "avx2";
   s += "; cpu features: " + describe(f);
   return s;
 }

@@ -1,13 +1,17 @@
-// exp over a row in double (sampler weights, log-softmax sums): AVX2, four lanes, and std::exp
-// references. By hand: libm is scalar (~20 ns a call, half of a sampled token's cost over a 129k
-// vocabulary), and neither OpenBLAS nor oneDNN has a vector double exp. x = n·ln2 + r (ln2 in
-// fdlibm's hi/lo split), |r| <= ln2/2, Taylor to degree 13 (truncation < 1e-17), and 2^n in two
-// factors so that subnormal results keep their exponent.
+// exp over a row in double (sampler weights, log-softmax sums): AVX2, four lanes (eight on
+// AVX-512: exp_row_avx512.cpp, the same bits), and std::exp references. By hand: libm is scalar
+// (~20 ns a call, half of a sampled token's cost over a 129k vocabulary), and neither OpenBLAS nor
+// oneDNN has a vector double exp. x = n·ln2 + r (ln2 in fdlibm's hi/lo split), |r| <= ln2/2, Taylor
+// to degree 13 (truncation < 1e-17), and 2^n in two factors so that subnormal results keep their
+// exponent.
 #include "kernels/exp_row.h"
 
 #include <immintrin.h>
 
 #include <cmath>
+
+#include "kernels/cpu_features.h"
+#include "kernels/exp_row_paths.h"
 
 namespace kernels {
 namespace {
@@ -65,6 +69,7 @@ inline __attribute__((always_inline)) __m256d exp4(__m256d x) {
 }  // namespace
 
 void exp_shifted(const float* x, int64_t n, float shift, double scale, double* out) {
+  if (cpu_features().avx512) return detail::exp_shifted_avx512(x, n, shift, scale, out);
   const __m128 vshift = _mm_set1_ps(shift);
   const __m256d vscale = _mm256_set1_pd(scale);
   int64_t i = 0;
@@ -89,6 +94,7 @@ void exp_shifted(const float* x, int64_t n, float shift, double scale, double* o
 }
 
 double sum_exp_shifted(const float* x, int64_t n, double shift) {
+  if (cpu_features().avx512) return detail::sum_exp_shifted_avx512(x, n, shift);
   const __m256d vshift = _mm256_set1_pd(shift);
   __m256d acc = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
   int64_t i = 0;

@@ -236,6 +236,11 @@ TEST(CpuFeaturesTest, ScopedFeaturesCapAndRestore) {
     EXPECT_EQ(kernels::cpu_features(), kernels::detected_cpu_features());
   }
   EXPECT_NE(kernels::kernel_paths_line().find("linear int8"), std::string::npos);
+  {
+    kernels::ScopedCpuFeatures isa({});
+    EXPECT_NE(kernels::kernel_paths_line().find("sampler exp avx2;"), std::string::npos)
+        << kernels::kernel_paths_line();
+  }
 }
 
 TEST(GemmTest, StridedOutput) {

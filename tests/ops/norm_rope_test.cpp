@@ -101,10 +101,41 @@ TEST(VecExpTest, MatchesStdExp) {
   EXPECT_EQ(out[0], 0.0f);
 }
 
+void expect_exp_shifted_matches_std_exp();
+
 // exp_shifted (the sampler's weights, in double) against std::exp: within 2 ulp of it from
 // overflow down through the subnormals, exactly 1 at the shift, 0 for -inf, NaN and past the
-// last subnormal; the tail past the last group of four gets the same function.
+// last subnormal; the tail past the last group of lanes gets the same function. On every ISA
+// path, each giving the AVX2 path's bits.
 TEST(ExpRowTest, ExpShiftedMatchesStdExp) {
+  for (const auto& path : testutil::supported_isa_paths()) {
+    SCOPED_TRACE(path.name);
+    kernels::ScopedCpuFeatures isa(path.features);
+    expect_exp_shifted_matches_std_exp();
+  }
+}
+
+TEST(ExpRowTest, EveryPathGivesTheSameBits) {
+  auto x = testutil::random_vector(4099, 3, 60.0f);
+  for (float v : {-760.0f, -745.0f, -744.5f, -708.5f, 709.5f, 720.0f}) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<double> avx2(x.size()), got(x.size());
+  double avx2_sum;
+  {
+    kernels::ScopedCpuFeatures isa({});
+    kernels::exp_shifted(x.data(), n, 1.5f, 1.0 / 0.7, avx2.data());
+    avx2_sum = kernels::sum_exp_shifted(x.data(), n, 30.0);
+  }
+  for (const auto& path : testutil::supported_isa_paths()) {
+    SCOPED_TRACE(path.name);
+    kernels::ScopedCpuFeatures isa(path.features);
+    kernels::exp_shifted(x.data(), n, 1.5f, 1.0 / 0.7, got.data());
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], avx2[i]) << "exp at " << x[i];
+    EXPECT_NEAR(kernels::sum_exp_shifted(x.data(), n, 30.0), avx2_sum, 1e-13 * avx2_sum);
+  }
+}
+
+void expect_exp_shifted_matches_std_exp() {
   std::vector<float> xs;
   for (float x = -760.0f; x <= 720.0f; x += 0.173f) xs.push_back(x);
   for (float x = -3.0f; x <= 0.0f; x += 1.0f / 1024) xs.push_back(x);
@@ -144,17 +175,22 @@ TEST(ExpRowTest, ExpShiftedMatchesStdExp) {
 }
 
 // sum_exp_shifted (log-softmax denominators): the reference's sum up to the order of the
-// additions (1e-12 over 129k terms), NaN skipped, for lengths that end inside a group of four.
+// additions (1e-12 over 129k terms), NaN skipped, for lengths that end inside a group of lanes,
+// on every ISA path.
 TEST(ExpRowTest, SumExpShiftedMatchesReference) {
   auto x = testutil::random_vector(129280, 5, 8.0f);
   x[17] = std::nanf("");
   x[18] = -std::numeric_limits<float>::infinity();
-  for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{19}, int64_t{4097}, int64_t{129280}}) {
-    const double shift = 7.5;
-    const double got = kernels::sum_exp_shifted(x.data(), n, shift);
-    const double want = kernels::sum_exp_shifted_reference(x.data(), n, shift);
-    EXPECT_NEAR(got, want, 1e-12 * want) << "n=" << n;
-    EXPECT_GT(want, 0.0);
+  for (const auto& path : testutil::supported_isa_paths()) {
+    SCOPED_TRACE(path.name);
+    kernels::ScopedCpuFeatures isa(path.features);
+    for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{19}, int64_t{4097}, int64_t{129280}}) {
+      const double shift = 7.5;
+      const double got = kernels::sum_exp_shifted(x.data(), n, shift);
+      const double want = kernels::sum_exp_shifted_reference(x.data(), n, shift);
+      EXPECT_NEAR(got, want, 1e-12 * want) << "n=" << n;
+      EXPECT_GT(want, 0.0);
+    }
   }
 }
 
