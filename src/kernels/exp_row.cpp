@@ -16,25 +16,7 @@
 namespace kernels {
 namespace {
 
-constexpr double kLog2e = 1.4426950408889634074;
-constexpr double kLn2Hi = 6.93147180369123816490e-01;
-constexpr double kLn2Lo = 1.90821492927058770002e-10;
-constexpr double kMax = 709.782712893384;    // exp overflows above
-constexpr double kMin = -745.1332191019412;  // exp rounds to 0 below
-constexpr int kDegree = 13;
-
-// 1/k! for k = kDegree .. 2, for Horner's rule.
-struct Coefficients {
-  double c[kDegree - 1];
-  constexpr Coefficients() : c() {
-    double f = 1;
-    for (int k = 2; k <= kDegree; ++k) {
-      f *= k;
-      c[kDegree - k] = 1.0 / f;
-    }
-  }
-};
-constexpr Coefficients kCoefficients;
+using namespace detail::exp_constants;
 
 // 2^n for n in [-1022, 1023], one per lane.
 __m256d pow2(__m128i n) {

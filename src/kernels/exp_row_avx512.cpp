@@ -20,25 +20,7 @@
 namespace kernels::detail {
 namespace {
 
-constexpr double kLog2e = 1.4426950408889634074;
-constexpr double kLn2Hi = 6.93147180369123816490e-01;
-constexpr double kLn2Lo = 1.90821492927058770002e-10;
-constexpr double kMax = 709.782712893384;    // exp overflows above
-constexpr double kMin = -745.1332191019412;  // exp rounds to 0 below
-constexpr int kDegree = 13;
-
-// 1/k! for k = kDegree .. 2, for Horner's rule (the AVX2 path's table).
-struct Coefficients {
-  double c[kDegree - 1];
-  constexpr Coefficients() : c() {
-    double f = 1;
-    for (int k = 2; k <= kDegree; ++k) {
-      f *= k;
-      c[kDegree - k] = 1.0 / f;
-    }
-  }
-};
-constexpr Coefficients kCoefficients;
+using namespace exp_constants;
 
 inline __attribute__((always_inline)) __m512d exp8(__m512d x) {
   const __mmask8 zero = _mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q) |  // NaN, or below the last
