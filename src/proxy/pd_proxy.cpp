@@ -58,22 +58,29 @@ bool flag(const json& body, const char* key) {
   const json v = api::lax_convert(*it, api::LaxType::kBool).value_or(*it);
   return v.is_boolean() && v.get<bool>();
 }
-std::optional<int64_t> integer(const json& body, const char* key) {
-  const auto it = body.find(key);
-  if (it == body.end()) return std::nullopt;
-  const json v = api::lax_convert(*it, api::LaxType::kInteger).value_or(*it);
+// An integer field: converted as pydantic would (`lax`, a client's body) or only as it is (a
+// backend's answer); nullopt when missing or not an int64. A wrong type never throws here.
+std::optional<int64_t> integer(const json& obj, const char* key, bool lax = true) {
+  if (!obj.is_object()) return std::nullopt;
+  const auto it = obj.find(key);
+  if (it == obj.end()) return std::nullopt;
+  const json v = lax ? api::lax_convert(*it, api::LaxType::kInteger).value_or(*it) : *it;
   if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX))
     return std::nullopt;
   return v.get<int64_t>();
 }
 
-// A backend's integer field, or `fallback` when it is missing or not an integer: the proxy
-// never trusts a body enough to let a wrong type throw.
-int64_t int_field(const json& obj, const char* key, int64_t fallback) {
-  if (!obj.is_object()) return fallback;
-  const auto it = obj.find(key);
-  if (it == obj.end() || !it->is_number_integer()) return fallback;
-  return it->get<int64_t>();
+// A decoder's usage as the client's: P's prompt count, and the tokens of earlier rounds (a
+// request handed back and resumed) added to the completion count. Counts that are not
+// integers are left as the decoder sent them.
+void rebase_usage(json* usage, int64_t prompt_tokens, int64_t generated) {
+  json& u = *usage;
+  if (prompt_tokens >= 0) u["prompt_tokens"] = prompt_tokens;
+  const auto completion = integer(u, "completion_tokens", /*lax=*/false);
+  if (!completion) return;
+  u["completion_tokens"] = *completion + generated;
+  if (const auto prompt = integer(u, "prompt_tokens", /*lax=*/false))
+    u["total_tokens"] = *prompt + *completion + generated;
 }
 
 // Token ids from a backend's list; empty when it is not a list of 32-bit ids.
@@ -413,7 +420,7 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
         p_json["kv_transfer_params"].is_object() && !p_json["kv_transfer_params"].empty())
       kv_params = p_json["kv_transfer_params"];
     if (prompt_tokens < 0 && p_json.is_object() && p_json.contains("usage"))
-      prompt_tokens = int_field(p_json["usage"], "prompt_tokens", -1);
+      prompt_tokens = integer(p_json["usage"], "prompt_tokens", /*lax=*/false).value_or(-1);
 
     // Leg 2: decode.
     json d_request = request;
@@ -481,18 +488,8 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
                   continue;  // hidden: the request goes on elsewhere
                 }
                 if (p) p.release();  // D has pulled the KV (upstream's rule)
-                if (chunk.contains("usage") && chunk["usage"].is_object()) {
-                  json& u = chunk["usage"];
-                  if (prompt_tokens >= 0) u["prompt_tokens"] = prompt_tokens;
-                  const int64_t completion = int_field(u, "completion_tokens", -1);
-                  if (completion >= 0) {
-                    u["completion_tokens"] =
-                        completion + static_cast<int64_t>(generated_ids.size());
-                  }
-                  if (int_field(u, "prompt_tokens", -1) >= 0 && completion >= 0)
-                    u["total_tokens"] =
-                        int_field(u, "prompt_tokens", 0) + int_field(u, "completion_tokens", 0);
-                }
+                if (chunk.contains("usage") && chunk["usage"].is_object())
+                  rebase_usage(&chunk["usage"], prompt_tokens, int64_t(generated_ids.size()));
                 if (!wants_ids) {
                   strip_token_ids(&chunk, true);
                   if (empty_delta(chunk, chat)) continue;
@@ -546,14 +543,8 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
           for (int32_t id : token_ids(c["token_ids"])) all.push_back(id);
           c["token_ids"] = all;
         }
-        if (d_json.contains("usage") && d_json["usage"].is_object()) {
-          json& u = d_json["usage"];
-          if (prompt_tokens >= 0) u["prompt_tokens"] = prompt_tokens;
-          u["completion_tokens"] =
-              int_field(u, "completion_tokens", 0) + static_cast<int64_t>(generated_ids.size());
-          u["total_tokens"] =
-              int_field(u, "prompt_tokens", 0) + int_field(u, "completion_tokens", 0);
-        }
+        if (d_json.contains("usage") && d_json["usage"].is_object())
+          rebase_usage(&d_json["usage"], prompt_tokens, int64_t(generated_ids.size()));
         if (!wants_ids) strip_token_ids(&d_json, false);
         HttpResponse r;
         r.body = d_json.dump();
