@@ -667,11 +667,11 @@ TEST_F(PdTest, RandomRequestsThroughTheProxyLeaveNothingBehind) {
 // a number threw in the request's thread and ended the proxy, and so did "stream": "true" in
 // the client's body, and a body nested 300,000 deep.
 TEST_F(PdTest, ProxySurvivesMalformedBodiesAndAnswers) {
-  // One stub plays P and D; the prompt names the answer. "recompute" answers the first decode
-  // leg with a hand-back, the next with a chat message of the wrong type.
+  // One fake backend plays P and D; the prompt names the answer. "recompute" answers the first
+  // decode leg with a hand-back, the next with a chat message of the wrong type.
   std::atomic<int> recompute_round{0};
-  httplib::Server stub;
-  stub.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+  httplib::Server backend;
+  backend.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"object":"list","data":[]})", "application/json");
   });
   auto answer = [&](const httplib::Request& req, httplib::Response& res) {
@@ -716,21 +716,21 @@ TEST_F(PdTest, ProxySurvivesMalformedBodiesAndAnswers) {
     }
     res.set_content(out, out.rfind("data:", 0) == 0 ? "text/event-stream" : "application/json");
   };
-  stub.Post("/v1/completions", answer);
-  stub.Post("/v1/chat/completions", answer);
-  const int port = stub.bind_to_any_port("127.0.0.1");
+  backend.Post("/v1/completions", answer);
+  backend.Post("/v1/chat/completions", answer);
+  const int port = backend.bind_to_any_port("127.0.0.1");
   struct Serving {  // stops and joins however the test ends
-    httplib::Server& stub;
-    std::thread thread{[this] { stub.listen_after_bind(); }};
+    httplib::Server& backend;
+    std::thread thread{[this] { backend.listen_after_bind(); }};
     ~Serving() {
-      stub.stop();
+      backend.stop();
       thread.join();
     }
-  } serving{stub};
+  } serving{backend};
   ServerProcess proxy(
       {"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-ports", std::to_string(port),
        "--decoder-hosts", "127.0.0.1", "--decoder-ports", std::to_string(port)},
-      "/tmp/chunkpipe_pd_stub_proxy.log", "/healthcheck");
+      "/tmp/chunkpipe_pd_fake_backend_proxy.log", "/healthcheck");
   ASSERT_TRUE(proxy.ready());
   const std::vector<std::pair<json, bool>> requests = {
       {{{"prompt", "bad usage"}, {"stream", "false"}, {"max_tokens", "4"}}, false},
