@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "common/logging.h"
 #include "proxy/pd_proxy.h"
+#include "server/http_server.h"
 
 namespace cli {
 namespace {
@@ -126,6 +127,8 @@ int run_proxy_command(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   signal(SIGINT, on_proxy_signal);
   signal(SIGTERM, on_proxy_signal);
+  // Thousands of connections, each holding a descriptor.
+  if (auto st = server::raise_open_file_limit(); !st.ok()) LOG(WARNING) << st.message();
   proxy::PdProxy server(o);
   if (auto st = server.bind(); !st.ok()) {
     LOG(ERROR) << st.message();

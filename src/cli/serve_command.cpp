@@ -4,7 +4,6 @@
 // abort what is in flight, and exit 0.
 #include <poll.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
@@ -44,6 +43,7 @@
 #include "model/tensor_parallel.h"
 #include "sched/profiling_chunk_config.h"
 #include "server/api_server.h"
+#include "server/http_server.h"
 #include "server/stats_logger.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -685,12 +685,8 @@ bool serve_api(const server::ServerConfig& config, std::optional<server::BoundSo
                bool log_stats, engine::EngineClient& engine, const tokenizer::Tokenizer& tok,
                const tokenizer::ChatTemplate& chat_template,
                const std::function<void()>& after_listen) {
-  // Thousands of idle or slow connections each hold a descriptor: lift the soft limit.
-  if (rlimit nofile{};
-      getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
-  }
+  // Thousands of connections, each holding a descriptor.
+  if (auto st = server::raise_open_file_limit(); !st.ok()) LOG(WARNING) << st.message();
   server::ApiServer api(config, engine, tok, chat_template);
   std::thread signal_thread([&] {
     char sig = 0;

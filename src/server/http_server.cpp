@@ -11,6 +11,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -467,12 +468,22 @@ std::vector<std::shared_ptr<Connection>> HttpServer::Impl::connections() {
 }
 
 awaitable<void> HttpServer::Impl::accept_loop() {
+  // Failures are logged at most once a second, with how many there were since the last line.
+  auto last_logged = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  int64_t unlogged_failures = 0;
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(net::make_strand(ioc), kNoThrow);
     if (!acceptor.is_open() || draining) co_return;
     if (ec) {
       // Out of descriptors (EMFILE) and the like: back off instead of spinning.
-      LOG(WARNING) << "accept failed: " << ec.message();
+      ++unlogged_failures;
+      if (const auto now = std::chrono::steady_clock::now();
+          now - last_logged >= std::chrono::seconds(1)) {
+        LOG(WARNING) << "accept failed " << unlogged_failures
+                     << (unlogged_failures == 1 ? " time: " : " times: ") << ec.message();
+        last_logged = now;
+        unlogged_failures = 0;
+      }
       net::steady_timer pause(acceptor.get_executor(), std::chrono::milliseconds(50));
       co_await pause.async_wait(kNoThrow);
       continue;
@@ -595,6 +606,22 @@ size_t HttpServer::open_connections() const {
 
 size_t HttpServer::open_exchanges() const {
   return impl_->open_exchanges;
+}
+
+common::Status raise_open_file_limit() {
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) != 0)
+    return common::Status(common::StatusCode::kInternal,
+                          std::string("cannot read the open-file limit: ") + std::strerror(errno));
+  if (nofile.rlim_cur >= nofile.rlim_max) return common::Status::ok_status();
+  const rlim_t soft = nofile.rlim_cur;
+  nofile.rlim_cur = nofile.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &nofile) != 0)
+    return common::Status(common::StatusCode::kInternal,
+                          "cannot raise the open-file limit from " + std::to_string(soft) + " to " +
+                              std::to_string(nofile.rlim_max) + ": " + std::strerror(errno) +
+                              "; raise it with ulimit -n");
+  return common::Status::ok_status();
 }
 
 }  // namespace server

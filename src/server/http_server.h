@@ -126,4 +126,10 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Raises this process's soft limit on open descriptors to its hard limit, as vLLM's API server
+// does at start: every connection holds one, and a proxy's request three (client, prefiller,
+// decoder), so a soft limit of 1024 would refuse a few hundred concurrent clients. An error
+// names the limit: the caller warns and goes on.
+common::Status raise_open_file_limit();
+
 }  // namespace server

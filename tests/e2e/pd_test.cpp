@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -571,10 +572,14 @@ TEST_F(PdTest, ProxyUnderLoadWithVanishingClientsLeaksNothing) {
   ServerProcess d1(e2e::model_dir(), decoder_flags(kv_p + 1, 1), "/tmp/chunkpipe_pd_load_d1.log");
   ServerProcess d2(e2e::model_dir(), decoder_flags(kv_p + 2, 1), "/tmp/chunkpipe_pd_load_d2.log");
   ASSERT_TRUE(p.ready() && d1.ready() && d2.ready());
+  // Started with a soft limit of 48 descriptors, below what 32 clients need there (a client's
+  // socket and a backend's each): the proxy must raise it to its hard limit, as vLLM does.
+  std::optional<e2e::ChildFileLimit> low_limit(std::in_place, 48);
   ServerProcess proxy({"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-ports",
                        std::to_string(p.port()), "--decoder-hosts", "127.0.0.1", "127.0.0.1",
                        "--decoder-ports", std::to_string(d1.port()), std::to_string(d2.port())},
                       "/tmp/chunkpipe_pd_load_proxy.log", "/healthcheck");
+  low_limit.reset();
   ASSERT_TRUE(proxy.ready());
   std::atomic<int> next{0}, ok{0}, dropped{0};
   std::mutex failures_mu;

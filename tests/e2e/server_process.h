@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +49,20 @@ inline int run_chunkpipe(const std::vector<std::string>& args) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// While alive, the servers this process starts begin with `soft` as their soft limit on open
+// descriptors (set in the child before exec), as on a machine whose default is 1024 or less.
+class ChildFileLimit {
+ public:
+  explicit ChildFileLimit(rlim_t soft) { value() = soft; }
+  ~ChildFileLimit() { value() = 0; }
+  ChildFileLimit(const ChildFileLimit&) = delete;
+  ChildFileLimit& operator=(const ChildFileLimit&) = delete;
+  static rlim_t& value() {  // 0: inherit this process's limit
+    static rlim_t soft = 0;
+    return soft;
+  }
+};
+
 class ServerProcess {
  public:
   // Starts `chunkpipe serve MODEL --host 127.0.0.1 --port P <extra>`; log goes to log_path.
@@ -73,10 +88,15 @@ class ServerProcess {
   void start(std::vector<std::string> args, const std::string& log_path,
              const std::string& health_path) {
     args.insert(args.begin(), CHUNKPIPE_BINARY);
+    const rlim_t soft_file_limit = ChildFileLimit::value();
     pid_ = fork();
     if (pid_ == 0) {
       FILE* log = std::freopen(log_path.c_str(), "w", stderr);
       (void)log;
+      if (rlimit nofile{}; soft_file_limit > 0 && getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+        nofile.rlim_cur = std::min(soft_file_limit, nofile.rlim_max);
+        setrlimit(RLIMIT_NOFILE, &nofile);
+      }
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
