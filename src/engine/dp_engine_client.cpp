@@ -245,7 +245,10 @@ void DpEngineClient::mark_dead(int engine, const std::string& why) {
     Engine& e = engines_[size_t(engine)];
     if (e.dead) return;
     e.dead = true;
-    LOG(ERROR) << "Data-parallel engine " << engine << " failed: " << why;
+    if (stopping_)  // it exits as asked
+      LOG(INFO) << "Data-parallel engine " << engine << " ended: " << why;
+    else
+      LOG(ERROR) << "Data-parallel engine " << engine << " failed: " << why;
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second.engine == engine) {
         forget_pd_engine(it->second);
