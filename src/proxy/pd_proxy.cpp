@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <system_error>
 #include <thread>
 
 #include "api/json_fields.h"
@@ -287,17 +288,26 @@ void PdProxy::spawn(std::function<void()> fn, std::shared_ptr<HttpExchange> ex) 
     std::lock_guard<std::mutex> lock(mu_);
     ++active_;
   }
-  std::thread([this, fn = std::move(fn), ex = std::move(ex)] {
-    try {
-      fn();
-    } catch (const std::exception& e) {  // a bug: this request fails, the others go on
-      LOG(ERROR) << "proxy request failed: " << e.what();
-      if (ex) end_with_error(*ex, 500, std::string("the proxy failed: ") + e.what());
-    }
+  auto done = [this] {
     std::lock_guard<std::mutex> lock(mu_);
     --active_;
     cv_.notify_all();
-  }).detach();
+  };
+  try {
+    std::thread([this, fn = std::move(fn), ex, done] {
+      try {
+        fn();
+      } catch (const std::exception& e) {  // a bug: this request fails, the others go on
+        LOG(ERROR) << "proxy request failed: " << e.what();
+        if (ex) end_with_error(*ex, 500, std::string("the proxy failed: ") + e.what());
+      }
+      done();
+    }).detach();
+  } catch (const std::system_error& e) {  // out of threads: refuse this one, keep serving
+    LOG(WARNING) << "cannot start a thread for a request: " << e.what();
+    if (ex) end_with_error(*ex, 503, std::string("the proxy is overloaded: ") + e.what());
+    done();
+  }
 }
 
 std::vector<std::string> PdProxy::backend_headers(const std::string& request_id) const {

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pids_limit.h"
 #include "random_requests.h"
 #include "raw_http.h"
 #include "server_process.h"
@@ -824,6 +825,60 @@ TEST_F(PdTest, ProxySigtermDrainsThenEndsStreamsCleanly) {
   EXPECT_EQ(await_metric(d, "vllm:num_requests_running", 0.0), 0.0);
   EXPECT_EQ(await_metric(d, "vllm:kv_cache_usage_perc", 0.0), 0.0);
   EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0), 0.0);
+}
+
+// Where a container's pids.max stops the proxy from starting a thread for a request, that
+// request gets a 503 that says why, the others their answers, and the proxy keeps serving. It
+// counts every refused request out: SIGTERM ends it within its drain, not after a 10 s wait
+// for requests that never ran.
+TEST_F(PdTest, ProxyOutOfThreadsRefusesWithA503AndKeepsServing) {
+  e2e::PidsLimit limit("chunkpipe_pd_pids_" + std::to_string(getpid()));
+  if (!limit.ok()) GTEST_SKIP() << "no pids cgroup can be made here (needs root)";
+  const int kv_p = kv_port_base() + 7;
+  ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_pids_p.log");
+  ServerProcess d(e2e::model_dir(), decoder_flags(kv_p + 4, 1), "/tmp/chunkpipe_pd_pids_d.log");
+  ASSERT_TRUE(p.ready() && d.ready());
+  ServerProcess proxy({"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-ports",
+                       std::to_string(p.port()), "--decoder-hosts", "127.0.0.1", "--decoder-ports",
+                       std::to_string(d.port()), "--shutdown-drain-timeout", "1"},
+                      "/tmp/chunkpipe_pd_pids_proxy.log", "/healthcheck");
+  ASSERT_TRUE(proxy.ready());
+  ASSERT_TRUE(limit.confine(proxy.pid(), 2)) << "two threads beyond the proxy's own";
+  std::vector<int> statuses(24, 0);
+  std::vector<std::string> bodies(statuses.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < statuses.size(); ++i)
+    clients.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", proxy.port());
+      c.set_read_timeout(60, 0);
+      auto r = c.Post("/v1/completions", complete_body(words(30, int(i)), 40).dump(),
+                      "application/json");
+      statuses[i] = r ? r->status : -1;
+      if (r) bodies[i] = r->body;
+    });
+  for (auto& t : clients) t.join();
+  int answered = 0, refused = 0;
+  for (size_t i = 0; i < statuses.size(); ++i) {
+    if (statuses[i] == 200) {
+      ++answered;
+    } else {
+      EXPECT_EQ(statuses[i], 503) << bodies[i];
+      EXPECT_NE(bodies[i].find("overloaded"), std::string::npos) << bodies[i];
+      ++refused;
+    }
+  }
+  EXPECT_GT(answered, 0);
+  EXPECT_GT(refused, 0) << "24 concurrent requests on two threads";
+  int status = 0;
+  post(proxy, "/v1/completions", complete_body(words(5)), &status);
+  EXPECT_EQ(status, 200) << "the proxy serves on";
+  EXPECT_EQ(await_proxy_idle(proxy), 0);
+  ASSERT_EQ(kill(proxy.pid(), SIGTERM), 0);
+  EXPECT_EQ(proxy.wait_exit(6), 0) << "no request left counted as running";
+  EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0), 0.0);
+  EXPECT_EQ(await_metric(d, "vllm:kv_cache_usage_perc", 0.0), 0.0);
+  std::printf("    24 concurrent requests, two threads to spare: %d answered, %d refused\n",
+              answered, refused);
 }
 
 TEST_F(PdTest, DecoderOutOfKvHandsRequestsBackAndTheProxyCompletesThem) {
