@@ -1,6 +1,7 @@
 // The proxy's routes and the two-leg PD flow with retries and recompute.
 #include "proxy/pd_proxy.h"
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -283,7 +284,7 @@ void PdProxy::stop() {
   http_->stop();
 }
 
-void PdProxy::spawn(std::function<void()> fn, std::shared_ptr<HttpExchange> ex) {
+bool PdProxy::spawn(std::function<void()> fn, std::shared_ptr<HttpExchange> ex) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++active_;
@@ -303,10 +304,12 @@ void PdProxy::spawn(std::function<void()> fn, std::shared_ptr<HttpExchange> ex) 
       }
       done();
     }).detach();
+    return true;
   } catch (const std::system_error& e) {  // out of threads: refuse this one, keep serving
     LOG(WARNING) << "cannot start a thread for a request: " << e.what();
     if (ex) end_with_error(*ex, 503, std::string("the proxy is overloaded: ") + e.what());
     done();
+    return false;
   }
 }
 
@@ -631,12 +634,9 @@ void PdProxy::instances(const std::shared_ptr<HttpExchange>& ex, bool add) {
     const std::string s = g.is_string() ? g.get<std::string>() : "";
     const size_t colon = s.rfind(':');
     int port = 0;
-    if (colon != std::string::npos && colon > 0) {
-      try {
-        port = std::stoi(s.substr(colon + 1));
-      } catch (...) {
-        port = 0;
-      }
+    if (colon != std::string::npos && colon > 0) {  // the whole rest is the port
+      const char* end = s.data() + s.size();
+      if (std::from_chars(s.data() + colon + 1, end, port).ptr != end) port = 0;
     }
     if (port < 1 || port > 65535)
       return ex->respond(error_reply(400, "instance " + g.dump() + " is not \"host:port\""));
@@ -647,7 +647,7 @@ void PdProxy::instances(const std::shared_ptr<HttpExchange>& ex, bool add) {
     if (add) {
       registry_.add(role, i, /*ready=*/false);
       // Ready once it answers GET /v1/models; dropped after max_waiting_retries probes.
-      spawn([this, role, i] {
+      const bool probing = spawn([this, role, i] {
         for (int t = 0; t < std::max(1, o_.max_waiting_retries) && !stopping_; ++t) {
           std::string ignored;
           auto r = httpclient::http_call(
@@ -664,6 +664,10 @@ void PdProxy::instances(const std::shared_ptr<HttpExchange>& ex, bool add) {
         LOG(WARNING) << "Instance " << i.key() << " never answered; dropping it";
         registry_.remove(role, i.key());
       });
+      if (!probing) {
+        registry_.remove(role, i.key());
+        return ex->respond(error_reply(503, "the proxy is overloaded: cannot probe " + i.key()));
+      }
     } else if (!registry_.remove(role, i.key())) {
       return ex->respond(error_reply(404, "instance " + i.key() + " is not registered"));
     }

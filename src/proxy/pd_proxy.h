@@ -67,8 +67,8 @@ class PdProxy {
   void instances(const std::shared_ptr<server::HttpExchange>& ex, bool add);
   // Runs fn on a thread of its own, counted so that run() can wait for it. An exception (a bug)
   // ends `ex`, when given, with a 500 (or an error event, once streaming) and is logged; a
-  // thread that cannot start (out of threads or memory) ends it with a 503.
-  void spawn(std::function<void()> fn, std::shared_ptr<server::HttpExchange> ex = nullptr);
+  // thread that cannot start (out of threads or memory) ends it with a 503 and returns false.
+  bool spawn(std::function<void()> fn, std::shared_ptr<server::HttpExchange> ex = nullptr);
   std::vector<std::string> backend_headers(const std::string& request_id) const;
 
   ProxyOptions o_;

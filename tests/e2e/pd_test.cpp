@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -825,6 +826,71 @@ TEST_F(PdTest, ProxySigtermDrainsThenEndsStreamsCleanly) {
   EXPECT_EQ(await_metric(d, "vllm:num_requests_running", 0.0), 0.0);
   EXPECT_EQ(await_metric(d, "vllm:kv_cache_usage_perc", 0.0), 0.0);
   EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0), 0.0);
+}
+
+// upstream's /instances/add and /instances/remove: an added decoder serves once it answers
+// GET /v1/models, one that never answers is dropped after --max-waiting-retries probes, a
+// removed one takes no more requests, and bad bodies get a 400 or 404 that names the problem.
+TEST_F(PdTest, ProxyInstancesAreAddedProbedAndRemoved) {
+  const int kv_p = kv_port_base() + 3;
+  ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_inst_p.log");
+  ServerProcess d1(e2e::model_dir(), decoder_flags(kv_p + 4, 1), "/tmp/chunkpipe_pd_inst_d1.log");
+  ServerProcess d2(e2e::model_dir(), decoder_flags(kv_p + 5, 1), "/tmp/chunkpipe_pd_inst_d2.log");
+  ASSERT_TRUE(p.ready() && d1.ready() && d2.ready());
+  ServerProcess proxy(
+      {"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-ports", std::to_string(p.port()),
+       "--decoder-hosts", "127.0.0.1", "--decoder-ports", std::to_string(d1.port()),
+       "--max-waiting-retries", "2", "--waiting-retry-interval", "0.2"},
+      "/tmp/chunkpipe_pd_inst_proxy.log", "/healthcheck");
+  ASSERT_TRUE(proxy.ready());
+  auto decoders = [&] {  // instance -> ready
+    std::map<std::string, bool> out;
+    const json h = json::parse(proxy.client().Get("/healthcheck")->body);
+    for (const json& i : h["instances"]["decode"])
+      out[i["instance"].get<std::string>()] = i["ready"].get<bool>();
+    return out;
+  };
+  auto wait_for = [&](const std::map<std::string, bool>& want) {
+    for (int i = 0; i < 100 && decoders() != want; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return decoders();
+  };
+  const std::string k1 = "127.0.0.1:" + std::to_string(d1.port());
+  const std::string k2 = "127.0.0.1:" + std::to_string(d2.port());
+  const std::string never = "127.0.0.1:" + std::to_string(e2e::free_port());
+  int status = 0;
+  const json added =
+      post(proxy, "/instances/add", {{"type", "decode"}, {"instances", {k2, never}}}, &status);
+  EXPECT_EQ(status, 200) << added.dump();
+  EXPECT_EQ(added["added"], json({k2, never}));
+  EXPECT_EQ(wait_for({{k1, true}, {k2, true}}),
+            (std::map<std::string, bool>{{k1, true}, {k2, true}}))
+      << "d2 answered its probe; the silent one was dropped after two";
+  post(proxy, "/instances/remove", {{"type", "decode"}, {"instances", k1}}, &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(decoders(), (std::map<std::string, bool>{{k2, true}}));
+  auto served_by_d2 = [&] { return std::max(0.0, metric_total(d2, "vllm:request_success_total")); };
+  const double d2_before = served_by_d2();
+  const json got = post(proxy, "/v1/completions", complete_body(words(20)), &status);
+  EXPECT_EQ(status, 200) << got.dump();
+  for (int i = 0; i < 40 && served_by_d2() < d2_before + 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(served_by_d2(), d2_before + 1) << "the one decoder left served it";
+  for (const auto& [body, want] : std::vector<std::pair<json, int>>{
+           {{{"type", "encode"}, {"instances", k1}}, 400},
+           {{{"instances", k1}}, 400},
+           {{{"type", "decode"}, {"instances", json::array()}}, 400},
+           {{{"type", "decode"}, {"instances", "127.0.0.1"}}, 400},
+           {{{"type", "decode"}, {"instances", "127.0.0.1:80abc"}}, 400},
+           {{{"type", "decode"}, {"instances", "127.0.0.1:70000"}}, 400},
+           {{{"type", "decode"}, {"instances", ":8000"}}, 400},
+           {{{"type", "decode"}, {"instances", {5}}}, 400},
+           {{{"type", "decode"}, {"instances", k1}}, 404}}) {  // already removed
+    const json answer = post(proxy, "/instances/remove", body, &status);
+    EXPECT_EQ(status, want) << body.dump();
+    EXPECT_TRUE(answer.contains("error")) << answer.dump();
+  }
+  EXPECT_EQ(decoders(), (std::map<std::string, bool>{{k2, true}})) << "no bad body changed them";
 }
 
 // Where a container's pids.max stops the proxy from starting a thread for a request, that
