@@ -940,7 +940,7 @@ TEST_F(PdTest, ProxyOutOfThreadsRefusesWithA503AndKeepsServing) {
   EXPECT_EQ(status, 200) << "the proxy serves on";
   EXPECT_EQ(await_proxy_idle(proxy), 0);
   ASSERT_EQ(kill(proxy.pid(), SIGTERM), 0);
-  EXPECT_EQ(proxy.wait_exit(6), 0) << "no request left counted as running";
+  EXPECT_EQ(proxy.wait_exit(8), 0) << "no request left counted as running";
   EXPECT_EQ(await_metric(p, "vllm:kv_cache_usage_perc", 0.0), 0.0);
   EXPECT_EQ(await_metric(d, "vllm:kv_cache_usage_perc", 0.0), 0.0);
   std::printf("    24 concurrent requests, two threads to spare: %d answered, %d refused\n",
