@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 seconds="${1:-30}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(request chat_template jinja_template tokenizer_json safetensors tool_parser stage_message pull_message)
+[ ${#targets[@]} -eq 0 ] && targets=(request chat_template jinja_template tokenizer_json safetensors tool_parser stage_message pull_message
+  decoder_answer)
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
   -DCMAKE_CXX_COMPILER=clang++ -DCHUNKPIPE_FUZZ=ON -DCHUNKPIPE_BUILD_BENCH=OFF >/dev/null

@@ -12,6 +12,7 @@
 #include "api/json_fields.h"
 #include "common/logging.h"
 #include "httpclient/http_call.h"
+#include "proxy/pd_messages.h"
 #include "proxy/sse_splitter.h"
 
 namespace proxy {
@@ -46,81 +47,16 @@ HttpResponse error_reply(int status, const std::string& message) {
   const char* type = status == 400   ? "BadRequestError"
                      : status == 404 ? "NotFoundError"
                      : status == 500 ? "InternalServerError"
+                     : status == 502 ? "BadGatewayError"
                                      : "ServiceUnavailableError";
   return json_reply(
       status,
       {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}});
 }
 
-// A field as the backends read it: pydantic's lax conversions, as vLLM's request models apply
-// them ("stream": "true" streams there, so the relay must expect a stream too).
-bool flag(const json& body, const char* key) {
-  const auto it = body.find(key);
-  if (it == body.end()) return false;
-  const json v = api::lax_convert(*it, api::LaxType::kBool).value_or(*it);
-  return v.is_boolean() && v.get<bool>();
-}
-// An integer field: converted as pydantic would (`lax`, a client's body) or only as it is (a
-// backend's answer); nullopt when missing or not an int64. A wrong type never throws here.
-std::optional<int64_t> integer(const json& obj, const char* key, bool lax = true) {
-  if (!obj.is_object()) return std::nullopt;
-  const auto it = obj.find(key);
-  if (it == obj.end()) return std::nullopt;
-  const json v = lax ? api::lax_convert(*it, api::LaxType::kInteger).value_or(*it) : *it;
-  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX))
-    return std::nullopt;
-  return v.get<int64_t>();
-}
-
-// A decoder's usage as the client's: P's prompt count, and the tokens of earlier rounds (a
-// request handed back and resumed) added to the completion count. Counts that are not
-// integers are left as the decoder sent them.
-void rebase_usage(json* usage, int64_t prompt_tokens, int64_t generated) {
-  json& u = *usage;
-  if (prompt_tokens >= 0) u["prompt_tokens"] = prompt_tokens;
-  const auto completion = integer(u, "completion_tokens", /*lax=*/false);
-  if (!completion) return;
-  u["completion_tokens"] = *completion + generated;
-  if (const auto prompt = integer(u, "prompt_tokens", /*lax=*/false))
-    u["total_tokens"] = *prompt + *completion + generated;
-}
-
-// Token ids from a backend's list; empty when it is not a list of 32-bit ids.
-std::vector<int32_t> token_ids(const json& list) {
-  std::vector<int32_t> ids;
-  if (!list.is_array()) return ids;
-  for (const json& id : list) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-      return {};
-    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-  }
-  return ids;
-}
-
-// Untrusted JSON (a client's body, a backend's answer) parsed under api's nesting bound: copies
-// and dumps recurse, and a body nested 300,000 deep overflowed the stack. Discarded on error.
-json parse_bounded(const std::string& text) {
-  json j;
-  if (api::parse_json_body(text, &j)) return json(json::value_t::discarded);
-  return j;
-}
-
+// An event of the proxy's own; `chunk` may quote a backend's bytes, which need not be UTF-8.
 std::string sse(const json& chunk) {
-  return "data: " + chunk.dump() + "\n\n";
-}
-
-// The body P gets: one token, no stream, and the instruction to keep the KV for a decoder.
-json prefill_body(const json& request) {
-  json p = request;
-  p["stream"] = false;
-  p["max_tokens"] = 1;
-  p["min_tokens"] = 1;
-  if (p.contains("max_completion_tokens")) p["max_completion_tokens"] = 1;
-  p.erase("stream_options");
-  p["kv_transfer_params"] = {{"do_remote_decode", true},    {"do_remote_prefill", false},
-                             {"remote_engine_id", nullptr}, {"remote_block_ids", nullptr},
-                             {"remote_host", nullptr},      {"remote_port", nullptr}};
-  return p;
+  return "data: " + chunk.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
 // A backend attempt worth repeating: no answer, or a server-side error (never a 4xx).
@@ -160,71 +96,6 @@ void end_with_error(HttpExchange& ex, int status, const std::string& message) {
   const HttpResponse reply = error_reply(status, message);
   ex.respond(reply);  // ignored once the client's stream has started
   if (ex.send("data: " + reply.body + "\n\ndata: [DONE]\n\n")) ex.end_stream();
-}
-
-// What a leg's answer (a whole response or one stream chunk) says about choice 0.
-struct ChoiceDelta {
-  std::string text;
-  std::vector<int32_t> token_ids;
-  std::vector<int32_t> prompt_token_ids;
-  bool recomputed = false;
-};
-
-ChoiceDelta read_choice(const json& j, bool chat, bool stream) {
-  ChoiceDelta d;
-  if (j.contains("prompt_token_ids")) d.prompt_token_ids = token_ids(j["prompt_token_ids"]);
-  if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return d;
-  const json& c = j["choices"][0];
-  if (c.contains("stop_reason") && c["stop_reason"] == "recomputed") d.recomputed = true;
-  if (c.contains("token_ids")) d.token_ids = token_ids(c["token_ids"]);
-  if (c.contains("prompt_token_ids")) d.prompt_token_ids = token_ids(c["prompt_token_ids"]);
-  const json* text = nullptr;
-  if (!chat) {
-    if (c.contains("text")) text = &c["text"];
-  } else {
-    const char* where = stream ? "delta" : "message";
-    if (c.contains(where) && c[where].is_object() && c[where].contains("content"))
-      text = &c[where]["content"];
-  }
-  if (text != nullptr && text->is_string()) d.text = text->get<std::string>();
-  return d;
-}
-
-// Removes what the proxy asked for but the client did not (return_token_ids): in a whole
-// response the fields stay, null, as the server writes them; stream chunks lose them.
-void strip_token_ids(json* j, bool stream) {
-  auto strip = [stream](json& o, const char* key) {
-    if (!o.contains(key)) return;
-    if (stream) {
-      o.erase(key);
-    } else {
-      o[key] = nullptr;
-    }
-  };
-  strip(*j, "prompt_token_ids");
-  if (!j->contains("choices") || !(*j)["choices"].is_array()) return;
-  for (json& c : (*j)["choices"]) {
-    strip(c, "token_ids");
-    strip(c, "prompt_token_ids");
-  }
-}
-
-// A stream chunk that carried only token ids (the text is still held back): without them it
-// says nothing, and the server would not have sent it.
-bool empty_delta(const json& chunk, bool chat) {
-  if (!chunk.contains("choices") || !chunk["choices"].is_array() || chunk["choices"].size() != 1 ||
-      (chunk.contains("usage") && !chunk["usage"].is_null()))
-    return false;
-  const json& c = chunk["choices"][0];
-  if (c.contains("finish_reason") && !c["finish_reason"].is_null()) return false;
-  if (c.contains("logprobs") && !c["logprobs"].is_null()) return false;
-  if (!chat) return !c.contains("text") || (c["text"].is_string() && c["text"].empty());
-  if (!c.contains("delta") || !c["delta"].is_object()) return false;
-  for (const auto& [key, value] : c["delta"].items()) {
-    if (key == "content" && value.is_string() && value.get<std::string>().empty()) continue;
-    if (!value.is_null()) return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -342,48 +213,6 @@ void PdProxy::handle(const std::shared_ptr<HttpExchange>& ex) {
   }
 }
 
-json next_round_request(const json& original, const json& current, bool chat,
-                        const std::vector<int32_t>& prompt_ids,
-                        const std::vector<int32_t>& generated_ids, int64_t max_tokens) {
-  std::vector<int32_t> ids = prompt_ids;
-  ids.insert(ids.end(), generated_ids.begin(), generated_ids.end());
-  json next = current;
-  if (chat) {
-    // The chat prompt is rendered text: continue it as a completion of the exact ids, with
-    // every field that means the same to a completion.
-    next = {{"model", original.value("model", json(nullptr))}};
-    for (const char* key : {"temperature",
-                            "top_p",
-                            "top_k",
-                            "min_p",
-                            "seed",
-                            "stop",
-                            "stop_token_ids",
-                            "ignore_eos",
-                            "presence_penalty",
-                            "frequency_penalty",
-                            "repetition_penalty",
-                            "logit_bias",
-                            "allowed_token_ids",
-                            "bad_words",
-                            "min_tokens",
-                            "skip_special_tokens",
-                            "include_stop_str_in_output",
-                            "spaces_between_special_tokens",
-                            "cache_salt",
-                            "stream"})
-      if (original.contains(key)) next[key] = original[key];
-    next["return_token_ids"] = true;
-  }
-  next["prompt"] = ids;
-  const auto generated = static_cast<int64_t>(generated_ids.size());
-  next.erase("max_completion_tokens");
-  if (max_tokens >= 0) next["max_tokens"] = std::max<int64_t>(1, max_tokens - generated);
-  if (const auto min_tokens = integer(original, "min_tokens"))
-    next["min_tokens"] = std::max<int64_t>(0, *min_tokens - generated);
-  return next;
-}
-
 void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
   const std::string api = chat ? "/v1/chat/completions" : "/v1/completions";
   json original;
@@ -401,10 +230,9 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
 
   json request = original;
   request["return_token_ids"] = true;  // exact token ids for a recompute retry
-  std::string generated_text;
-  std::vector<int32_t> prompt_ids, generated_ids;
-  int64_t prompt_tokens = -1;  // the client's prompt, from P's first answer
-  bool streaming = false;      // the client's stream has started
+  EarlierRounds earlier;               // what rounds before a decoder handed the request back made
+  std::vector<int32_t> prompt_ids;
+  bool streaming = false;  // the client's stream has started
   for (int round = 0;; ++round) {
     const std::string request_id = uuid4();
     const std::vector<std::string> headers = backend_headers(request_id);
@@ -432,8 +260,8 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
     if (p_json.is_object() && p_json.contains("kv_transfer_params") &&
         p_json["kv_transfer_params"].is_object() && !p_json["kv_transfer_params"].empty())
       kv_params = p_json["kv_transfer_params"];
-    if (prompt_tokens < 0 && p_json.is_object() && p_json.contains("usage"))
-      prompt_tokens = integer(p_json["usage"], "prompt_tokens", /*lax=*/false).value_or(-1);
+    if (earlier.prompt_tokens < 0 && p_json.is_object() && p_json.contains("usage"))
+      earlier.prompt_tokens = integer(p_json["usage"], "prompt_tokens", /*lax=*/false).value_or(-1);
 
     // Leg 2: decode.
     json d_request = request;
@@ -474,43 +302,25 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
             {"POST", d.instance().url() + api, d_body, headers, 0, 10},
             [&](std::string_view piece) {
               for (std::string& event : splitter.push(piece)) {
-                const std::string data = sse_data(event);
-                if (data == "[DONE]") continue;  // sent once the last round is over
-                json chunk = parse_bounded(data);
-                if (!chunk.is_object()) {  // not ours to judge: relay it
-                  forwarded = true;
-                  if (!streaming) ex->start_stream(200, "text/event-stream", {});
-                  streaming = true;
-                  if (!ex->send(event)) return false;
-                  continue;
-                }
-                if (chunk.contains("error")) {
-                  forwarded = true;
-                  if (!streaming) ex->start_stream(200, "text/event-stream", {});
-                  streaming = true;
-                  if (!ex->send(event)) return false;
-                  continue;
-                }
-                ChoiceDelta cd = read_choice(chunk, chat, true);
-                if (!cd.prompt_token_ids.empty() && prompt_ids.empty())
-                  prompt_ids = cd.prompt_token_ids;
-                leg.text += cd.text;
-                leg.token_ids.insert(leg.token_ids.end(), cd.token_ids.begin(), cd.token_ids.end());
-                if (cd.recomputed) {
-                  recomputed = true;
-                  continue;  // hidden: the request goes on elsewhere
-                }
-                if (p) p.release();  // D has pulled the KV (upstream's rule)
-                if (chunk.contains("usage") && chunk["usage"].is_object())
-                  rebase_usage(&chunk["usage"], prompt_tokens, int64_t(generated_ids.size()));
-                if (!wants_ids) {
-                  strip_token_ids(&chunk, true);
-                  if (empty_delta(chunk, chat)) continue;
+                RelayedEvent e = relay_stream_event(event, chat, wants_ids, earlier);
+                if (e.kind == RelayedEvent::Kind::kDone) continue;  // sent after the last round
+                if (e.kind != RelayedEvent::Kind::kAsIs) {
+                  if (!e.choice.prompt_token_ids.empty() && prompt_ids.empty())
+                    prompt_ids = e.choice.prompt_token_ids;
+                  leg.text += e.choice.text;
+                  leg.token_ids.insert(leg.token_ids.end(), e.choice.token_ids.begin(),
+                                       e.choice.token_ids.end());
+                  if (e.kind == RelayedEvent::Kind::kRecomputed) {
+                    recomputed = true;
+                    continue;  // hidden: the request goes on elsewhere
+                  }
+                  if (p) p.release();  // D has pulled the KV (upstream's rule)
+                  if (e.kind == RelayedEvent::Kind::kEmpty) continue;
                 }
                 forwarded = true;
                 if (!streaming) ex->start_stream(200, "text/event-stream", {});
                 streaming = true;
-                if (!ex->send(sse(chunk))) return false;
+                if (!ex->send(e.kind == RelayedEvent::Kind::kAsIs ? event : e.data)) return false;
               }
               return true;
             },
@@ -542,25 +352,9 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
       leg = cd;
       recomputed = cd.recomputed;
       if (!recomputed) {
-        json& choices = d_json["choices"];
-        json no_choice = json::object();
-        json& c = choices.is_array() && !choices.empty() && choices[0].is_object() ? choices[0]
-                                                                                   : no_choice;
-        const bool has_text = !chat || (c.contains("message") && c["message"].is_object());
-        if (!generated_text.empty() && has_text) {  // earlier rounds' text comes first
-          json& text = chat ? c["message"]["content"] : c["text"];
-          text = generated_text + (text.is_string() ? text.get<std::string>() : "");
-        }
-        if (wants_ids && c.contains("token_ids") && c["token_ids"].is_array()) {
-          std::vector<int32_t> all = generated_ids;
-          for (int32_t id : token_ids(c["token_ids"])) all.push_back(id);
-          c["token_ids"] = all;
-        }
-        if (d_json.contains("usage") && d_json["usage"].is_object())
-          rebase_usage(&d_json["usage"], prompt_tokens, int64_t(generated_ids.size()));
-        if (!wants_ids) strip_token_ids(&d_json, false);
+        finish_whole_answer(&d_json, chat, wants_ids, earlier);
         HttpResponse r;
-        r.body = d_json.dump();
+        r.body = d_json.dump(-1, ' ', false, json::error_handler_t::replace);
         r.headers.emplace_back("X-Request-Id", request_id);
         return ex->respond(std::move(r));
       }
@@ -572,15 +366,16 @@ void PdProxy::generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
     }
     // The decoder ran out of KV slots and handed the request back: prefill it again, from the
     // exact ids it has so far, on the least-loaded pair.
-    generated_text += leg.text;
-    generated_ids.insert(generated_ids.end(), leg.token_ids.begin(), leg.token_ids.end());
-    LOG(INFO) << "Request recomputed by " << d.instance().key() << " after " << generated_ids.size()
-              << " tokens; retrying (round " << round + 1 << ")";
+    earlier.text += leg.text;
+    earlier.token_ids.insert(earlier.token_ids.end(), leg.token_ids.begin(), leg.token_ids.end());
+    LOG(INFO) << "Request recomputed by " << d.instance().key() << " after "
+              << earlier.token_ids.size() << " tokens; retrying (round " << round + 1 << ")";
     if (prompt_ids.empty())
       return end_with_error(*ex, 502,
                             "the decoder handed the request back without its prompt's token "
                             "ids; it cannot be retried exactly");
-    request = next_round_request(original, request, chat, prompt_ids, generated_ids, max_tokens);
+    request =
+        next_round_request(original, request, chat, prompt_ids, earlier.token_ids, max_tokens);
     if (round >= 16) return end_with_error(*ex, 503, "the request was handed back 16 times");
   }
 }

@@ -37,14 +37,6 @@ struct ProxyOptions {
   double shutdown_drain_timeout = 3;   // seconds stop() lets running requests finish
 };
 
-// The request of the next round after a decoder handed a request back with `generated_ids`
-// made: a completion of the prompt's and those exact ids (a chat request keeps every field
-// that means the same to a completion), with max_tokens and min_tokens less what was made.
-// Exposed for tests.
-nlohmann::json next_round_request(const nlohmann::json& original, const nlohmann::json& current,
-                                  bool chat, const std::vector<int32_t>& prompt_ids,
-                                  const std::vector<int32_t>& generated_ids, int64_t max_tokens);
-
 class PdProxy {
  public:
   explicit PdProxy(ProxyOptions options);

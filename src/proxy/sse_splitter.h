@@ -17,15 +17,20 @@ class SseSplitter {
     std::vector<std::string> events;
     size_t start = 0;
     while (true) {
-      const size_t lf = buffer_.find("\n\n", start);
-      const size_t crlf = buffer_.find("\r\n\r\n", start);
+      // A terminator can end at most 3 bytes before what was scanned: rescanning only from
+      // there keeps a large event that arrives in many small reads linear, not quadratic.
+      const size_t from = std::max(start, scanned_ > 3 ? scanned_ - 3 : 0);
+      const size_t lf = buffer_.find("\n\n", from);
+      const size_t crlf = buffer_.find("\r\n\r\n", from);
       const size_t end = std::min(lf == std::string::npos ? lf : lf + 2,
                                   crlf == std::string::npos ? crlf : crlf + 4);
       if (end == std::string::npos) break;
       events.push_back(buffer_.substr(start, end - start));
       start = end;
+      scanned_ = end;
     }
     buffer_.erase(0, start);
+    scanned_ = buffer_.size();
     return events;
   }
   // Bytes of an unfinished event.
@@ -33,6 +38,7 @@ class SseSplitter {
 
  private:
   std::string buffer_;
+  size_t scanned_ = 0;  // bytes of buffer_ already searched for a terminator
 };
 
 // The payload of an event's `data:` lines (joined by "\n"), or "" when it has none.

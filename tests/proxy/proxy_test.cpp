@@ -1,10 +1,10 @@
 // The proxy's pieces alone: least-loaded selection with upstream's scores, leases that give
 // load back on every path, draining removal, SSE event splitting across reads, and the request
-// of a round after a decoder handed one back.
+// of a round after a decoder handed one back, and the rewriting of decoders' answers.
 #include <gtest/gtest.h>
 
 #include "proxy/instance_registry.h"
-#include "proxy/pd_proxy.h"
+#include "proxy/pd_messages.h"
 #include "proxy/sse_splitter.h"
 
 namespace {
@@ -90,6 +90,112 @@ TEST(SseSplitterTest, EventsSurviveAnySplitOfTheBytes) {
   EXPECT_TRUE(s.push("data: {\"unfinished\"").empty());
   EXPECT_EQ(s.rest(), "data: {\"unfinished\"");
   EXPECT_EQ(proxy::sse_data(": a comment\ndata: x\ndata: y\n\n"), "x\ny");
+}
+
+// A large event (a first chunk with prompt logprobs) arriving a few bytes at a time, with its
+// terminators split across reads, comes out whole and once.
+TEST(SseSplitterTest, LargeEventsInSmallReadsComeOutWhole) {
+  const std::string big = "data: " + std::string(200000, 'x');
+  for (const std::string& end : {std::string("\n\n"), std::string("\r\n\r\n")}) {
+    const std::string stream = big + end + "data: y" + end;
+    proxy::SseSplitter s;
+    std::vector<std::string> events;
+    for (size_t at = 0; at < stream.size(); at += 3) {
+      auto got = s.push(std::string_view(stream).substr(at, 3));
+      events.insert(events.end(), got.begin(), got.end());
+    }
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[0], big + end);
+    EXPECT_EQ(proxy::sse_data(events[1]), "y");
+    EXPECT_TRUE(s.rest().empty());
+  }
+}
+
+using nlohmann::json;
+
+std::string event(const json& chunk) {
+  return "data: " + chunk.dump() + "\n\n";
+}
+
+// Each kind of decoder event: [DONE] and errors and non-JSON pass as they are, a hand-back is
+// hidden, a chunk with only the ids the client did not ask for is dropped, and a chunk keeps its
+// text with usage rebased onto the client's prompt and the earlier rounds.
+TEST(RelayStreamEventTest, EachKindOfEventIsRelayedAsTheClientShouldSeeIt) {
+  using Kind = proxy::RelayedEvent::Kind;
+  proxy::EarlierRounds earlier;
+  earlier.prompt_tokens = 7;
+  earlier.token_ids = {1, 2, 3};
+  EXPECT_EQ(proxy::relay_stream_event("data: [DONE]\n\n", false, false, earlier).kind, Kind::kDone);
+  EXPECT_EQ(proxy::relay_stream_event("data: not json\n\n", false, false, earlier).kind,
+            Kind::kAsIs);
+  EXPECT_EQ(
+      proxy::relay_stream_event(event({{"error", {{"message", "x"}}}}), false, false, earlier).kind,
+      Kind::kAsIs);
+  EXPECT_EQ(proxy::relay_stream_event("data: [1,2]\n\n", false, false, earlier).kind, Kind::kAsIs);
+
+  const json handed_back = {
+      {"choices", {{{"text", "ab"}, {"token_ids", {4, 5}}, {"stop_reason", "recomputed"}}}}};
+  const auto back = proxy::relay_stream_event(event(handed_back), false, false, earlier);
+  EXPECT_EQ(back.kind, Kind::kRecomputed);
+  EXPECT_EQ(back.choice.text, "ab");
+  EXPECT_EQ(back.choice.token_ids, (std::vector<int32_t>{4, 5}));
+
+  const json ids_only = {{"choices", {{{"index", 0}, {"text", ""}, {"token_ids", {9}}}}},
+                         {"prompt_token_ids", {10, 11}}};
+  const auto empty = proxy::relay_stream_event(event(ids_only), false, false, earlier);
+  EXPECT_EQ(empty.kind, Kind::kEmpty);
+  EXPECT_EQ(empty.choice.token_ids, (std::vector<int32_t>{9}));
+  EXPECT_EQ(empty.choice.prompt_token_ids, (std::vector<int32_t>{10, 11}));
+  const auto kept = proxy::relay_stream_event(event(ids_only), false, true, earlier);
+  ASSERT_EQ(kept.kind, Kind::kChunk);
+  EXPECT_EQ(json::parse(proxy::sse_data(kept.data))["choices"][0]["token_ids"], json({9}));
+
+  const json chat_chunk = {
+      {"choices", {{{"index", 0}, {"delta", {{"content", "hi"}}}, {"token_ids", {9}}}}},
+      {"usage", {{"prompt_tokens", 12}, {"completion_tokens", 2}, {"total_tokens", 14}}}};
+  const auto chunk = proxy::relay_stream_event(event(chat_chunk), true, false, earlier);
+  ASSERT_EQ(chunk.kind, Kind::kChunk);
+  EXPECT_EQ(chunk.choice.text, "hi");
+  const json out = json::parse(proxy::sse_data(chunk.data));
+  EXPECT_FALSE(out["choices"][0].contains("token_ids"));
+  EXPECT_EQ(out["usage"],
+            json({{"prompt_tokens", 7}, {"completion_tokens", 5}, {"total_tokens", 12}}));
+}
+
+// A whole answer after two handed-back rounds: the earlier text leads, the ids are the whole
+// list when asked for and null otherwise, and usage counts every round. Answers of other shapes
+// pass unharmed.
+TEST(FinishWholeAnswerTest, EarlierRoundsLeadAndUsageCountsThem) {
+  proxy::EarlierRounds earlier;
+  earlier.prompt_tokens = 4;
+  earlier.text = "Hello";
+  earlier.token_ids = {1, 2};
+  json completion = {{"choices", {{{"text", " world"}, {"token_ids", {3}}}}},
+                     {"usage", {{"prompt_tokens", 6}, {"completion_tokens", 1}}}};
+  json with_ids = completion;
+  proxy::finish_whole_answer(&with_ids, false, true, earlier);
+  EXPECT_EQ(with_ids["choices"][0]["text"], "Hello world");
+  EXPECT_EQ(with_ids["choices"][0]["token_ids"], json({1, 2, 3}));
+  EXPECT_EQ(with_ids["usage"],
+            json({{"prompt_tokens", 4}, {"completion_tokens", 3}, {"total_tokens", 7}}));
+  proxy::finish_whole_answer(&completion, false, false, earlier);
+  EXPECT_TRUE(completion["choices"][0]["token_ids"].is_null());
+
+  json chat = {{"choices", {{{"message", {{"role", "assistant"}, {"content", nullptr}}}}}}};
+  proxy::finish_whole_answer(&chat, true, false, earlier);
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], "Hello");
+
+  for (json odd : {json::parse(R"({"choices": 5})"), json::parse(R"({"choices": [7]})"),
+                   json::parse(R"({"usage": {"completion_tokens": "x"}})"), json::parse("[]")}) {
+    const json before = odd;
+    proxy::finish_whole_answer(&odd, false, false, earlier);
+    EXPECT_EQ(odd.is_object() ? odd.contains("choices") : false,
+              before.is_object() ? before.contains("choices") : false)
+        << before.dump();
+    if (before.is_object() && before.contains("usage")) {
+      EXPECT_EQ(odd["usage"]["completion_tokens"], "x");
+    }
+  }
 }
 
 // A handed-back request continues from its exact ids; the token budgets shrink by what was
