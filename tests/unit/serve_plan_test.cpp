@@ -1,0 +1,172 @@
+// serve's plan from the seeds' command lines as a user pastes them (CPP prefiller, MTP decoder
+// rank), and the errors a mistyped flag or config gets, without starting a process.
+#include "cli/serve_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Parsed {
+  common::Status status;
+  cli::ServePlan plan;
+};
+
+Parsed plan_of(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {"chunkpipe", "serve"};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  cli::ArgParser p("chunkpipe serve", "test");
+  p.add_positional("MODEL", "model directory");
+  cli::add_serve_flags(p);
+  Parsed out;
+  out.status = p.parse(static_cast<int>(argv.size()), argv.data(), 2);
+  if (out.status.ok()) out.status = cli::plan_serve(p, &out.plan);
+  return out;
+}
+
+// The P node of the CPP seed: TP 8 x PP 2, the profiling chunk config, a Mooncake producer.
+TEST(ServePlanTest, TheCppSeedsPrefillerPlansAsWritten) {
+  const Parsed r = plan_of({"/nonexistent/DeepSeek-V3.1-w8a8",
+                            "--host",
+                            "0.0.0.0",
+                            "--port",
+                            "8003",
+                            "--served-model-name",
+                            "model",
+                            "--tensor-parallel-size",
+                            "8",
+                            "--pipeline-parallel-size",
+                            "2",
+                            "--enable-expert-parallel",
+                            "--max-num-seqs",
+                            "32",
+                            "--max-model-len",
+                            "131072",
+                            "--max-num-batched-tokens",
+                            "32768",
+                            "--gpu-memory-utilization",
+                            "0.9",
+                            "--enable-chunked-prefill",
+                            "--enable-prefix-caching",
+                            "--no-async-scheduling",
+                            "--trust-remote-code",
+                            "--quantization",
+                            "ascend",
+                            "--additional-config",
+                            R"({
+    "scheduler_config": {
+      "profiling_chunk_config": {"enabled":true, "smooth_factor":1.0, "min_chunk":4096}
+    }
+  })",
+                            "--kv-transfer-config",
+                            R"({
+    "kv_connector": "MooncakeConnectorV1",
+    "kv_role": "kv_producer",
+    "kv_port": "36000",
+    "engine_id": "0",
+    "kv_connector_extra_config": {
+      "prefill": {"pp_size": 2, "dp_size": 1, "tp_size": 8},
+      "decode": {"dp_size": 32, "tp_size": 1}
+    }
+  })"});
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  const cli::ServePlan& plan = r.plan;
+  EXPECT_EQ(plan.model_dir, "/nonexistent/DeepSeek-V3.1-w8a8");
+  EXPECT_EQ(plan.server.port, 8003);
+  EXPECT_EQ(plan.pipeline_parallel_size, 2);
+  EXPECT_EQ(plan.tensor_parallel_size, 8);
+  EXPECT_TRUE(plan.expert_parallel);
+  EXPECT_EQ(plan.engine.scheduler.max_num_seqs, 32);
+  EXPECT_DOUBLE_EQ(plan.memory_utilization, 0.9);
+  EXPECT_TRUE(plan.engine.enable_prefix_caching);
+  ASSERT_TRUE(plan.engine.profiling_chunk.has_value());
+  EXPECT_TRUE(plan.engine.profiling_chunk->enabled);
+  EXPECT_EQ(plan.engine.profiling_chunk->min_chunk, 4096);
+  EXPECT_EQ(plan.kv_transfer.kv_connector, "MooncakeConnectorV1");
+  EXPECT_EQ(plan.kv_transfer.kv_role, "kv_producer");
+  EXPECT_EQ(plan.kv_transfer.kv_port, "36000");
+  EXPECT_TRUE(plan.server.kv_producer);
+  const transfer::ConnectorPlacement at = cli::connector_placement(plan);
+  EXPECT_EQ(at.pp_size, 2);
+  EXPECT_EQ(at.tp_size, 8);
+}
+
+// One external DP rank of the seeds' decoders: MTP, the recompute scheduler on a consumer, no
+// prefix caching.
+TEST(ServePlanTest, TheSeedsDecoderRankPlansAsWritten) {
+  const Parsed r =
+      plan_of({"/nonexistent/DeepSeek-V3.1-w8a8",
+               "--port",
+               "7100",
+               "--data-parallel-size",
+               "4",
+               "--data-parallel-rank",
+               "1",
+               "--data-parallel-address",
+               "127.0.0.1",
+               "--data-parallel-rpc-port",
+               "12321",
+               "--tensor-parallel-size",
+               "1",
+               "--seed",
+               "1024",
+               "--max-num-batched-tokens",
+               "256",
+               "--max-num-seqs",
+               "28",
+               "--no-enable-prefix-caching",
+               "--speculative-config",
+               R"({"num_speculative_tokens": 1, "method": "mtp"})",
+               "--compilation-config",
+               R"({"cudagraph_mode": "FULL_DECODE_ONLY"})",
+               "--additional-config",
+               R"({"recompute_scheduler_enable":true,"multistream_overlap_shared_expert": true})",
+               "--kv-transfer-config",
+               R"({"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_consumer",
+                                "kv_port": "30200", "kv_connector_extra_config": {
+                                "prefill": {"dp_size": 2, "tp_size": 8},
+                                "decode": {"dp_size": 4, "tp_size": 1}}})"});
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  const cli::ServePlan& plan = r.plan;
+  EXPECT_EQ(plan.dp.size, 4);
+  EXPECT_EQ(plan.dp.rank, 1);
+  EXPECT_TRUE(plan.dp.external);
+  EXPECT_EQ(plan.data_parallel_rank, 1);
+  EXPECT_EQ(plan.engine.seed, 1024u);
+  EXPECT_FALSE(plan.engine.enable_prefix_caching);
+  ASSERT_TRUE(plan.speculative.has_value());
+  EXPECT_EQ(plan.speculative->num_speculative_tokens, 1);
+  EXPECT_TRUE(plan.engine.scheduler.recompute_scheduler_enable);
+  EXPECT_EQ(plan.kv_transfer.kv_role, "kv_consumer");
+  EXPECT_EQ(cli::connector_placement(plan).dp_rank, 1);
+}
+
+// Each mistake gets an error that names the flag or field; features not built say so.
+TEST(ServePlanTest, MistakesAreNamed) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"m", "--gpu-memory-utilization", "1.5"}, "--gpu-memory-utilization must be in (0, 1]"},
+      {{"m", "--gpu-memory-utilization", "lots"}, "invalid float value: 'lots'"},
+      {{"m", "--kv-transfer-config", "{not json"}, "--kv-transfer-config"},
+      {{"m", "--kv-transfer-config", R"({"kv_connector": "MooncakeConnectorV1"})"}, "kv_role"},
+      {{"m", "--additional-config", "[1]"}, "argument --additional-config: invalid JSON object"},
+      {{"m", "--quantization", "gptq"}, "Unknown quantization method: gptq"},
+      {{"m", "--dtype", "float16"}, "float16 is not supported on CPU"},
+      {{}, "the following arguments are required: MODEL"},
+  };
+  for (const Case& c : cases) {
+    const Parsed r = plan_of(c.args);
+    ASSERT_FALSE(r.status.ok()) << c.says;
+    EXPECT_NE(r.status.message().find(c.says), std::string::npos)
+        << "wanted \"" << c.says << "\" in: " << r.status.message();
+  }
+}
+
+}  // namespace
