@@ -522,13 +522,24 @@ TEST_F(PdTest, PrefillerKilledMidReadIsSurvivedByTheDecoder) {
   body["kv_transfer_params"] = prefill(p, words(300))["kv_transfer_params"];
   int status = 0;
   ASSERT_EQ(post(d, "/v1/completions", body, &status)["choices"][0]["finish_reason"], "length");
-  body["kv_transfer_params"] = prefill(p, words(300))["kv_transfer_params"];
+  const json second = prefill(p, words(300));
+  ASSERT_TRUE(second.contains("kv_transfer_params") && second["kv_transfer_params"].is_object())
+      << "P kept no blocks for the second prefill: " << second.dump();
+  body["kv_transfer_params"] = second["kv_transfer_params"];
   kill(p.pid(), SIGSTOP);
   json got;
   const auto t0 = std::chrono::steady_clock::now();
   std::thread leg([&] { got = post(d, "/v1/completions", body, &status); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EXPECT_EQ(metric(d, "chunkpipe:kv_pulls_in_flight"), 1.0) << "the read waits on the frozen P";
+  // The read starts once D has scheduled the request (later on a loaded machine), then waits.
+  double in_flight = 0;
+  for (int i = 0; i < 100 && in_flight == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    in_flight = metric(d, "chunkpipe:kv_pulls_in_flight");
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(metric(d, "chunkpipe:kv_pulls_in_flight"), 1.0)
+      << "the read waits on the frozen P (in flight: " << in_flight
+      << "; pulled: " << metric(d, "chunkpipe:kv_pull_blocks_total") << " blocks)";
   kill(p.pid(), SIGKILL);
   kill(p.pid(), SIGCONT);
   leg.join();
