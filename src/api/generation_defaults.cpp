@@ -42,6 +42,38 @@ SamplingDefaults sampling_defaults_from_generation_config(const json& c) {
   return d;
 }
 
+std::optional<std::string> apply_generation_overrides(const json& overrides, SamplingDefaults* d) {
+  if (!overrides.is_object()) return "--override-generation-config must be a JSON object";
+  auto bad = [](const char* key, const char* what) {
+    return std::string("--override-generation-config: '") + key + "' must be " + what;
+  };
+  auto number = [&](const char* key, std::optional<double>* out) -> std::optional<std::string> {
+    if (!overrides.contains(key) || overrides[key].is_null()) return std::nullopt;
+    if (!overrides[key].is_number() || !std::isfinite(overrides[key].get<double>()))
+      return bad(key, "a number");
+    *out = overrides[key].get<double>();
+    return std::nullopt;
+  };
+  for (auto [key, out] :
+       {std::pair{"temperature", &d->temperature}, std::pair{"top_p", &d->top_p},
+        std::pair{"min_p", &d->min_p}, std::pair{"repetition_penalty", &d->repetition_penalty}}) {
+    if (auto e = number(key, out)) return e;
+  }
+  if (overrides.contains("top_k") && !overrides["top_k"].is_null()) {
+    const json& k = overrides["top_k"];
+    if (!k.is_number_integer() || k.get<int64_t>() < -1 || k.get<int64_t>() > INT32_MAX)
+      return bad("top_k", "an integer of at least -1");
+    d->top_k = static_cast<int32_t>(k.get<int64_t>());
+  }
+  if (overrides.contains("max_new_tokens") && !overrides["max_new_tokens"].is_null()) {
+    const json& n = overrides["max_new_tokens"];
+    if (!n.is_number_integer() || n.get<int64_t>() < 1)
+      return bad("max_new_tokens", "a positive integer");
+    d->max_tokens = n.get<int64_t>();
+  }
+  return std::nullopt;
+}
+
 std::string sampling_defaults_repr(const SamplingDefaults& d) {
   std::string out;
   auto add = [&](const char* key, const std::string& value) {

@@ -28,6 +28,13 @@ struct SamplingDefaults {
 // 1.0, top_p 1.0, top_k 50, repetition_penalty 1.0) and fields of the wrong type are left out.
 SamplingDefaults sampling_defaults_from_generation_config(const nlohmann::json& config);
 
+// --override-generation-config: each sampling field it names replaces the default, whatever its
+// value (vLLM merges the overrides after dropping Hugging Face's defaults from the file); keys
+// that are not sampling fields are ignored, as vLLM ignores them. An error names a field of the
+// wrong type.
+std::optional<std::string> apply_generation_overrides(const nlohmann::json& overrides,
+                                                      SamplingDefaults* defaults);
+
 // vLLM's log form, a Python dict: {'temperature': 0.6, 'top_p': 0.95}.
 std::string sampling_defaults_repr(const SamplingDefaults& defaults);
 

@@ -243,20 +243,24 @@ class EngineReaper {
 
 // --generation-config auto (the model's generation_config.json), vllm (none) or a directory
 // holding one: the sampling defaults requests get, logged as vLLM logs them.
-common::Status load_sampling_defaults(const ArgParser& p, const std::string& model_dir,
+common::Status load_sampling_defaults(const ArgParser& p, const ServePlan& plan,
                                       api::SamplingDefaults* out) {
   const std::string choice = p.option("generation-config").value_or("auto");
-  if (choice == "vllm") return common::Status::ok_status();
-  const std::string path = (choice == "auto" ? model_dir : choice) + "/generation_config.json";
-  std::ifstream in(path);
-  if (!in) {
-    if (choice == "auto") return common::Status::ok_status();  // a checkpoint without one
-    return common::invalid_argument("--generation-config " + choice + ": cannot open " + path);
+  if (choice != "vllm") {
+    const std::string path =
+        (choice == "auto" ? plan.model_dir : choice) + "/generation_config.json";
+    std::ifstream in(path);
+    if (in) {
+      const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
+      if (config.is_discarded() || !config.is_object())
+        return common::invalid_argument(path + ": not a JSON object");
+      *out = api::sampling_defaults_from_generation_config(config);
+    } else if (choice != "auto") {  // auto: a checkpoint without one
+      return common::invalid_argument("--generation-config " + choice + ": cannot open " + path);
+    }
   }
-  const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
-  if (config.is_discarded() || !config.is_object())
-    return common::invalid_argument(path + ": not a JSON object");
-  *out = api::sampling_defaults_from_generation_config(config);
+  // Checked by plan_serve: cannot fail here.
+  (void)api::apply_generation_overrides(plan.generation_overrides, out);
   if (!out->empty()) {
     const std::string repr = api::sampling_defaults_repr(*out);
     LOG(INFO) << "Using default chat sampling params from model: " << repr;
@@ -565,8 +569,7 @@ int run_serve_command(int argc, char** argv) {
                     : "Jinja from " + (plan.chat_template_file.empty()
                                            ? plan.tokenizer_dir + "/tokenizer_config.json"
                                            : plan.chat_template_file));
-  if (auto st = load_sampling_defaults(p, plan.model_dir, &plan.server.sampling_defaults);
-      !st.ok()) {
+  if (auto st = load_sampling_defaults(p, plan, &plan.server.sampling_defaults); !st.ok()) {
     LOG(ERROR) << st.message();
     return 1;
   }

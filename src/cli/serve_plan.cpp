@@ -10,7 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/generation_defaults.h"
 #include "cli/activation_dtype.h"
+#include "cli/vllm_compat_flags.h"
 #include "common/logging.h"
 #include "kernels/cpu_features.h"
 #include "model/quant_description.h"
@@ -112,6 +114,16 @@ void add_serve_flags(ArgParser& p) {
   p.add_flag("enable-log-requests", "per-request logs");
   p.add_flag("disable-log-stats", "no periodic stats logs");
   p.add_option("uvicorn-log-level", "HTTP log level", "info");
+  p.add_option("h11-max-incomplete-event-size", "largest request line + header fields, in bytes",
+               std::to_string(64 << 10));
+  p.add_option("response-role", "the role of a chat answer (with add_generation_prompt)",
+               "assistant");
+  p.add_flag("enable-server-load-tracking",
+             "GET /load reports the completions and chats in progress");
+  p.add_flag("enable-request-id-headers",
+             "every response carries X-Request-Id (the client's, else a new one)");
+  p.add_option("override-generation-config",
+               "JSON sampling defaults over --generation-config's, e.g. {\"temperature\": 0.5}");
   p.add_option("http-threads", "HTTP I/O threads (event loop; connections cost no thread)", "2");
   p.add_option("http-worker-threads", "threads that parse, tokenize and format responses", "2");
   p.add_option("max-request-body-bytes", "largest accepted request body", std::to_string(32 << 20));
@@ -141,6 +153,7 @@ void add_serve_flags(ArgParser& p) {
   p.add_alias("-ep", "enable-expert-parallel");
   p.add_alias("-q", "quantization");
   p.add_alias("-O", "compilation-config");
+  add_vllm_compat_flags(p);
 }
 
 common::Result<int64_t> max_model_len_value(const ArgParser& p) {
@@ -368,6 +381,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   if (p.flag("enforce-eager")) LOG(INFO) << "--enforce-eager: the CPU backend always runs eagerly";
   if (p.flag("trust-remote-code"))
     LOG(INFO) << "--trust-remote-code: accepted; no model code is loaded from checkpoints";
+  CP_RETURN_IF_ERROR(check_vllm_compat_flags(p));
   if (p.given("async-scheduling"))
     LOG(INFO) << "--async-scheduling: the CPU engine schedules synchronously between steps";
   if (p.given("swap-space"))
@@ -465,6 +479,17 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   CP_ASSIGN_OR_RETURN(s.cors.allowed_headers,
                       server::parse_cors_list("allowed-headers", *p.option("allowed-headers")));
   s.cors.allow_credentials = p.flag("allow-credentials");
+  CP_ASSIGN_OR_RETURN(int64_t header_bytes, p.int_option("h11-max-incomplete-event-size", 1));
+  s.max_header_bytes = static_cast<size_t>(header_bytes);
+  s.response_role = *p.option("response-role");
+  s.enable_server_load_tracking = p.flag("enable-server-load-tracking");
+  s.enable_request_id_headers = p.flag("enable-request-id-headers");
+  if (p.given("override-generation-config")) {
+    CP_ASSIGN_OR_RETURN(plan->generation_overrides, json_value(p, "override-generation-config"));
+    api::SamplingDefaults check;
+    if (auto e = api::apply_generation_overrides(plan->generation_overrides, &check))
+      return common::invalid_argument(*e);
+  }
   if (auto tp = p.option("tool-call-parser")) {
     if (*tp != "deepseek_v3" && *tp != "deepseek_v31") {
       return common::invalid_argument("argument --tool-call-parser: invalid choice: '" + *tp +

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/arg_parser.h"
 #include "cli/data_parallel.h"
 #include "cli/speculative_config.h"
@@ -45,6 +47,7 @@ struct ServePlan {
   int data_parallel_rank = 0;  // --data-parallel-rank (the pull connector's port offset)
   DataParallelPlan dp;
   std::vector<std::string> serve_args;  // "serve" and every argument, for engine processes
+  nlohmann::json generation_overrides = nlohmann::json::object();  // --override-generation-config
 };
 
 // Declares every serve flag and alias on `p`.

@@ -59,6 +59,8 @@ struct Route {
 constexpr Route kRoutes[] = {
     {"/health", "GET", false},
     {"/ping", "GET", false},
+    {"/ping", "POST", false},  // SageMaker's health check
+    {"/load", "GET", false},
     {"/version", "GET", false},
     {"/metrics", "GET", false},
     {"/tokenize", "POST", false},
@@ -164,13 +166,19 @@ ApiServer::ApiServer(ServerConfig config, engine::EngineClient& engine,
   o.port = config_.port;
   o.io_threads = config_.http_threads;
   o.max_body_bytes = config_.max_body_bytes;
+  o.max_header_bytes = config_.max_header_bytes;
   o.max_stream_buffer_bytes = config_.max_stream_buffer_bytes;
   o.keep_alive_timeout = config_.keep_alive_timeout;
   o.error_response = [](int status, const std::string& message) {
     return error_response(api::ApiError{status, message, "BadRequestError"});
   };
   o.response_headers = [this](const HttpRequest& request) {
-    return cors_response_headers(config_.cors, request);
+    HttpHeaders headers = cors_response_headers(config_.cors, request);
+    // The client's X-Request-Id comes back; --enable-request-id-headers makes one up otherwise.
+    std::string id = request.header("X-Request-Id");
+    if (id.empty() && config_.enable_request_id_headers) id = random_hex();
+    if (!id.empty()) headers.emplace_back("X-Request-Id", std::move(id));
+    return headers;
   };
   http_ = std::make_unique<HttpServer>(std::move(o),
                                        [this](std::shared_ptr<HttpExchange> ex) { handle(ex); });
@@ -272,6 +280,8 @@ void ApiServer::handle(std::shared_ptr<HttpExchange> ex) {
     r.status = engine_.is_healthy() ? 200 : 503;
     return ex->respond(std::move(r));
   }
+  if (path == "/load")
+    return ex->respond(json_response(200, {{"server_load", server_load_->load()}}));
   if (path == "/version") return ex->respond(json_response(200, {{"version", "0.10.1.1"}}));
   if (path == "/metrics") {
     HttpResponse r;
@@ -293,6 +303,15 @@ void ApiServer::handle(std::shared_ptr<HttpExchange> ex) {
   if (stopping_) {
     return ex->respond(
         error_response({503, "The server is shutting down", "ServiceUnavailableError"}));
+  }
+  if (config_.enable_server_load_tracking &&
+      (path == "/v1/completions" || path == "/v1/chat/completions")) {
+    // Counted until every holder of the exchange (the task, the session) lets it go: vLLM
+    // counts a request until its response, streamed or whole, has been handed over.
+    server_load_->fetch_add(1);
+    std::shared_ptr<HttpExchange> inner = std::move(ex);
+    ex = std::shared_ptr<HttpExchange>(
+        inner.get(), [inner, load = server_load_](HttpExchange*) { load->fetch_sub(1); });
   }
   // The rest parse and tokenize: off the I/O thread. No exception may escape a task.
   workers_->post([this, ex, path] {
@@ -478,8 +497,8 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> prompt_texts;
   bool thinking = false;
-  std::string chat_role = "assistant";  // the answer's role
-  std::string chat_echo;                // what each chat choice starts with (echo)
+  std::string chat_role = config_.response_role;  // the answer's role (--response-role)
+  std::string chat_echo;                          // what each chat choice starts with (echo)
   if (chat) {
     if (!body.contains("messages")) return fail(api::bad_request("'messages' is required"));
     tokenizer::ChatRenderOptions o;

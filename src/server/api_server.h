@@ -54,6 +54,10 @@ struct ServerConfig {
   int http_threads = 2;    // I/O threads of the event loop
   int worker_threads = 2;  // parse, tokenize, format
   size_t max_body_bytes = 32 << 20;
+  size_t max_header_bytes = 64 << 10;          // --h11-max-incomplete-event-size
+  std::string response_role = "assistant";     // --response-role: a chat answer's role
+  bool enable_server_load_tracking = false;    // GET /load counts generate requests in progress
+  bool enable_request_id_headers = false;      // every response carries an X-Request-Id
   size_t max_stream_buffer_bytes = 4 << 20;    // a stream this far behind its client is dropped
   int64_t max_completions_per_request = 1024;  // prompts x n
   std::chrono::milliseconds keep_alive_timeout{5000};
@@ -100,6 +104,9 @@ class ApiServer {
   std::unique_ptr<HttpServer> http_;
   std::atomic<uint64_t> next_engine_id_{0};
   std::atomic<bool> stopping_{false};
+  // Completions and chats whose handling has not ended (--enable-server-load-tracking); shared
+  // with the exchanges that count in it, which may outlive a stop.
+  std::shared_ptr<std::atomic<int64_t>> server_load_ = std::make_shared<std::atomic<int64_t>>(0);
   mutable std::mutex sessions_mu_;
   std::unordered_map<const GenerateSession*, std::weak_ptr<GenerateSession>> sessions_;
 };

@@ -58,9 +58,7 @@ void GenerateSession::begin() {
     }
   });
   if (plan_.stream) {
-    HttpHeaders headers = {{"Cache-Control", "no-cache"}};
-    const std::string rid = exchange_->request().header("X-Request-Id");
-    if (!rid.empty()) headers.emplace_back("X-Request-Id", rid);
+    HttpHeaders headers = {{"Cache-Control", "no-cache"}};  // X-Request-Id: ApiServer's
     exchange_->start_stream(200, "text/event-stream; charset=utf-8", std::move(headers));
     if (plan_.chat) {
       json choices = json::array();
@@ -400,8 +398,6 @@ void GenerateSession::respond_whole() {
   }
   HttpResponse r;
   r.body = dump(out);
-  const std::string rid = exchange_->request().header("X-Request-Id");
-  if (!rid.empty()) r.headers.emplace_back("X-Request-Id", rid);
   exchange_->respond(std::move(r));
   finish_session();
 }

@@ -785,6 +785,97 @@ TEST_F(ServeTest, GenerationConfigAndUsageFlags) {
   EXPECT_EQ(plain_text.find("Using default"), std::string::npos) << "--generation-config vllm";
 }
 
+// vLLM's server flags for routers and clients: /load counts a completion until its stream ends
+// (and /ping answers POST), --enable-request-id-headers names every response, --response-role
+// names the chat answer's role, and --override-generation-config replaces the model's sampling
+// defaults field by field. Flags that change nothing here are accepted with a log line.
+TEST_F(ServeTest, LoadTrackingRequestIdsRoleAndGenerationOverrides) {
+  auto flags = base_flags();
+  flags.insert(flags.end(),
+               {"--api-key", kKey, "--enable-server-load-tracking", "--enable-request-id-headers",
+                "--response-role", "narrator", "--override-generation-config",
+                R"({"temperature": 1.0, "top_p": 1.0})", "--disable-uvicorn-access-log",
+                "--kv-cache-dtype", "auto", "--distributed-executor-backend", "mp"});
+  e2e::ServerProcess s(model_dir(), flags, "/tmp/chunkpipe_e2e_load_tracking.log");
+  ASSERT_TRUE(s.ready());
+  auto load = [&] {
+    auto r = s.client().Get("/load");
+    return r && r->status == 200 ? json::parse(r->body, nullptr, false).value("server_load", -1)
+                                 : -1;
+  };
+  EXPECT_EQ(load(), 0);
+  auto ping = s.client().Post("/ping", "", "text/plain");
+  ASSERT_TRUE(ping);
+  EXPECT_EQ(ping->status, 200);
+
+  // A long stream: /load says 1 while it runs and 0 once it has ended.
+  int stream_status = 0;
+  std::thread stream([&] {
+    stream_status =
+        post(s, "/v1/completions",
+             R"({"prompt": "Count", "max_tokens": 500, "ignore_eos": true, "stream": true})")
+            .status;
+  });
+  int seen = 0;
+  for (int i = 0; i < 500 && seen != 1; ++i) {
+    seen = load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  stream.join();
+  ASSERT_EQ(stream_status, 200);
+  EXPECT_EQ(seen, 1) << "the stream counted while it ran";
+  // The server lets go of a request just after its last byte: the count settles soon after.
+  auto settled = [&] {
+    int now = load();
+    for (int i = 0; i < 100 && now != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      now = load();
+    }
+    return now;
+  };
+  EXPECT_EQ(settled(), 0) << "and no longer once it ended";
+  EXPECT_EQ(post(s, "/v1/completions", R"({"prompt": "x", "max_tokens": "many"})").status, 400);
+  EXPECT_EQ(settled(), 0) << "a refused request counts out too";
+
+  // X-Request-Id: the client's comes back; without one, a fresh one on every response.
+  auto c = s.client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->get_header_value("X-Request-Id").size(), 32u);
+  auto models = c.Get("/v1/models", {{"Authorization", std::string("Bearer ") + kKey},
+                                     {"X-Request-Id", "client-id-7"}});
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->get_header_value("X-Request-Id"), "client-id-7");
+  EXPECT_EQ(models->get_header_value_count("X-Request-Id"), 1u);
+
+  const Response chat =
+      post(s, "/v1/chat/completions",
+           R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})");
+  ASSERT_EQ(chat.status, 200) << chat.raw;
+  EXPECT_EQ(chat.body["choices"][0]["message"]["role"], "narrator");
+
+  // The test model's generation_config.json says temperature 0.6 and top_p 0.95; the overrides
+  // put both back to 1.0, so an empty request samples as one that asks for 1.0.
+  auto ids = [&](json body) {
+    body["prompt"] = "Sampling defaults decide this";
+    body["max_tokens"] = 12;
+    body["ignore_eos"] = true;
+    body["seed"] = 11;
+    body["return_token_ids"] = true;
+    const Response r = post(s, "/v1/completions", body.dump());
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.status == 200 ? r.body["choices"][0]["token_ids"].get<std::vector<int32_t>>()
+                           : std::vector<int32_t>{};
+  };
+  EXPECT_EQ(ids(json::object()), ids({{"temperature", 1.0}, {"top_p", 1.0}}));
+  EXPECT_NE(ids(json::object()), ids({{"temperature", 0.6}, {"top_p", 0.95}}));
+  EXPECT_EQ(s.stop(), 0);
+  std::ifstream log("/tmp/chunkpipe_e2e_load_tracking.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("--kv-cache-dtype auto: accepted"), std::string::npos);
+  EXPECT_NE(text.find("--distributed-executor-backend mp: accepted"), std::string::npos);
+}
+
 // A request's own chat template is refused, in both places a client can put it, unless the
 // server runs with --trust-request-chat-template, which then renders the messages with it.
 TEST_F(ServeTest, RequestChatTemplateNeedsTrust) {

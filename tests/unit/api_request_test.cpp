@@ -272,6 +272,24 @@ TEST(SamplingFieldsRequestTest, ParsedOrRefusedByName) {
   EXPECT_NE(refusal({{"best_of", "2"}}).find("best_of"), std::string::npos);
 }
 
+// --override-generation-config: every sampling field it names wins, even at Hugging Face's
+// default values (top_k 50, temperature 1.0); other keys are ignored; wrong types are named.
+TEST(SamplingDefaultsTest, OverridesReplaceFieldsWhateverTheirValue) {
+  api::SamplingDefaults d =
+      api::sampling_defaults_from_generation_config({{"temperature", 0.6}, {"top_p", 0.95}});
+  EXPECT_FALSE(api::apply_generation_overrides(
+      {{"temperature", 1.0}, {"top_k", 50}, {"max_new_tokens", 9}, {"do_sample", false}}, &d));
+  EXPECT_EQ(api::sampling_defaults_repr(d),
+            "{'temperature': 1.0, 'top_k': 50, 'top_p': 0.95, 'max_tokens': 9}");
+  for (const json& bad : {json{{"top_p", "x"}}, json{{"top_k", 1.5}}, json{{"top_k", -2}},
+                          json{{"max_new_tokens", 0}}, json::array()}) {
+    api::SamplingDefaults untouched;
+    const auto e = api::apply_generation_overrides(bad, &untouched);
+    ASSERT_TRUE(e.has_value()) << bad.dump();
+    EXPECT_NE(e->find("--override-generation-config"), std::string::npos) << *e;
+  }
+}
+
 // --generation-config auto: generation_config.json's sampling fields that differ from Hugging
 // Face's defaults fill what a request leaves out (null included); the request's own win.
 TEST(SamplingDefaultsTest, GenerationConfigFillsWhatTheRequestLeavesOut) {

@@ -160,6 +160,14 @@ TEST(ServePlanTest, MistakesAreNamed) {
       {{"m", "--quantization", "gptq"}, "Unknown quantization method: gptq"},
       {{"m", "--dtype", "float16"}, "float16 is not supported on CPU"},
       {{}, "the following arguments are required: MODEL"},
+      {{"m", "--kv-cache-dtype", "fp8"}, "--kv-cache-dtype fp8: a quantized KV cache is not built"},
+      {{"m", "--enable-sleep-mode"}, "--enable-sleep-mode: sleep mode is not built"},
+      {{"m", "--api-server-count", "4"}, "more than one API server is not built"},
+      {{"m", "--ssl-keyfile", "k.pem"}, "TLS (put a TLS proxy in front) is not built"},
+      {{"m", "--override-generation-config", R"({"temperature": "hot"})"},
+       "'temperature' must be a number"},
+      {{"m", "--override-generation-config", "1"}, "--override-generation-config: invalid JSON"},
+      {{"m", "--h11-max-incomplete-event-size", "0"}, "--h11-max-incomplete-event-size"},
   };
   for (const Case& c : cases) {
     const Parsed r = plan_of(c.args);
@@ -167,6 +175,46 @@ TEST(ServePlanTest, MistakesAreNamed) {
     EXPECT_NE(r.status.message().find(c.says), std::string::npos)
         << "wanted \"" << c.says << "\" in: " << r.status.message();
   }
+}
+
+}  // namespace
+
+namespace {
+
+// vLLM flags that change nothing on this engine are accepted at their harmless values (a
+// pasted command line starts), and the server-side flags land in the server's config.
+TEST(ServePlanTest, VllmFlagsWithoutEffectAreAcceptedAndServerFlagsApply) {
+  const Parsed r = plan_of({"m",
+                            "--kv-cache-dtype",
+                            "auto",
+                            "--load-format",
+                            "safetensors",
+                            "--distributed-executor-backend",
+                            "mp",
+                            "--disable-custom-all-reduce",
+                            "--disable-uvicorn-access-log",
+                            "--api-server-count",
+                            "1",
+                            "--max-seq-len-to-capture",
+                            "8192",
+                            "--enable-server-load-tracking",
+                            "--enable-request-id-headers",
+                            "--response-role",
+                            "bot",
+                            "--h11-max-incomplete-event-size",
+                            "4194304",
+                            "--override-generation-config",
+                            R"({"top_k": 50, "other": true})"});
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_TRUE(r.plan.server.enable_server_load_tracking);
+  EXPECT_TRUE(r.plan.server.enable_request_id_headers);
+  EXPECT_EQ(r.plan.server.response_role, "bot");
+  EXPECT_EQ(r.plan.server.max_header_bytes, 4194304u);
+  EXPECT_EQ(r.plan.generation_overrides["top_k"], 50);
+  const Parsed plain = plan_of({"m"});
+  ASSERT_TRUE(plain.status.ok());
+  EXPECT_FALSE(plain.plan.server.enable_server_load_tracking);
+  EXPECT_EQ(plain.plan.server.response_role, "assistant");
 }
 
 }  // namespace
