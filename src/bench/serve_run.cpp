@@ -28,12 +28,13 @@ std::string request_body(const SampleRequest& s, const ServeRunOptions& o) {
     body["prompt"] = s.prompt;
     body["max_tokens"] = s.expected_output_len;
     body["repetition_penalty"] = 1.0;
-    body["logprobs"] = nullptr;
+    body["logprobs"] = o.logprobs ? json(*o.logprobs) : json(nullptr);
   }
   if (o.ignore_eos) body["ignore_eos"] = true;
   if (o.temperature) body["temperature"] = *o.temperature;
   if (o.top_p) body["top_p"] = *o.top_p;
   if (o.top_k) body["top_k"] = *o.top_k;
+  if (o.min_p) body["min_p"] = *o.min_p;
   return body.dump();
 }
 

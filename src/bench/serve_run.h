@@ -22,8 +22,9 @@ struct ServeRunOptions {
   std::string model;  // the "model" field
   nlohmann::json extra_body = nlohmann::json::object();
   bool ignore_eos = false;
-  std::optional<double> temperature, top_p;
+  std::optional<double> temperature, top_p, min_p;
   std::optional<int> top_k;
+  std::optional<int> logprobs;  // completions: logprobs per token (else null, as vLLM sends)
   std::string request_id_prefix = "benchmark-serving";
   double request_rate = -1;  // requests per second; < 0: all at once
   double burstiness = 1.0;

@@ -101,6 +101,13 @@ int run_bench_serve(int argc, char** argv) {
   p.add_option("temperature", "sampling temperature sent with each request");
   p.add_option("top-p", "top_p sent with each request");
   p.add_option("top-k", "top_k sent with each request");
+  p.add_option("min-p", "min_p sent with each request");
+  p.add_option("logprobs", "completions: logprobs per token requested with each request");
+  p.add_flag("append-result", "append the result JSON as a line to an existing file");
+  p.add_flag("trust-remote-code", "accepted; the tokenizer is chunkpipe's own");
+  p.add_option("tokenizer-mode", "auto, slow or hf (chunkpipe's tokenizer.json reader)", "auto");
+  p.add_flag("use-beam-search", "not supported (vLLM V1 serves no beam search either)");
+  p.add_flag("profile", "not built: chunkpipe has no /start_profile");
   p.add_option("report", "also write a self-contained HTML report (plots) to this file");
   p.add_alias("-n", "num-prompts");
   if (auto st = p.parse(argc, argv, 3); !st.ok()) return fail(p, "serve", st, true);
@@ -113,6 +120,23 @@ int run_bench_serve(int argc, char** argv) {
     return fail(p, "serve",
                 common::invalid_argument("argument --backend: invalid choice: '" + backend +
                                          "' (choose from 'openai', 'openai-chat', 'vllm')"),
+                true);
+  }
+  if (p.flag("use-beam-search"))
+    return fail(p, "serve",
+                common::unimplemented("--use-beam-search: beam search is not served by chunkpipe"),
+                false);
+  if (p.flag("profile"))
+    return fail(p, "serve",
+                common::unimplemented("--profile: the torch profiler endpoints (/start_profile) "
+                                      "are not built in chunkpipe"),
+                false);
+  if (const std::string mode = *p.option("tokenizer-mode");
+      mode != "auto" && mode != "slow" && mode != "hf") {
+    return fail(p, "serve",
+                common::invalid_argument("argument --tokenizer-mode: '" + mode +
+                                         "' is not built in chunkpipe (it reads tokenizer.json: "
+                                         "'auto', 'slow', 'hf')"),
                 true);
   }
   const bool chat = backend == "openai-chat";
@@ -295,11 +319,17 @@ int run_bench_serve(int argc, char** argv) {
   run.model = served_name;
   run.extra_body = extra_body;
   run.ignore_eos = p.flag("ignore-eos");
-  for (const char* k : {"temperature", "top-p"}) {
+  for (auto [k, out] : {std::pair{"temperature", &run.temperature}, std::pair{"top-p", &run.top_p},
+                        std::pair{"min-p", &run.min_p}}) {
     if (!p.given(k)) continue;
     auto v = p.double_option(k);
     if (!v.ok()) return fail(p, "serve", v.status(), true);
-    (std::string(k) == "top-p" ? run.top_p : run.temperature) = *v;
+    *out = *v;
+  }
+  if (p.given("logprobs")) {
+    auto v = p.int_option("logprobs", 0);
+    if (!v.ok()) return fail(p, "serve", v.status(), true);
+    run.logprobs = static_cast<int>(*v);
   }
   if (p.given("top-k")) {
     auto v = p.int_option("top-k", -1);
@@ -351,11 +381,15 @@ int run_bench_serve(int argc, char** argv) {
     const std::filesystem::path dir = *p.option("result-dir");
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    std::ofstream f(dir / name);
+    // As vLLM writes it: one JSON object, and with --append-result a newline before each one
+    // a non-empty file gets.
+    const bool append = p.flag("append-result");
+    std::ofstream f(dir / name, append ? std::ios::app : std::ios::trunc);
     if (!f)
       return fail(p, "serve", common::invalid_argument("cannot write " + (dir / name).string()),
                   false);
-    f << s.result.dump(2) << "\n";
+    if (append && std::filesystem::file_size(dir / name, ec) > 0 && !ec) f << "\n";
+    f << s.result.dump();
     std::printf("Saved result to %s\n", (dir / name).string().c_str());
   }
   return 0;

@@ -1277,6 +1277,28 @@ TEST_F(ServeTest, BenchServeCountsEveryTokenAndReadsServerTimings) {
   // bench/ttft_agreement.sh checks the 5 ms agreement on a quiet machine.
   EXPECT_GT(client_ttft, 0.0);
   EXPECT_GT(client_e2e, client_ttft);
+
+  // vLLM's other request flags, and --append-result: the second run is a second line.
+  const std::string base =
+      "OPENAI_API_KEY=" + kKey + " " + CHUNKPIPE_BINARY +
+      " bench serve --base-url http://127.0.0.1:" + std::to_string(server_->port()) +
+      " --random-input 16 --random-output-len 4 --num-prompts 4";
+  r = e2e::run_shell(base +
+                     " --trust-remote-code --min-p 0.1 --logprobs 2 --temperature 0.7 --save-result"
+                     " --append-result --result-dir " +
+                     dir + " --result-filename r.json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("Successful requests:                     4"), std::string::npos) << r.out;
+  std::ifstream appended(dir + "/r.json");
+  std::vector<json> lines;
+  for (std::string line; std::getline(appended, line);)
+    if (!line.empty()) lines.push_back(json::parse(line, nullptr, false));
+  ASSERT_EQ(lines.size(), 2u) << "the first result, then the appended one";
+  EXPECT_EQ(lines[0]["completed"], 24);
+  EXPECT_EQ(lines[1]["completed"], 4);
+  r = e2e::run_shell(base + " --use-beam-search");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("beam search is not served"), std::string::npos) << r.out;
   std::filesystem::remove_all(dir);
 }
 
