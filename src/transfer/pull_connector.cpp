@@ -121,7 +121,7 @@ PullScheduler::Remote* PullScheduler::remote_of(const sched::Request& request) {
   remote.prompt = prompt_hash(request.prompt_token_ids);
   SharedRemote& shared = shared_[remote.key];
   ++shared.pending_refs;
-  if (remember(remote.key, false).second) shared.consumed = true;  // released before it came
+  if (remember(remote.key, false).second) shared.consumed = true;  // released or pulled before
   return &remotes_.emplace(request.request_id, std::move(remote)).first->second;
 }
 
@@ -134,6 +134,7 @@ void PullScheduler::give_up(Remote* remote) {
   SharedRemote& s = shared_[remote->key];
   if (--s.pending_refs == 0 && s.puller.empty() && !s.consumed) {
     s.consumed = true;
+    remember_consumed(remote->key);
     release(remote->params);
   }
   forget_if_unused(remote->key);
@@ -141,7 +142,8 @@ void PullScheduler::give_up(Remote* remote) {
 
 void PullScheduler::forget_if_unused(const std::string& key) {
   auto it = shared_.find(key);
-  if (it != shared_.end() && it->second.pending_refs == 0 && it->second.puller.empty())
+  if (it != shared_.end() && it->second.pending_refs == 0 && it->second.puller.empty() &&
+      it->second.loaded_by.empty())
     shared_.erase(it);
 }
 
@@ -149,6 +151,12 @@ void PullScheduler::release(const PullParams& params) {
   std::lock_guard<std::mutex> lock(release_mu_);
   if (!releaser_) releaser_ = std::make_unique<PullReleaser>();
   releaser_->release(params, o_.remote_tp_size, o_.remote_pp_size);
+}
+
+void PullScheduler::remember_consumed(const std::string& key) {
+  remember(key, true);
+  std::lock_guard<std::mutex> lock(release_mu_);
+  if (auto it = seen_.find(seen_id(key)); it != seen_.end()) it->second = true;
 }
 
 std::pair<bool, bool> PullScheduler::remember(const std::string& key, bool outside_release) {
@@ -266,6 +274,7 @@ void PullScheduler::update_connector_output(const sched::KvTransferReport& repor
       s->second.consumed = true;  // its DONE went to P, whatever the outcome
       if (loaded && !it->second.finished) s->second.loaded_by = id;
     }
+    remember_consumed(key);
     if (it->second.finished || !loaded) pullers_.erase(it);
     forget_if_unused(key);
   };
@@ -284,9 +293,11 @@ sched::FinishedHandoff PullScheduler::request_finished(const sched::Request& req
     if (s != shared_.end() && s->second.puller == request.request_id) {
       it->second.finished = true;  // the load reports later; its blocks are not to be shared
     } else {
+      const std::string key = it->second.key;
       if (s != shared_.end() && s->second.loaded_by == request.request_id)
         s->second.loaded_by.clear();
       pullers_.erase(it);
+      forget_if_unused(key);
     }
   }
   sched::FinishedHandoff h;

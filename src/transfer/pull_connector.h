@@ -89,6 +89,7 @@ class PullScheduler : public sched::KvConnectorScheduler {
     int pending_refs = 0;   // requests naming it that are still pending
     std::string puller;     // the request whose load of it is in flight
     std::string loaded_by;  // the request that loaded it, while it runs: others share its blocks
+                            // (the entry is kept until it ends, for choices that come late)
     std::string loaded_prompt;  // prompt_hash of the puller's prompt: only the same one shares
     bool consumed = false;      // pulled or released: P holds it no more
   };
@@ -99,8 +100,11 @@ class PullScheduler : public sched::KvConnectorScheduler {
   // The request's do_remote_prefill params, parsed once; null when it has none.
   Remote* remote_of(const sched::Request& request);
   // Remembers `key` (named here, or released from outside when `outside_release`); returns
-  // {whether it is new, whether it was released from outside}.
+  // {whether it is new, whether P holds it no more}.
   std::pair<bool, bool> remember(const std::string& key, bool outside_release);
+  // P holds `key` no more (a DONE or a release went out): a request here that names it later
+  // shares a loader's blocks or computes its prompt, and never pulls it.
+  void remember_consumed(const std::string& key);
   // The request will not pull: P is released if no other request here still may.
   void give_up(Remote* remote);
   void forget_if_unused(const std::string& key);
@@ -114,8 +118,8 @@ class PullScheduler : public sched::KvConnectorScheduler {
   std::unique_ptr<PullReleaser> releaser_;                // made on first use
   std::mutex release_mu_;  // guards releaser_ creation, seen_ and seen_order_
   // Remote prompts named by a request here or released from outside, the newest kSeenLimit:
-  // whoever came first owns the release.
-  std::unordered_map<size_t, bool> seen_;  // a hash of the key -> released from outside
+  // whoever came first owns the release, and one that P holds no more is never pulled.
+  std::unordered_map<size_t, bool> seen_;  // a hash of the key -> P holds it no more
   std::deque<size_t> seen_order_;
 };
 

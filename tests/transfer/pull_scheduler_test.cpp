@@ -176,6 +176,39 @@ TEST_F(PullSchedulerWithoutPrefixCacheTest, ChoicesShareTheBlocksTheFirstOneLoad
   EXPECT_EQ(kv_.num_free_blocks(), 32);
 }
 
+// A choice can reach the engine a step after its siblings, under load after their whole pull
+// (a PD soak saw it): P freed the blocks at the puller's DONE, so a second pull would fail the
+// request. The late choice shares the loaded blocks while their loader runs, and computes its
+// prompt here once the loader has ended; neither pulls again.
+TEST_F(PullSchedulerWithoutPrefixCacheTest, AChoiceArrivingAfterTheLoadNeverPullsAgain) {
+  ASSERT_NE(sender_, nullptr);
+  sender_->add_leases({"r9"});
+  add("c0", "r9");
+  auto first = scheduler_.schedule();
+  EXPECT_EQ(loads(first), (std::vector<std::string>{"c0<-r9"}));
+  scheduler_.update(first, {});
+  loaded("c0");
+  auto step = scheduler_.schedule();
+  scheduler_.update(step, {7});
+  add("c1", "r9");
+  auto late = scheduler_.schedule();
+  EXPECT_TRUE(loads(late).empty()) << "P no longer holds the blocks";
+  const sched::ScheduledRequest* c1 = nullptr;
+  for (const auto& r : late.scheduled)
+    if (r.req_id == "c1") c1 = &r;
+  ASSERT_NE(c1, nullptr);
+  EXPECT_EQ(c1->num_computed_tokens, 8) << "c0's two full blocks, shared";
+  scheduler_.update(late, {7, 7});
+  scheduler_.finish_request("c0", sched::FinishReason::kStop);
+  scheduler_.finish_request("c1", sched::FinishReason::kStop);
+  add("c2", "r9");
+  auto after = scheduler_.schedule();
+  EXPECT_TRUE(loads(after).empty()) << "nor after its loader has ended";
+  ASSERT_EQ(after.scheduled.size(), 1u);
+  EXPECT_EQ(after.scheduled[0].num_computed_tokens, 0);
+  EXPECT_EQ(after.scheduled[0].num_scheduled_tokens, kPromptLen);
+}
+
 TEST_F(PullSchedulerTest, PIsReleasedWhenTheLastChoiceGivesUpWithoutPulling) {
   ASSERT_NE(sender_, nullptr);
   sender_->add_leases({"r2"});
