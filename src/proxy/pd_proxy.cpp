@@ -127,8 +127,31 @@ int PdProxy::port() const {
 
 void PdProxy::run() {
   http_->run();
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::seconds(30), [&] { return active_ == 0; });
+  bool all_ended = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    all_ended = cv_.wait_for(lock, std::chrono::seconds(30), [&] { return active_ == 0; });
+  }
+  join_ended_threads();
+  if (!all_ended) {  // stuck in a backend call: they cannot be joined, and must not block exit
+    std::lock_guard<std::mutex> lock(mu_);
+    LOG(WARNING) << "Leaving " << threads_.size() << " request threads behind";
+    for (std::thread& t : threads_) t.detach();
+    threads_.clear();
+  }
+}
+
+void PdProxy::join_ended_threads() {
+  std::vector<std::thread> ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it : ended_) {
+      ended.push_back(std::move(*it));
+      threads_.erase(it);
+    }
+    ended_.clear();
+  }
+  for (std::thread& t : ended) t.join();  // each is past its last use of this object
 }
 
 void PdProxy::stop() {
@@ -156,30 +179,33 @@ void PdProxy::stop() {
 }
 
 bool PdProxy::spawn(std::function<void()> fn, std::shared_ptr<HttpExchange> ex) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++active_;
-  }
-  auto done = [this] {
-    std::lock_guard<std::mutex> lock(mu_);
-    --active_;
-    cv_.notify_all();
-  };
+  join_ended_threads();
+  std::unique_lock<std::mutex> lock(mu_);  // held until threads_ holds the new thread
+  const auto slot = threads_.emplace(threads_.end());
+  ++active_;
   try {
-    std::thread([this, fn = std::move(fn), ex, done] {
+    *slot = std::thread([this, fn = std::move(fn), ex, slot]() mutable {
       try {
         fn();
       } catch (const std::exception& e) {  // a bug: this request fails, the others go on
         LOG(ERROR) << "proxy request failed: " << e.what();
         if (ex) end_with_error(*ex, 500, std::string("the proxy failed: ") + e.what());
       }
-      done();
-    }).detach();
+      fn = nullptr;  // what the request holds goes before it is counted out
+      ex.reset();
+      std::lock_guard<std::mutex> done(mu_);
+      --active_;
+      ended_.push_back(slot);
+      cv_.notify_all();
+    });
     return true;
   } catch (const std::system_error& e) {  // out of threads: refuse this one, keep serving
+    threads_.erase(slot);
+    --active_;
+    cv_.notify_all();
+    lock.unlock();
     LOG(WARNING) << "cannot start a thread for a request: " << e.what();
     if (ex) end_with_error(*ex, 503, std::string("the proxy is overloaded: ") + e.what());
-    done();
     return false;
   }
 }

@@ -12,9 +12,11 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -68,9 +70,16 @@ class PdProxy {
   std::unique_ptr<server::HttpServer> http_;
   std::atomic<bool> draining_{false};  // stop() began: new requests are refused
   std::atomic<bool> stopping_{false};  // the drain is over: backend calls are cancelled
+  // Joins the threads that have ended. Called before each spawn and at the end of run().
+  void join_ended_threads();
+
   std::mutex mu_;
   std::condition_variable cv_;
   int active_ = 0;  // spawned threads still running
+  // Request threads are joined, never detached: a thread that is still unwinding (its
+  // thread-locals, libcurl's and OpenSSL's among them) when the process exits leaks them.
+  std::list<std::thread> threads_;
+  std::vector<std::list<std::thread>::iterator> ended_;  // in threads_, done, not yet joined
 };
 
 }  // namespace proxy
