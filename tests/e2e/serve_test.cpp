@@ -715,6 +715,20 @@ TEST_F(ServeTest, SamplingFieldsActThroughThePipeline) {
   EXPECT_EQ(s.stop(), 0);
 }
 
+// The 12 token ids a seeded completion samples with `body`'s sampling fields: equal ids mean
+// equal sampling parameters.
+std::vector<int32_t> seeded_ids(const e2e::ServerProcess& server, json body) {
+  body["prompt"] = "Sampling defaults decide this";
+  body["max_tokens"] = 12;
+  body["ignore_eos"] = true;
+  body["seed"] = 11;
+  body["return_token_ids"] = true;
+  const Response r = post(server, "/v1/completions", body.dump());
+  EXPECT_EQ(r.status, 200) << r.raw;
+  return r.status == 200 ? r.body["choices"][0]["token_ids"].get<std::vector<int32_t>>()
+                         : std::vector<int32_t>{};
+}
+
 // Server flags vLLM users set: --generation-config (the model's sampling defaults, logged as
 // vLLM logs them; `vllm` turns them off), --enable-force-include-usage and
 // --enable-prompt-tokens-details (prefix-cache hits in usage).
@@ -725,21 +739,10 @@ TEST_F(ServeTest, GenerationConfigAndUsageFlags) {
   setenv("VLLM_LOG_STATS_INTERVAL", "1", 1);  // inherited by the servers started here
   e2e::ServerProcess s(model_dir(), flags, "/tmp/chunkpipe_e2e_usage_flags.log");
   ASSERT_TRUE(s.ready());
-  auto ids = [](const e2e::ServerProcess& server, json body) {
-    body["prompt"] = "Sampling defaults decide this";
-    body["max_tokens"] = 12;
-    body["ignore_eos"] = true;
-    body["seed"] = 11;
-    body["return_token_ids"] = true;
-    const Response r = post(server, "/v1/completions", body.dump());
-    EXPECT_EQ(r.status, 200) << r.raw;
-    return r.status == 200 ? r.body["choices"][0]["token_ids"].get<std::vector<int32_t>>()
-                           : std::vector<int32_t>{};
-  };
   // The test model's generation_config.json says temperature 0.6, top_p 0.95.
-  const auto defaulted = ids(s, json::object());
-  EXPECT_EQ(defaulted, ids(s, {{"temperature", 0.6}, {"top_p", 0.95}}));
-  EXPECT_NE(defaulted, ids(s, {{"temperature", 1.0}, {"top_p", 1.0}}));
+  const auto defaulted = seeded_ids(s, json::object());
+  EXPECT_EQ(defaulted, seeded_ids(s, {{"temperature", 0.6}, {"top_p", 0.95}}));
+  EXPECT_NE(defaulted, seeded_ids(s, {{"temperature", 1.0}, {"top_p", 1.0}}));
 
   const std::string prompt(400, 'x');
   const json body = {{"prompt", prompt}, {"max_tokens", 2}, {"stream", true}};
@@ -771,7 +774,8 @@ TEST_F(ServeTest, GenerationConfigAndUsageFlags) {
                {"--api-key", kKey, "--generation-config", "vllm", "--disable-log-stats"});
   e2e::ServerProcess plain(model_dir(), flags, "/tmp/chunkpipe_e2e_generation_vllm.log");
   ASSERT_TRUE(plain.ready());
-  EXPECT_EQ(ids(plain, json::object()), ids(plain, {{"temperature", 1.0}, {"top_p", 1.0}}));
+  EXPECT_EQ(seeded_ids(plain, json::object()),
+            seeded_ids(plain, {{"temperature", 1.0}, {"top_p", 1.0}}));
   const Response no_usage = post(plain, "/v1/completions", body.dump());
   EXPECT_EQ(no_usage.raw.find("\"choices\":[]"), std::string::npos)
       << "no usage chunk without the flag or include_usage";
@@ -856,19 +860,8 @@ TEST_F(ServeTest, LoadTrackingRequestIdsRoleAndGenerationOverrides) {
 
   // The test model's generation_config.json says temperature 0.6 and top_p 0.95; the overrides
   // put both back to 1.0, so an empty request samples as one that asks for 1.0.
-  auto ids = [&](json body) {
-    body["prompt"] = "Sampling defaults decide this";
-    body["max_tokens"] = 12;
-    body["ignore_eos"] = true;
-    body["seed"] = 11;
-    body["return_token_ids"] = true;
-    const Response r = post(s, "/v1/completions", body.dump());
-    EXPECT_EQ(r.status, 200) << r.raw;
-    return r.status == 200 ? r.body["choices"][0]["token_ids"].get<std::vector<int32_t>>()
-                           : std::vector<int32_t>{};
-  };
-  EXPECT_EQ(ids(json::object()), ids({{"temperature", 1.0}, {"top_p", 1.0}}));
-  EXPECT_NE(ids(json::object()), ids({{"temperature", 0.6}, {"top_p", 0.95}}));
+  EXPECT_EQ(seeded_ids(s, json::object()), seeded_ids(s, {{"temperature", 1.0}, {"top_p", 1.0}}));
+  EXPECT_NE(seeded_ids(s, json::object()), seeded_ids(s, {{"temperature", 0.6}, {"top_p", 0.95}}));
   EXPECT_EQ(s.stop(), 0);
   std::ifstream log("/tmp/chunkpipe_e2e_load_tracking.log");
   const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
