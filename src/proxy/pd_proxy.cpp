@@ -136,8 +136,8 @@ void PdProxy::run() {
   if (!all_ended) {  // stuck in a backend call: they cannot be joined, and must not block exit
     std::lock_guard<std::mutex> lock(mu_);
     LOG(WARNING) << "Leaving " << threads_.size() << " request threads behind";
-    for (std::thread& t : threads_) t.detach();
-    threads_.clear();
+    for (std::thread& t : threads_)  // their list nodes stay: each still names its own
+      if (t.joinable()) t.detach();
   }
 }
 
@@ -151,7 +151,8 @@ void PdProxy::join_ended_threads() {
     }
     ended_.clear();
   }
-  for (std::thread& t : ended) t.join();  // each is past its last use of this object
+  for (std::thread& t : ended)   // each is past its last use of this object
+    if (t.joinable()) t.join();  // (one left behind by run() was detached)
 }
 
 void PdProxy::stop() {
