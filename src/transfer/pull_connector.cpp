@@ -14,7 +14,8 @@ int64_t cdiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// Remote prompts remembered for outside releases: far more than run at once, under 1 MB.
+// Remote prompts remembered (outside releases, and prompts P no longer holds): far more than run
+// at once, under 1 MB.
 constexpr size_t kSeenLimit = 16384;
 
 // One remote prompt: P's request id is unique per prefill, the rest tells prefillers apart.
@@ -154,16 +155,16 @@ void PullScheduler::release(const PullParams& params) {
 }
 
 void PullScheduler::remember_consumed(const std::string& key) {
-  remember(key, true);
-  std::lock_guard<std::mutex> lock(release_mu_);
-  if (auto it = seen_.find(seen_id(key)); it != seen_.end()) it->second = true;
+  remember(key, /*outside_release=*/false, /*consumed=*/true);
 }
 
-std::pair<bool, bool> PullScheduler::remember(const std::string& key, bool outside_release) {
+std::pair<bool, bool> PullScheduler::remember(const std::string& key, bool outside_release,
+                                              bool consumed) {
   std::lock_guard<std::mutex> lock(release_mu_);
   const size_t id = seen_id(key);
   auto [it, added] = seen_.try_emplace(id, outside_release);
   const bool released = it->second;
+  if (consumed) it->second = true;
   if (added) {
     seen_order_.push_back(id);
     if (seen_order_.size() > kSeenLimit) {

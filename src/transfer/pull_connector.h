@@ -99,9 +99,11 @@ class PullScheduler : public sched::KvConnectorScheduler {
   };
   // The request's do_remote_prefill params, parsed once; null when it has none.
   Remote* remote_of(const sched::Request& request);
-  // Remembers `key` (named here, or released from outside when `outside_release`); returns
-  // {whether it is new, whether P holds it no more}.
-  std::pair<bool, bool> remember(const std::string& key, bool outside_release);
+  // Remembers `key` (named here, or released from outside when `outside_release`), and as held
+  // by P no more when `consumed`, even if it was known; returns {whether it is new, whether P
+  // held it no more before this call}.
+  std::pair<bool, bool> remember(const std::string& key, bool outside_release,
+                                 bool consumed = false);
   // P holds `key` no more (a DONE or a release went out): a request here that names it later
   // shares a loader's blocks or computes its prompt, and never pulls it.
   void remember_consumed(const std::string& key);
