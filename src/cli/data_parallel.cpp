@@ -83,16 +83,15 @@ common::Status plan_data_parallel(const ArgParser& p, int tp, int pp, int lmhead
         "lmhead_tensor_parallel_size over data-parallel ranks with --tensor-parallel-size or "
         "--pipeline-parallel-size above 1 is not built yet in chunkpipe (the seeds' decoders run "
         "TP 1)");
-  // vLLM's expert-parallel world is DP x TP. chunkpipe builds it over DP ranks of one process
-  // each (the seeds' decoders: DP 32, TP 1); with TP or PP inside a rank, the experts are split
-  // over that rank's TP group and the DP ranks run independently.
-  plan->lockstep = tp == 1 && pp == 1 && (plan->expert_parallel || lmhead > 1);
+  // vLLM's expert-parallel world is DP x TP: the experts are split over every TP rank of every
+  // DP rank, which then step in lock step. With a pipeline inside a rank, the experts are split
+  // over each stage's TP group instead, and the DP ranks run independently.
+  plan->lockstep = pp == 1 && (plan->expert_parallel || lmhead > 1);
   if (plan->expert_parallel && !plan->lockstep)
-    LOG(WARNING) << "--enable-expert-parallel with --tensor-parallel-size " << tp
-                 << " and --pipeline-parallel-size " << pp
-                 << ": the experts are split over each data-parallel rank's tensor-parallel "
-                    "group, and the ranks step independently (expert parallelism across DP "
-                    "ranks is built for TP 1)";
+    LOG(WARNING) << "--enable-expert-parallel with --pipeline-parallel-size " << pp
+                 << ": the experts are split over each pipeline stage's tensor-parallel group, "
+                    "and the data-parallel ranks step independently (expert parallelism across "
+                    "DP ranks is built for pipeline-parallel size 1)";
   return {};
 }
 

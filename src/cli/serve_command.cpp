@@ -448,6 +448,7 @@ int run_serve_command(int argc, char** argv) {
     return 1;
   };
   DataParallelGroups dp_groups;
+  std::string dp_store;  // "HOST:PORT" of the DP group's rendezvous store (lock step)
   if (plan.dp.engine_process()) {
     const size_t colon = plan.dp.engine_of.rfind(':');
     const int port =
@@ -465,7 +466,9 @@ int run_serve_command(int argc, char** argv) {
     if (auto st = model::validate_tensor_parallel(*config, tp); !st.ok())
       return fail_start(st.message());
     if (plan.dp.lockstep && plan.dp.expert_parallel) {
-      if (auto st = model::validate_dp_experts(*config, {0, plan.dp.size}, tp); !st.ok())
+      if (auto st = model::validate_dp_experts(*config,
+                                               {0, plan.dp.size * plan.tensor_parallel_size}, tp);
+          !st.ok())
         return fail_start(st.message());
     }
     if (auto st =
@@ -484,6 +487,7 @@ int run_serve_command(int argc, char** argv) {
     auto groups = join_data_parallel_groups(plan.dp, host, port, !internal && plan.dp.rank == 0);
     if (!groups.ok()) return fail_start(groups.status().message());
     dp_groups = std::move(groups).value();
+    dp_store = host + ":" + std::to_string(port);
   }
   // One stage loads the whole model; a pipeline (or TP ranks) loads one shard per process.
   std::unique_ptr<model::DeepseekV3Model> whole_model;
@@ -658,7 +662,15 @@ int run_serve_command(int argc, char** argv) {
     }
     engine_ptr = std::make_unique<engine::EngineCore>(std::move(executor), **tok, plan.engine);
   } else {
-    auto pipeline = engine::PipelineExecutor::create(pipeline_options(plan));
+    worker::PipelineOptions stages = pipeline_options(plan);
+    if (plan.dp.lockstep) {  // experts over DP x TP (lock step needs PP 1: data_parallel.cpp)
+      CHECK(plan.dp.expert_parallel) << "lock step with TP > 1 is planned for experts only";
+      stages.experts_dp_rank = plan.dp.rank;
+      stages.experts_dp_size = plan.dp.size;
+      stages.experts_store = dp_store;
+      plan.engine.dp_group = dp_groups.dp.get();
+    }
+    auto pipeline = engine::PipelineExecutor::create(stages);
     if (!pipeline.ok()) {
       LOG(ERROR) << pipeline.status().message();
       return 1;
@@ -668,8 +680,13 @@ int run_serve_command(int argc, char** argv) {
       ranges += (ranges.empty() ? "" : ", ") + std::to_string(b) + "-" + std::to_string(e - 1);
     LOG(INFO) << "Model parallel: " << plan.pipeline_parallel_size << " pipeline stage(s) (layers "
               << ranges << ") x " << plan.tensor_parallel_size << " tensor-parallel rank(s)"
-              << (plan.expert_parallel ? " with expert parallelism" : "") << ", "
-              << plan.engine.num_threads << " thread(s) per rank";
+              << (!plan.expert_parallel ? ""
+                  : plan.dp.lockstep
+                      ? " with the experts over all " +
+                            std::to_string(plan.dp.size * plan.tensor_parallel_size) +
+                            " ranks of DP x TP, in lock step over " + dp_groups.dp->backend()
+                      : " with expert parallelism")
+              << ", " << plan.engine.num_threads << " thread(s) per rank";
     engine_ptr =
         std::make_unique<engine::EngineCore>(std::move(pipeline).value(), **tok, plan.engine);
   }

@@ -200,6 +200,20 @@ common::Result<sched::ModelRunnerOutput> PipelineExecutor::take_oldest() {
   return out;
 }
 
+common::Status PipelineExecutor::execute_dummy_batch() {
+  CHECK(in_flight_.empty()) << "a dummy batch while steps are in flight";
+  if (auto why = failure(); !why.empty()) return common::Status(common::StatusCode::kInternal, why);
+  if (auto st = local_.driver_send->send(encode_dummy()); !st.ok()) {
+    fail("cannot send a dummy batch to pipeline stage 0: " + st.message());
+    return common::Status(common::StatusCode::kInternal, failure());
+  }
+  CP_ASSIGN_OR_RETURN(dist::Message m, next_message());
+  CP_ASSIGN_OR_RETURN(StageMessageKind kind, message_kind(m));
+  if (kind != StageMessageKind::kDummy)
+    return common::data_loss("the pipeline answered a dummy batch with another message");
+  return {};
+}
+
 common::Result<double> PipelineExecutor::profile_ms(int64_t num_tokens, int64_t history,
                                                     sched::AttentionForm form, bool slowest_stage) {
   const int last = num_stages() - 1;

@@ -42,6 +42,10 @@ class PipelineExecutor : public Executor {
   size_t num_in_flight() const override { return in_flight_.size(); }
   common::Status submit(const sched::SchedulerOutput& output, const StepMeta& meta) override;
   common::Result<sched::ModelRunnerOutput> take_oldest() override;
+  // Data-parallel lock step (experts over DP x TP): every rank of every stage runs a one-token
+  // forward into its scratch block, and the message comes back round the ring. Only with
+  // nothing in flight, on stages started with PipelineOptions::dummy_block.
+  common::Status execute_dummy_batch() override;
   // Upstream times the last stage's own layers (zero input for non-first stages, as each stage
   // is timed independently); `slowest_stage` probes every stage and keeps the slowest.
   common::Result<double> profile_ms(int64_t num_tokens, int64_t history, sched::AttentionForm form,

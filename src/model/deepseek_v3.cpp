@@ -435,29 +435,31 @@ common::Status DeepseekV3Model::feed_forward(const DecoderLayerWeights& w, int64
   return all_reduce(out, T * H);  // every expert's intermediate columns are split
 }
 
-// Expert parallelism over the TP group. Every rank holds every token (attention is TP), so
-// each takes an equal slice of the tokens (the last ones padded), routes it, and sends each
-// (token, expert) pair to the rank that holds the expert: all-to-all of records
-// [local expert id, weight, hidden row]. The receiving rank runs its experts on what it got
-// and sends the weighted rows back in the order they came (a second all-to-all). Each rank
-// adds its tokens' returned rows in ascending expert order, after the shared experts (whole
-// on every rank, run on its own slice), which is the order TP=1 adds them in. An all-gather
-// of the slices gives every rank the whole output. Over DP ranks each rank's slice is all of
-// its own tokens, and its output is its own: no gather.
+// Expert parallelism. The expert group is the TP group, or, with experts over data-parallel
+// ranks, every rank of every DP rank's TP group (vLLM's EP world, DP x TP). Every rank of a TP
+// group holds the group's tokens (attention is TP), so each takes an equal slice of them (the
+// last ones padded), routes it, and sends each (token, expert) pair to the rank that holds the
+// expert: all-to-all of records [local expert id, weight, hidden row] over the expert group.
+// The receiving rank runs its experts on what it got and sends the weighted rows back in the
+// order they came (a second all-to-all). Each rank adds its tokens' returned rows in ascending
+// expert order, after the shared experts (whole on every rank, run on its own slice), which is
+// the order TP=1 adds them in. An all-gather of the slices over the TP group gives each of its
+// ranks the whole output; without TP a rank's slice is all of its tokens, and its output its own.
 common::Status DeepseekV3Model::moe_expert_parallel(const MoeWeights& m, int64_t T, const float* x,
                                                     float* out, common::ThreadPool& pool) const {
   const int64_t H = config_.hidden_size;
   const bool over_dp = dp_experts_.active();
   dist::ProcessGroup* group = over_dp ? expert_group_ : group_;
   CHECK(group != nullptr) << "expert parallel model without a process group";
+  CHECK(!tp_.active() || group_ != nullptr) << "tensor parallel model without a process group";
   const int P = over_dp ? dp_experts_.size : tp_.size, me = over_dp ? dp_experts_.rank : tp_.rank;
   const int per_rank_experts = static_cast<int>(m.experts.size());
   const kernels::RouterParams rp = config_.router_params();
   const int k = rp.top_k;
   const double t_start = common::now_seconds();
-  // This rank's token slice.
-  const int64_t per = over_dp ? T : (T + P - 1) / P;
-  const int64_t t0 = over_dp ? 0 : std::min(T, per * me), t1 = std::min(T, t0 + per), n = t1 - t0;
+  // This rank's slice of its TP group's tokens.
+  const int64_t per = (T + tp_.size - 1) / tp_.size;
+  const int64_t t0 = std::min(T, per * tp_.rank), t1 = std::min(T, t0 + per), n = t1 - t0;
   std::vector<float> router_logits(n * rp.num_experts), topk_weights(n * k);
   std::vector<int32_t> topk_ids(n * k);
   if (n > 0) {
@@ -536,12 +538,12 @@ common::Status DeepseekV3Model::moe_expert_parallel(const MoeWeights& m, int64_t
       for (int64_t d = 0; d < H; ++d) o[d] += y[d];
     }
   }
-  if (over_dp) {
+  if (!tp_.active()) {
     std::copy(mine.begin(), mine.begin() + T * H, out);
   } else {
-    std::vector<float> gathered(size_t(per) * static_cast<size_t>(P) * size_t(H));
+    std::vector<float> gathered(size_t(per) * static_cast<size_t>(tp_.size) * size_t(H));
     CP_RETURN_IF_ERROR(
-        group->all_gather(mine.data(), mine.size() * sizeof(float), gathered.data()));
+        group_->all_gather(mine.data(), mine.size() * sizeof(float), gathered.data()));
     std::memcpy(out, gathered.data(), size_t(T * H) * sizeof(float));
   }
   const double t_end = common::now_seconds();

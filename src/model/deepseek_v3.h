@@ -61,8 +61,8 @@ class DeepseekV3Model {
   void set_process_group(dist::ProcessGroup* group) { group_ = group; }
   // The lm_head group (lmhead_tp.size > 1): ranks that each bring their own rows; not owned.
   void set_lmhead_group(dist::ProcessGroup* group) { lmhead_group_ = group; }
-  // The data-parallel group the routed experts are split over (dp_experts.size > 1); not
-  // owned. Every rank must then run a forward (a dummy one when it has no work) in lock step.
+  // The DP x TP group the routed experts are split over (dp_experts.size > 1); not owned.
+  // Every rank must then run a forward (a dummy one when it has no work) in lock step.
   void set_expert_group(dist::ProcessGroup* group) { expert_group_ = group; }
   const DataParallelExperts& dp_experts() const { return dp_experts_; }
   // True when a forward's layers or head are collectives over ranks that hold other tokens
@@ -115,8 +115,8 @@ class DeepseekV3Model {
                            common::ThreadPool& pool) const;
   common::Status feed_forward(const DecoderLayerWeights& w, int64_t num_tokens, const float* x,
                               float* out, common::ThreadPool& pool) const;
-  // Expert parallelism: this rank's slice of the tokens (over TP) or all its own tokens (over
-  // DP) goes to the experts' ranks and back.
+  // Expert parallelism: this rank's slice of its TP group's tokens (all of them at TP 1) goes
+  // to the experts' ranks (the TP group, or DP x TP) and back.
   common::Status moe_expert_parallel(const MoeWeights& m, int64_t num_tokens, const float* x,
                                      float* out, common::ThreadPool& pool) const;
   // Embedding rows of `ids` from this rank's vocabulary shard of `table`, summed over ranks.

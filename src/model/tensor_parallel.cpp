@@ -33,17 +33,20 @@ common::Status validate_dp_experts(const ModelConfig& c, const DataParallelExper
   if (ep.rank < 0 || ep.rank >= ep.size)
     return common::invalid_argument("data-parallel rank " + std::to_string(ep.rank) + " of " +
                                     std::to_string(ep.size) + " is out of range");
-  if (tp.active())
-    return common::unimplemented(
-        "expert parallelism over data-parallel ranks with --tensor-parallel-size > 1 is not "
-        "built yet in chunkpipe (the seeds' decoders run TP 1)");
+  if (tp.active() && !tp.expert_parallel)
+    return common::invalid_argument(
+        "experts over data-parallel ranks with tensor parallelism need whole experts per rank "
+        "(--enable-expert-parallel)");
   if (c.n_routed_experts == 0)
     return common::invalid_argument(
         "--enable-expert-parallel over data-parallel ranks needs a MoE model");
   if (c.n_routed_experts % ep.size != 0)
-    return common::invalid_argument("n_routed_experts (" + std::to_string(c.n_routed_experts) +
-                                    ") is not divisible by --data-parallel-size " +
-                                    std::to_string(ep.size) + " (expert parallel)");
+    return common::invalid_argument(
+        "n_routed_experts (" + std::to_string(c.n_routed_experts) +
+        ") is not divisible by the expert-parallel size " + std::to_string(ep.size) +
+        (tp.active()
+             ? " (--data-parallel-size x --tensor-parallel-size " + std::to_string(tp.size) + ")"
+             : " (--data-parallel-size)"));
   return {};
 }
 

@@ -29,9 +29,11 @@ struct LmHeadParallel {
   bool active() const { return size > 1; }
 };
 
-// Expert parallelism over data-parallel ranks (the seeds' decoders: DP 32, TP 1, EP over all):
-// every rank holds the whole attention and its own tokens, and the routed experts are split
-// evenly over the ranks of the DP group. size 1: off.
+// Expert parallelism over data-parallel ranks, vLLM's EP world of DP x TP ranks (the seeds'
+// decoders: DP 32 x TP 1; their single-node command: DP 4 x TP 4). Every DP rank holds the
+// whole attention (split over its TP group) and its own tokens; the routed experts are split
+// evenly over all size = dp·tp ranks, rank = dp_rank·tp + tp_rank holding the rank-th share.
+// size 1: off.
 struct DataParallelExperts {
   int rank = 0;
   int size = 1;
@@ -59,8 +61,8 @@ inline int64_t vocab_shard_rows(int64_t vocab, const TensorParallel& tp) {
 // Errors, naming the dimension, for a model that cannot be split `tp.size` ways.
 common::Status validate_tensor_parallel(const ModelConfig& config, const TensorParallel& tp);
 
-// Errors, naming the dimension, for experts that cannot be split over `ep.size` DP ranks, or
-// DP expert parallelism combined with tensor parallelism (not built).
+// Errors, naming the dimension, for experts that cannot be split over the `ep.size` ranks of
+// DP x TP, or a TP group inside that does not split whole experts (tp.expert_parallel).
 common::Status validate_dp_experts(const ModelConfig& config, const DataParallelExperts& ep,
                                    const TensorParallel& tp);
 

@@ -245,7 +245,7 @@ class WeightLoader {
       }
       // Expert parallel: whole experts, this rank's share of them; else every expert's
       // intermediate columns are split like a dense MLP's.
-      // Over DP ranks (tp_.size is then 1), this rank's share of the experts, whole.
+      // Over DP x TP ranks, this rank's share of all the experts, whole.
       const ShardRange experts =
           dp_experts_.active()
               ? even_shard(e, TensorParallel{dp_experts_.rank, dp_experts_.size, true})

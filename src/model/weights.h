@@ -109,7 +109,7 @@ struct LoadOptions {
   bool lm_head_int8 = false;
   TensorParallel tp;               // this rank's shard (whole model when tp.size == 1)
   LmHeadParallel lmhead_tp;        // splits the heads over their own group instead of tp's
-  DataParallelExperts dp_experts;  // routed experts split over DP ranks (tp.size must be 1)
+  DataParallelExperts dp_experts;  // routed experts split over DP x TP (tp.expert_parallel)
 };
 
 common::Result<ModelWeights> load_weights(const Checkpoint& checkpoint, const ModelConfig& config,

@@ -212,7 +212,14 @@ std::vector<std::string> stage_worker_args(const StageSpec& spec, const std::str
          {std::string("--tp-rank"), std::to_string(spec.tp_rank), std::string("--tp-size"),
           std::to_string(spec.tp_size), std::string("--store"), spec.store})
       a.push_back(x);
-    if (spec.expert_parallel) a.push_back("--expert-parallel");
+  }
+  if (spec.expert_parallel) a.push_back("--expert-parallel");
+  if (spec.experts_dp_size > 1) {
+    for (const std::string& x :
+         {std::string("--experts-dp-rank"), std::to_string(spec.experts_dp_rank),
+          std::string("--experts-dp-size"), std::to_string(spec.experts_dp_size),
+          std::string("--experts-store"), spec.experts_store})
+      a.push_back(x);
   }
   if (!spec.kv_transfer_config.empty()) {
     a.push_back("--kv-transfer-config");
@@ -258,6 +265,8 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
       out.spec.kv_transfer_config = v;
     } else if (f == "--store") {
       out.spec.store = v;
+    } else if (f == "--experts-store") {
+      out.spec.experts_store = v;
     } else if (f == "--kv-dp-rank") {
       CP_ASSIGN_OR_RETURN(int64_t rank, number(f, v));
       out.spec.kv_dp_rank = static_cast<int>(rank);
@@ -301,6 +310,10 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
         out.spec.tp_rank = static_cast<int>(x);
       } else if (f == "--tp-size") {
         out.spec.tp_size = static_cast<int>(x);
+      } else if (f == "--experts-dp-rank") {
+        out.spec.experts_dp_rank = static_cast<int>(x);
+      } else if (f == "--experts-dp-size") {
+        out.spec.experts_dp_size = static_cast<int>(x);
       } else {
         return common::invalid_argument("pp-stage: unknown flag " + f);
       }
@@ -312,6 +325,12 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
     return common::invalid_argument("pp-stage: --num-speculative-tokens out of range");
   if (out.spec.tp_size > 1 && out.spec.store.empty())
     return common::invalid_argument("pp-stage: tensor parallelism needs --store");
+  if (out.spec.experts_dp_size < 1 || out.spec.experts_dp_rank < 0 ||
+      out.spec.experts_dp_rank >= out.spec.experts_dp_size)
+    return common::invalid_argument("pp-stage: --experts-dp-rank out of range");
+  if (out.spec.experts_dp_size > 1 && (out.spec.experts_store.empty() || !out.spec.expert_parallel))
+    return common::invalid_argument(
+        "pp-stage: experts over data-parallel ranks need --experts-store and --expert-parallel");
   if (out.spec.tp_rank > 0 && out.recv_link.empty() && out.send_link.empty()) {
     out.recv_link = out.send_link = "none";  // fed by TP rank 0, not by the ring
   }

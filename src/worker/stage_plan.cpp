@@ -75,6 +75,9 @@ common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
     spec.kv_dp_rank = o.kv_dp_rank;
     spec.tp_size = o.tensor_parallel_size;
     spec.expert_parallel = o.expert_parallel;
+    spec.experts_dp_rank = o.experts_dp_rank;
+    spec.experts_dp_size = o.experts_dp_size;
+    spec.experts_store = o.experts_store;
     if (o.pin_stages) {  // the node's k-th rank on cores [k·t, (k+1)·t), wrapping (the
       // launcher places each TP rank)
       const int k = (s * topo.tp_size) % (o.num_stages * topo.tp_size / topo.nnodes);

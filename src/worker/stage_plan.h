@@ -34,6 +34,11 @@ struct PipelineOptions {
   int kv_dp_rank = 0;              // the instance's data-parallel rank, for the connector
   int tensor_parallel_size = 1;    // processes per stage
   bool expert_parallel = false;    // experts split over each stage's TP ranks
+  // Experts over data-parallel ranks (DP x TP, with expert_parallel): this instance's DP rank
+  // and the DP size (1: off), and the DP group's rendezvous store, "HOST:PORT".
+  int experts_dp_rank = 0;
+  int experts_dp_size = 1;
+  std::string experts_store;
   PipelineTopology topology;       // num_stages is copied from above
   std::string worker_binary;       // empty: this binary
   double startup_timeout_s = 900;  // all stages (also remote ones) must be up by then

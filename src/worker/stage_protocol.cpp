@@ -75,7 +75,7 @@ dist::Message start(StageMessageKind kind) {
 }  // namespace
 
 common::Result<StageMessageKind> message_kind(const dist::Message& m) {
-  if (m.meta.empty() || m.meta[0] < 1 || m.meta[0] > 4)
+  if (m.meta.empty() || m.meta[0] < 1 || m.meta[0] > 5)
     return common::data_loss("a pipeline message of unknown kind");
   return static_cast<StageMessageKind>(m.meta[0]);
 }
@@ -199,6 +199,10 @@ common::Status decode_hello(const dist::Message& m, Hello* hello) {
 
 dist::Message encode_shutdown() {
   return start(StageMessageKind::kShutdown);
+}
+
+dist::Message encode_dummy() {
+  return start(StageMessageKind::kDummy);
 }
 
 }  // namespace worker

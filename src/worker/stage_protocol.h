@@ -1,7 +1,8 @@
 // The messages that flow around the pipeline ring (engine -> stage 0 -> ... -> last -> engine),
 // FIFO on every link: a step (its SchedulerOutput plus the timings each stage adds; payload =
 // hidden states; after the last stage, the sampled tokens), a profiling probe, the start-up
-// hello, and shutdown. Pure encode/decode functions; decoding validates sizes.
+// hello, a dummy batch (data-parallel lock step) and shutdown. Pure encode/decode functions;
+// decoding validates sizes.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,13 @@
 
 namespace worker {
 
-enum class StageMessageKind : uint8_t { kHello = 1, kStep = 2, kProfile = 3, kShutdown = 4 };
+enum class StageMessageKind : uint8_t {
+  kHello = 1,
+  kStep = 2,
+  kProfile = 3,
+  kShutdown = 4,
+  kDummy = 5,  // every rank runs a one-token forward whose output is dropped
+};
 
 struct StageTiming {
   int32_t stage = 0;
@@ -64,5 +71,6 @@ common::Status decode_profile(const dist::Message& m, ProfileProbe* probe);
 dist::Message encode_hello(const Hello& hello);
 common::Status decode_hello(const dist::Message& m, Hello* hello);
 dist::Message encode_shutdown();
+dist::Message encode_dummy();
 
 }  // namespace worker

@@ -100,6 +100,8 @@ int follow_stage_leader(const StageSpec& spec, const std::string& name, dist::Pr
       st = decode_profile(m, &probe);
       if (st.ok() && probe.stage == spec.stage)
         runner.profile_ms(probe.num_tokens, probe.history, probe.form);
+    } else if (st.ok() && *kind == StageMessageKind::kDummy) {
+      st = runner.execute_dummy_batch();
     } else if (st.ok() && *kind != StageMessageKind::kHello) {
       StepEnvelope step;
       st = decode_step(m, &step);
@@ -127,6 +129,24 @@ common::Result<std::unique_ptr<dist::ProcessGroup>> join_stage_group(const Stage
   return dist::make_process_group(store, g);
 }
 
+// The DP x TP expert group, met in the data-parallel group's store at spec.experts_store. Its
+// collectives wait on other DP ranks' forwards, bounded as the DP group's are.
+common::Result<std::unique_ptr<dist::ProcessGroup>> join_expert_group(const StageSpec& spec) {
+  const size_t colon = spec.experts_store.rfind(':');
+  if (colon == std::string::npos)
+    return common::invalid_argument("pp-stage: --experts-store expects HOST:PORT, got " +
+                                    spec.experts_store);
+  const std::string host = spec.experts_store.substr(0, colon);
+  dist::StoreClient store(host, std::atoi(spec.experts_store.c_str() + colon + 1), 600);
+  const model::DataParallelExperts ep = expert_group_rank(spec);
+  dist::GroupSpec g("ep.stage" + std::to_string(spec.stage), ep.rank, ep.size);
+  if (const char* env = std::getenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"))
+    g.timeout_s = std::max(1.0, std::atof(env));
+  g.address = dist::host_ip(host);
+  g.on_stuck = dist::exit_process_when_stuck;
+  return dist::make_process_group(store, g);
+}
+
 // The startup line that says what this rank holds.
 void log_placement(const StageSpec& spec, const model::ModelConfig& c, const char* backend) {
   const model::TensorParallel tp{spec.tp_rank, spec.tp_size, spec.expert_parallel};
@@ -134,9 +154,15 @@ void log_placement(const StageSpec& spec, const model::ModelConfig& c, const cha
   std::string experts = "none";
   if (c.n_routed_experts > 0) {
     if (spec.expert_parallel) {
-      const model::ShardRange e = model::even_shard(c.n_routed_experts, tp);
+      const model::DataParallelExperts ep = expert_group_rank(spec);
+      const model::ShardRange e =
+          ep.active() ? model::even_shard(c.n_routed_experts, {ep.rank, ep.size, true})
+                      : model::even_shard(c.n_routed_experts, tp);
       experts = "experts " + std::to_string(e.begin) + "-" + std::to_string(e.end - 1) +
-                " whole (expert parallel), shared experts whole";
+                (ep.active() ? " whole (expert-parallel rank " + std::to_string(ep.rank) + " of " +
+                                   std::to_string(ep.size) + " over DP x TP)"
+                             : std::string(" whole (expert parallel)")) +
+                ", shared experts whole";
     } else {
       const model::ShardRange part = model::even_shard(c.moe_intermediate_size, tp);
       experts = "all " + std::to_string(c.n_routed_experts) + " experts, intermediate columns " +
@@ -160,6 +186,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
       (spec.tp_size > 1 ? " tensor-parallel rank " + std::to_string(spec.tp_rank) : "");
   model::LoadOptions opts;
   opts.tp = {spec.tp_rank, spec.tp_size, spec.expert_parallel};
+  opts.dp_experts = expert_group_rank(spec);
   opts.layer_begin = spec.layer_begin;
   opts.layer_end = spec.layer_end;
   opts.load_embedding = spec.stage == 0;
@@ -184,8 +211,18 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
     }
     group = std::move(joined).value();
     slice->set_process_group(group.get());
-    log_placement(spec, slice->config(), group->backend());
   }
+  std::unique_ptr<dist::ProcessGroup> expert_group;
+  if (opts.dp_experts.active()) {
+    auto joined = join_expert_group(spec);
+    if (!joined.ok()) {
+      LOG(ERROR) << name << ": " << joined.status().message();
+      return 1;
+    }
+    expert_group = std::move(joined).value();
+    slice->set_expert_group(expert_group.get());
+  }
+  if (group) log_placement(spec, slice->config(), group->backend());
   RunnerOptions ro;
   ro.layer_begin = spec.layer_begin;
   ro.layer_end = spec.layer_end;
@@ -195,6 +232,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
   ro.expanded_kv_cache = spec.expanded_kv_cache;
   ro.num_speculative_tokens = spec.num_speculative_tokens;
   ro.kv_connector = std::move(kv_connector);
+  ro.dummy_block = opts.dp_experts.active();  // lock step: dummy batches go into a scratch block
   ModelRunner runner(*slice, ro);
   if (auto st = runner.init_status(); !st.ok()) {
     LOG(ERROR) << name << ": " << st.message();
@@ -250,6 +288,9 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
       if (st.ok() && probe.stage == spec.stage)
         probe.ms = runner.profile_ms(probe.num_tokens, probe.history, probe.form);
       if (st.ok()) st = comm.send(downstream_peer(spec), encode_profile(probe));
+    } else if (st.ok() && *kind == StageMessageKind::kDummy) {
+      st = runner.execute_dummy_batch();
+      if (st.ok()) st = comm.send(downstream_peer(spec), m);
     } else if (st.ok()) {
       StepEnvelope step;
       st = decode_step(m, &step);

@@ -1,9 +1,8 @@
-// The body of one pipeline-stage process: loads the stage's layer slice, owns the KV cache of
-// those layers and a pinned thread pool, and serves the ring's messages in order (receive from
-// the previous rank, compute, send to the next). A receiver thread drains the inbound link into
-// a queue so the previous stage never waits for this one to finish its current step. With
-// tensor parallelism the stage is several processes: TP rank 0 is on the ring and broadcasts
-// each message to the others; all of them compute their shard, and only rank 0 answers.
+// The body of one pipeline-stage process: loads its layer slice, owns their KV cache and a pinned
+// thread pool, and serves the ring's messages in order; a receiver thread queues inbound ones so
+// the previous stage never waits. With TP the stage is several processes: rank 0 is on the ring
+// and broadcasts each message to the others, all compute their shard, only rank 0 answers. With
+// experts over data-parallel ranks every rank also joins the DP x TP expert group.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "model/tensor_parallel.h"
 #include "worker/kv_connector.h"
 
 namespace worker {
@@ -40,7 +40,20 @@ struct StageSpec {
   int tp_size = 1;
   bool expert_parallel = false;
   std::string store;  // "HOST:PORT" of the rendezvous store (tp_size > 1)
+  // Experts over data-parallel ranks (model::DataParallelExperts, expert_parallel set): the
+  // instance is DP rank experts_dp_rank of experts_dp_size (1: off), and every rank of every
+  // stage joins the DP x TP expert group in the DP group's store `experts_store` (HOST:PORT).
+  // The DP ranks then step in lock step, so the runner keeps a dummy block.
+  int experts_dp_rank = 0;
+  int experts_dp_size = 1;
+  std::string experts_store;
 };
+
+// This rank's place in the DP x TP expert group (vLLM's order: DP-major).
+inline model::DataParallelExperts expert_group_rank(const StageSpec& s) {
+  if (s.experts_dp_size <= 1) return {};
+  return {s.experts_dp_rank * s.tp_size + s.tp_rank, s.experts_dp_size * s.tp_size};
+}
 
 inline int upstream_peer(const StageSpec& s) {
   return s.stage == 0 ? kDriverPeer : s.stage - 1;

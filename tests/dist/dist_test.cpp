@@ -266,6 +266,29 @@ TEST(StageLauncherTest, StageCommandLineRoundTrips) {
   EXPECT_EQ(parsed->send_link, "tcp-connect:tcp://10.0.0.1:29502");
   EXPECT_EQ(worker::parse_stage_worker_args({"--model", "m", "--stage", "x"}).status().message(),
             "pp-stage: --stage expects an integer, got 'x'");
+
+  // A TP rank of DP rank 3 of 4 with the experts over DP x TP.
+  spec.tp_rank = 1;
+  spec.tp_size = 2;
+  spec.store = "127.0.0.1:4000";
+  spec.expert_parallel = true;
+  spec.experts_dp_rank = 3;
+  spec.experts_dp_size = 4;
+  spec.experts_store = "10.0.0.1:13389";
+  args = worker::stage_worker_args(spec, "none", "none");
+  args.erase(args.begin());
+  parsed = worker::parse_stage_worker_args(args);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->spec.experts_dp_rank, 3);
+  EXPECT_EQ(parsed->spec.experts_dp_size, 4);
+  EXPECT_EQ(parsed->spec.experts_store, "10.0.0.1:13389");
+  const model::DataParallelExperts ep = worker::expert_group_rank(parsed->spec);
+  EXPECT_EQ(ep.rank, 7);  // DP-major: 3 * 2 + 1
+  EXPECT_EQ(ep.size, 8);
+  spec.expert_parallel = false;
+  args = worker::stage_worker_args(spec, "none", "none");
+  args.erase(args.begin());
+  EXPECT_FALSE(worker::parse_stage_worker_args(args).ok()) << "experts over DP need whole experts";
 }
 
 TEST(StageLauncherTest, TopologyRules) {

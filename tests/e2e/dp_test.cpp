@@ -1,10 +1,8 @@
-// Data parallelism through `chunkpipe serve`: greedy outputs over 8 prompts, concurrent,
-// streamed and not, equal DP=1's for internal load balancing (one API server, engine
-// processes), internal DP=2 with the experts split over both ranks (lock step), and external
-// ranks (--data-parallel-rank, a server each) with and without expert parallelism. Also: the
-// load balance shown on /metrics per engine, failover when one engine dies, an expert-parallel
-// group that ends with an error when a rank dies, a rank out of KV that keeps the others
-// serving, and sampling that does not depend on the rank.
+// Data parallelism through `chunkpipe serve`: greedy outputs over 8 prompts, concurrent, streamed
+// and not, equal DP=1's for internal load balancing (one API server, engine processes), with the
+// experts over the DP ranks (lock step) or over DP=2 x TP=2, and for external ranks. Also: the
+// per-engine balance on /metrics, failover when an engine dies, expert groups that end with an
+// error when a rank dies, a rank out of KV that keeps the others serving, rank-free sampling.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -13,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -150,6 +150,40 @@ TEST_F(DataParallelTest, InternalLoadBalancingMatchesOneRank) {
   }
 }
 
+// The seeds' single-node command, scaled down: -dp 2 -tp 2 --enable-expert-parallel, plain and
+// with MTP (k = 3, as the seeds run it). vLLM's expert-parallel world is DP x TP: each of the 4
+// stage processes holds 2 of the 8 experts, and the DP ranks step in lock step, the idle one
+// running dummy batches through its TP ranks.
+TEST_F(DataParallelTest, ExpertsOverDataAndTensorParallelRanksMatchOneRank) {
+  for (const bool mtp : {false, true}) {
+    const std::string name = mtp ? "dptp_ep_mtp" : "dptp_ep";
+    std::vector<std::string> extra = {"--tensor-parallel-size", "2", "--enable-expert-parallel"};
+    if (mtp)
+      extra.insert(extra.end(),
+                   {"--speculative-config", R"({"num_speculative_tokens": 3, "method": "mtp"})"});
+    const std::string log = "/tmp/chunkpipe_dp_" + name + ".log";
+    e2e::ServerProcess s(model_dir(), dp_flags(e2e::free_port(), extra), log);
+    ASSERT_TRUE(s.ready()) << name;
+    expect_matches(run_concurrently({&s}), name);
+    EXPECT_EQ(complete(s, greedy(0), false), (*want_)[0]) << name;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the engines' next reports
+    const double dummies = engine_metric(s, "chunkpipe:dp_dummy_batches_total", 0) +
+                           engine_metric(s, "chunkpipe:dp_dummy_batches_total", 1);
+    // 12 tokens alone; MTP accepts some drafts, so it may take fewer steps.
+    EXPECT_GE(dummies, mtp ? 3 : 11) << name << ": the idle rank joins the steps' collectives";
+    EXPECT_EQ(s.stop(), 0) << name;
+    // Every expert-parallel rank holds its own quarter of the experts.
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (int r = 0; r < 4; ++r) {
+      const std::string line = "experts " + std::to_string(2 * r) + "-" +
+                               std::to_string(2 * r + 1) + " whole (expert-parallel rank " +
+                               std::to_string(r) + " of 4";
+      EXPECT_NE(text.find(line), std::string::npos) << name << ": no \"" << line << "\"";
+    }
+  }
+}
+
 TEST_F(DataParallelTest, ExternalRanksMatchOneRank) {
   for (const bool ep : {false, true}) {
     const std::string name = ep ? "external_ep" : "external";
@@ -252,6 +286,39 @@ TEST(DataParallelServeTest, ExpertParallelGroupEndsWithAnErrorWhenARankDies) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(seconds, 10.0) << "no collective may hang";
   std::printf("    EP rank 1 killed: rank 0's stream failed and it exited in %.1f s\n", seconds);
+}
+
+// A TP rank of DP rank 1 killed mid-stream: the DP x TP expert group is gone, so DP rank 0's
+// stream ends with an error and the server exits 1, with no collective left hanging.
+TEST(DataParallelServeTest, ExpertGroupOverDataAndTensorRanksEndsWhenATensorRankDies) {
+  e2e::ServerProcess s(
+      model_dir(),
+      dp_flags(e2e::free_port(), {"--tensor-parallel-size", "2", "--enable-expert-parallel",
+                                  "--max-model-len", "8192", "--kv-cache-memory", "64000000"}),
+      "/tmp/chunkpipe_dp_dptp_death.log");
+  ASSERT_TRUE(s.ready());
+  const std::vector<pid_t> engine1 = e2e::child_processes(s.pid(), "--data-parallel-rank 1 ");
+  ASSERT_EQ(engine1.size(), 1u);
+  const std::vector<pid_t> tp1 = e2e::child_processes(engine1[0], "--tp-rank 1 ");
+  ASSERT_EQ(tp1.size(), 1u) << "engine 1's tensor-parallel rank 1";
+  e2e::BackgroundStream streaming(s, "/v1/completions",
+                                  json{{"prompt", "stream until a rank dies"},
+                                       {"max_tokens", 6000},
+                                       {"ignore_eos", true},
+                                       {"stream", true}}
+                                      .dump());
+  ASSERT_TRUE(streaming.wait_chunks(4, 6000));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(tp1[0], SIGKILL), 0);
+  streaming.join();
+  EXPECT_NE(streaming.body().find("EngineDeadError"), std::string::npos)
+      << streaming.body().substr(0, 300);
+  EXPECT_EQ(s.wait_exit(30), 1) << "the server exits 1 once the expert group is gone";
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 20.0) << "no collective may hang";
+  std::printf("    DP 1's TP rank 1 killed: the stream failed and the server exited in %.1f s\n",
+              seconds);
 }
 
 TEST(DataParallelServeTest, ARankOutOfKvPreemptsItsOwnAndTheOthersKeepServing) {

@@ -1569,7 +1569,7 @@ TEST(ServeFlagsTest, UnbuiltFeaturesAndUnknownFlagsFailClearly) {
         rc == 1 &&
         (out.find("num_attention_heads (4) is not divisible by --tensor-parallel-size") !=
              std::string::npos ||
-         out.find("n_routed_experts (16) is not divisible by --data-parallel-size 32") !=
+         out.find("n_routed_experts (16) is not divisible by the expert-parallel size") !=
              std::string::npos ||
          out.find("tokenizer.json: cannot open") != std::string::npos ||
          // vllm-ascend's own check: the PD decoder lines give lmhead_tensor_parallel_size 16

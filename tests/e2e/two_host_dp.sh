@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Data parallelism across two "hosts" (network namespaces joined by a veth pair).
 #  1. The seed's single-instance two-node pair, scaled down to DP=2 with one rank per node and
-#     TP 1: node 0 (A) serves the API and rank 0, node 1 (B, --headless
-#     --data-parallel-start-rank 1) runs rank 1, and the experts are split over both ranks
-#     (lock step, collectives through gloo), each drafting 3 MTP tokens per step as the seed
-#     does. The seed's verification curl gets a 200 and the
-#     greedy texts equal a DP=1 server's. SIGTERM on node 0 stops both nodes with status 0;
+#     TP 2: node 0 (A) serves the API and rank 0, node 1 (B, --headless
+#     --data-parallel-start-rank 1) runs rank 1, and the experts are split over all 4 ranks of
+#     DP x TP (lock step, collectives through gloo), each drafting 3 MTP tokens per step as the
+#     seed does. The seed's verification curl gets a 200 and the greedy texts equal a DP=1
+#     server's. SIGTERM on node 0 stops both nodes with status 0;
 #     kill -9 of rank 1's engine mid-stream ends the stream with an error and both nodes with 1.
 #  2. The seed's D nodes, scaled to 4 ranks: `chunkpipe launch-dp` on each host runs
 #     ./run_dp_template.sh (the seed's 7 positional arguments, `vllm serve` through
@@ -33,9 +33,9 @@ ip netns exec "$ns_a" "$bin" serve "$model" "${common[@]}" "${names[@]}" --host 
 ref=$!
 pids+=($ref)
 
-# 1. The seed's pair (its TP 4 is scaled to 1), MTP with 3 drafts included.
+# 1. The seed's pair (its TP 4 is scaled to 2), MTP with 3 drafts included.
 seed=(--data-parallel-size 2 --data-parallel-size-local 1 --data-parallel-address "$addr_a"
-      --data-parallel-rpc-port 13389 --tensor-parallel-size 1 --quantization ascend --seed 1024
+      --data-parallel-rpc-port 13389 --tensor-parallel-size 2 --quantization ascend --seed 1024
       "${names[@]}" --enable-expert-parallel --max-num-seqs 16 --max-num-batched-tokens 4096
       --trust-remote-code --no-enable-prefix-caching --gpu-memory-utilization 0.92
       --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}'
@@ -79,14 +79,18 @@ echo "the seed's verification curl on the DP=2 pair: HTTP 200"
 long_prompt=$(seq -s, 1 300 | awk -F, '{for(i=1;i<=NF;i++) printf "%s%d", (i>1?",":""), ($i*37)%5000+3}')
 prompts=("[5,6,7,8,9,10]" "[400,3,77,12]" "[$long_prompt]" "\"The future of AI is\"")
 same_texts 8301 8004 "DP=2 across namespaces differs from DP=1" "${prompts[@]}"
-grep -q "Data-parallel rank 1 of 2 in lock step over gloo" "$work/node1.log" ||
+grep -q "with the experts over all 4 ranks of DP x TP, in lock step over gloo" "$work/node1.log" ||
   { echo "FAIL: rank 1 is not in lock step over gloo"; cat "$work/node1.log"; exit 1; }
+for r in 0 1 2 3; do
+  grep -q "experts $((2 * r))-$((2 * r + 1)) whole (expert-parallel rank $r of 4 over DP x TP)" \
+    "$work"/node*.log || { echo "FAIL: no expert-parallel rank $r"; cat "$work"/node*.log; exit 1; }
+done
 for e in 0 1; do
   n=$(ip netns exec "$ns_a" curl -sf 127.0.0.1:8004/metrics |
       awk -v e="engine=\"$e\"" '$1 ~ "^vllm:generation_tokens_total[{]" && index($1, e) {print $2}')
   awk -v n="$n" 'BEGIN {exit !(n > 0)}' || { echo "FAIL: engine $e generated nothing ($n)"; exit 1; }
 done
-echo "DP=1 and DP=2 + EP (gloo over $addr_a <-> $addr_b) agree on $(grep -c "" "$work/want.txt") greedy texts; both engines served"
+echo "DP=1 and DP=2 x TP=2 + EP (gloo over $addr_a <-> $addr_b) agree on $(grep -c "" "$work/want.txt") greedy texts; both engines served"
 kill -TERM "$node0"
 rc0=0 rc1=0
 wait "$node0" || rc0=$?

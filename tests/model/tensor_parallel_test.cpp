@@ -3,8 +3,8 @@
 // logits must be within 1e-4 of TP=1. The parameters cover every weight kind: BF16, FP8 with
 // 128x128 scale blocks that the shard boundaries cut, F32 without q_lora (q_proj), dense MLPs,
 // experts sliced (TP) or whole (EP), shared experts, vocabulary-parallel embedding and lm_head
-// (with a vocabulary that does not divide evenly), both attention forms, and a 64-expert model
-// with group-limited routing.
+// (with a vocabulary that does not divide evenly), both attention forms, a 64-expert model
+// with group-limited routing, and experts over data-parallel x tensor-parallel ranks.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -309,6 +309,75 @@ TEST(LmHeadParallelTest, EachRankGetsTheLogitsOfItsOwnRows) {
   }
 }
 
+// Experts over data-parallel ranks, vLLM's EP world of DP x TP: each DP rank runs its own
+// sequence (of its own length) through its TP group, and the routed experts are split over all
+// dp·tp ranks (rank dp_rank·tp + tp_rank). Each rank's logits and MTP draft logits must equal
+// TP=1's on its DP rank's sequence.
+TEST(DataParallelExpertsTest, EachDataParallelRankGetsTheLogitsOfItsOwnSequence) {
+  const std::string dir = wide_moe_model();  // 64 experts
+  auto whole = model::DeepseekV3Model::load(dir);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  common::ThreadPool pool(1);
+  auto sequence = [](int d) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 11 + 6 * d; ++i) ids.push_back(int32_t((i * 29 + d * 97 + 5) % 509));
+    return ids;
+  };
+  model::SequenceLogitsOptions so;
+  so.all_logits = true;
+  so.mtp = true;
+  so.mtp_next_token = 4;
+  for (const auto& [dp, tp] : std::vector<std::pair<int, int>>{{2, 1}, {2, 2}, {4, 1}}) {
+    std::vector<model::SequenceLogits> wants;
+    for (int d = 0; d < dp; ++d) {
+      auto want = model::compute_sequence_logits(**whole, sequence(d), so, pool);
+      ASSERT_TRUE(want.ok());
+      wants.push_back(std::move(*want));
+    }
+    auto server = dist::StoreServer::start("127.0.0.1", 0);  // a free port
+    ASSERT_TRUE(server.ok());
+    const int port = (*server)->port();
+    const std::string layout = "dp " + std::to_string(dp) + " x tp " + std::to_string(tp);
+    std::vector<std::thread> ranks;
+    for (int d = 0; d < dp; ++d) {
+      for (int t = 0; t < tp; ++t) {
+        ranks.emplace_back([&, d, t] {
+          const int ep_rank = d * tp + t, ep_size = dp * tp;
+          model::LoadOptions lo;
+          lo.tp = {t, tp, true};
+          lo.dp_experts = {ep_rank, ep_size};
+          auto shard = model::DeepseekV3Model::load(dir, lo);
+          ASSERT_TRUE(shard.ok()) << shard.status().message();
+          const model::MoeWeights& moe = *(*shard)->weights().layers.back().moe;
+          EXPECT_EQ(moe.experts.size(), size_t(64 / ep_size)) << layout;
+          EXPECT_EQ(moe.first_expert, ep_rank * 64 / ep_size) << layout;
+          dist::StoreClient store("127.0.0.1", port, 30);
+          std::unique_ptr<dist::ProcessGroup> tp_group;
+          if (tp > 1) {
+            auto g = dist::make_process_group(store, {"tp.dp" + std::to_string(d), t, tp});
+            ASSERT_TRUE(g.ok()) << g.status().message();
+            tp_group = std::move(g).value();
+            (*shard)->set_process_group(tp_group.get());
+          }
+          auto ep_group = dist::make_process_group(store, {"ep", ep_rank, ep_size});
+          ASSERT_TRUE(ep_group.ok()) << ep_group.status().message();
+          (*shard)->set_expert_group(ep_group->get());
+          common::ThreadPool rank_pool(1);
+          auto got = model::compute_sequence_logits(**shard, sequence(d), so, rank_pool);
+          ASSERT_TRUE(got.ok()) << got.status().message();
+          const model::SequenceLogits& want = wants[size_t(d)];
+          EXPECT_LT(max_diff(got->all_logits, want.all_logits), 1e-4)
+              << layout << " rank " << ep_rank;
+          EXPECT_LT(max_diff(got->mtp_draft_logits, want.mtp_draft_logits), 1e-4)
+              << layout << " rank " << ep_rank;
+          EXPECT_GT((*shard)->moe_times().layers, 0);
+        });
+      }
+    }
+    for (auto& t : ranks) t.join();
+  }
+}
+
 TEST(TensorParallelConfigTest, FinegrainedTpIsValidatedAsUpstream) {
   auto c = model::load_model_config(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16");
   ASSERT_TRUE(c.ok());
@@ -338,6 +407,17 @@ TEST(TensorParallelConfigTest, ASplitThatDoesNotDivideNamesTheDimension) {
   ASSERT_FALSE(experts.ok());
   EXPECT_NE(experts.message().find("n_routed_experts"), std::string::npos) << experts.message();
   EXPECT_TRUE(model::validate_tensor_parallel(*c, {1, 2, true}).ok());
+  // Experts over DP x TP: the size is the product, and the TP ranks must hold whole experts.
+  model::ModelConfig wide = *c;
+  wide.n_routed_experts = 12;
+  EXPECT_TRUE(model::validate_dp_experts(wide, {0, 4}, {0, 2, true}).ok());
+  const common::Status product = model::validate_dp_experts(wide, {0, 8}, {0, 2, true});
+  ASSERT_FALSE(product.ok());
+  EXPECT_NE(product.message().find("expert-parallel size 8 (--data-parallel-size x "
+                                   "--tensor-parallel-size 2)"),
+            std::string::npos)
+      << product.message();
+  EXPECT_FALSE(model::validate_dp_experts(wide, {0, 4}, {0, 2, false}).ok());
 }
 
 }  // namespace
