@@ -367,7 +367,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     CP_ASSIGN_OR_RETURN(plan->speculative,
                         parse_speculative_config(*p.option("speculative-config")));
   }
-  if (p.flag("enable-expert-parallel") && plan->tensor_parallel_size == 1)
+  if (p.flag("enable-expert-parallel") && plan->tensor_parallel_size == 1 && !plan->dp.active())
     LOG(INFO) << "--enable-expert-parallel with one rank: experts stay in this process";
   // A TP prefiller serves its KV from each stage's TP rank 0 (MLA's latent cache is the same
   // on every TP rank); a TP decoder would have to load every rank's cache.

@@ -618,6 +618,13 @@ common::Status DeepseekV3Model::head_logits(const tensor::WeightMatrix& head, co
   return {};
 }
 
+common::Result<int64_t> DeepseekV3Model::most_head_calls(int64_t mine) const {
+  if (!head_is_collective()) return mine;
+  CHECK(lmhead_group_ != nullptr) << "lmhead_tensor_parallel_size without its group";
+  CP_RETURN_IF_ERROR(lmhead_group_->all_reduce(&mine, 1, dist::ReduceOp::kMax));
+  return mine;
+}
+
 common::Status DeepseekV3Model::compute_logits(const float* normed, int64_t rows, float* logits,
                                                common::ThreadPool& pool) const {
   return head_logits(weights_.lm_head, normed, rows, logits, pool);

@@ -68,6 +68,12 @@ class DeepseekV3Model {
   // True when a forward's layers or head are collectives over ranks that hold other tokens
   // (DP expert parallelism, the lm_head group): every rank must call them in every step.
   bool needs_lockstep() const { return dp_experts_.active() || lmhead_tp_.active(); }
+  // True when the head is a collective over ranks that hold other tokens (the lm_head group):
+  // every rank of the group must make the same calls of compute_logits in every step.
+  bool head_is_collective() const { return lmhead_tp_.active(); }
+  // With a collective head, the most calls of it any rank of the lm_head group will make
+  // (an all-reduce of `mine` over the group); `mine` otherwise.
+  common::Result<int64_t> most_head_calls(int64_t mine) const;
   // Per-token width of this rank's expanded KV cache rows (its heads' k_nope ‖ v).
   int64_t expanded_kv_row_dim() const { return config_.expanded_kv_row_dim() / tp_.size; }
   const MoeTimes& moe_times() const { return moe_times_; }

@@ -20,6 +20,14 @@ int cache_layer_end(const model::ModelConfig& c, int layer_end, int num_speculat
                                                                         : layer_end;
 }
 
+// The chunk's positions [begin, end) whose next token is a prompt token (the prompt's last
+// position samples): the rows score_prompts scores.
+std::pair<int64_t, int64_t> scored_positions(const sched::ScheduledRequest& s,
+                                             const CachedRequestState& st) {
+  const int64_t begin = s.num_computed_tokens;
+  return {begin, std::min(begin + s.num_scheduled_tokens, st.num_prompt_tokens - 1)};
+}
+
 }  // namespace
 
 ModelRunner::ModelRunner(const model::DeepseekV3Model& model, const RunnerOptions& o)
@@ -93,7 +101,7 @@ common::Result<std::vector<float>> ModelRunner::logits_of_rows(const std::vector
   std::vector<float> logits(n * c.vocab_size);
   // A collective head (the lm_head group) runs even with no rows: the group's other ranks may
   // have some.
-  if (n > 0 || model_.needs_lockstep())
+  if (n > 0 || model_.head_is_collective())
     CP_RETURN_IF_ERROR(model_.compute_logits(picked.data(), n, logits.data(), pool_));
   return logits;
 }
@@ -164,10 +172,10 @@ common::Status ModelRunner::score_prompts(const sched::SchedulerOutput& output,
                                           const std::vector<CachedRequestState*>& states,
                                           const std::vector<float>& hidden, bool normed,
                                           StepResult* result) {
-  // A collective head (the lm_head group over data-parallel ranks) must run the same calls on
-  // every rank, and the other ranks do not know of this request's extra rows.
-  if (model_.needs_lockstep()) return {};
-  constexpr int64_t kRowsPerCall = 32;  // bounds the logits held at once: 32 x vocab floats
+  // With a collective head, every rank of the lm_head group makes as many calls as the busiest.
+  int64_t calls = 0;
+  CP_ASSIGN_OR_RETURN(const int64_t agreed,
+                      model_.most_head_calls(prompt_head_calls(output, states)));
   const int64_t V = model_.config().vocab_size;
   result->prompt_logprobs.resize(output.scheduled.size());
   int64_t first_row = 0;
@@ -177,22 +185,39 @@ common::Status ModelRunner::score_prompts(const sched::SchedulerOutput& output,
     const int64_t chunk_row = first_row;
     first_row += s.num_scheduled_tokens;
     if (!st.sampling.prompt_logprobs) continue;
-    // Positions whose next token is a prompt token: the prompt's last position samples.
-    const int64_t begin = s.num_computed_tokens;
-    const int64_t end = std::min(begin + s.num_scheduled_tokens, st.num_prompt_tokens - 1);
+    const auto [begin, end] = scored_positions(s, st);
     std::vector<sched::SampledToken>& entries = result->prompt_logprobs[i];
-    for (int64_t p = begin; p < end; p += kRowsPerCall) {
-      const int64_t n = std::min(kRowsPerCall, end - p);
+    for (int64_t p = begin; p < end; p += kPromptRowsPerCall) {
+      const int64_t n = std::min(kPromptRowsPerCall, end - p);
       std::vector<int64_t> rows(static_cast<size_t>(n));
       std::iota(rows.begin(), rows.end(), chunk_row + (p - begin));
       CP_ASSIGN_OR_RETURN(const std::vector<float> logits, logits_of_rows(hidden, rows, normed));
+      ++calls;
       for (int64_t j = 0; j < n; ++j) {
         entries.push_back(score_token({logits.data() + j * V, static_cast<size_t>(V)},
                                       st.token_ids[p + j + 1], *st.sampling.prompt_logprobs));
       }
     }
   }
+  return join_head_calls(agreed - calls);
+}
+
+common::Status ModelRunner::join_head_calls(int64_t calls) {
+  for (int64_t i = 0; i < calls; ++i) CP_RETURN_IF_ERROR(logits_of_rows({}, {}).status());
   return {};
+}
+
+int64_t ModelRunner::prompt_head_calls(const sched::SchedulerOutput& output,
+                                       const std::vector<CachedRequestState*>& states) {
+  int64_t calls = 0;
+  for (size_t i = 0; i < output.scheduled.size(); ++i) {
+    const sched::ScheduledRequest& s = output.scheduled[i];
+    const CachedRequestState& st = *states[i];
+    if (!st.sampling.prompt_logprobs) continue;
+    const auto [begin, end] = scored_positions(s, st);
+    if (end > begin) calls += (end - begin + kPromptRowsPerCall - 1) / kPromptRowsPerCall;
+  }
+  return calls;
 }
 
 common::Status ModelRunner::execute_dummy_batch() {
@@ -205,6 +230,9 @@ common::Status ModelRunner::execute_dummy_batch() {
   if (!last() || !model_.needs_lockstep()) return {};
   auto logits = logits_of_rows(hidden, {0});
   if (!logits.ok()) return logits.status();
+  // score_prompts' calls of the head, which ranks with prompt logprobs make.
+  CP_ASSIGN_OR_RETURN(const int64_t prompt_calls, model_.most_head_calls(0));
+  CP_RETURN_IF_ERROR(join_head_calls(prompt_calls));
   if (num_spec_ == 0) return {};
   // The drafter's collectives too, on a row that samples nothing.
   sched::SchedulerOutput output;

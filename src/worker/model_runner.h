@@ -95,6 +95,14 @@ class ModelRunner {
   common::Status score_prompts(const sched::SchedulerOutput& output,
                                const std::vector<CachedRequestState*>& states,
                                const std::vector<float>& hidden, bool normed, StepResult* result);
+  // Rows of prompt logits per head call: bounds the logits held at once (32 x vocab floats).
+  static constexpr int64_t kPromptRowsPerCall = 32;
+  // The head calls score_prompts makes for `output`.
+  static int64_t prompt_head_calls(const sched::SchedulerOutput& output,
+                                   const std::vector<CachedRequestState*>& states);
+  // `calls` head calls on no rows: this rank's part of a collective head's calls that other
+  // ranks of its group make (score_prompts, dummy batches).
+  common::Status join_head_calls(int64_t calls);
   // Verification of a request's rows (speculative_decoding.cpp): its accepted drafts and the
   // token after them, from `logits` [spec.size() + 1, V] (one row without drafts).
   std::vector<sched::SampledToken> sample_request(CachedRequestState& st,

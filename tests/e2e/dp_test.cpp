@@ -2,7 +2,8 @@
 // and not, equal DP=1's for internal load balancing (one API server, engine processes), with the
 // experts over the DP ranks (lock step) or over DP=2 x TP=2, and for external ranks. Also: the
 // per-engine balance on /metrics, failover when an engine dies, expert groups that end with an
-// error when a rank dies, a rank out of KV that keeps the others serving, rank-free sampling.
+// error when a rank dies, a rank out of KV that keeps the others serving, rank-free sampling,
+// and prompt logprobs in lock step.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -182,6 +183,58 @@ TEST_F(DataParallelTest, ExpertsOverDataAndTensorParallelRanksMatchOneRank) {
       EXPECT_NE(text.find(line), std::string::npos) << name << ": no \"" << line << "\"";
     }
   }
+}
+
+// prompt_logprobs in lock step: ranks whose experts (and lm_head) are collectives over the DP
+// group used to return null for every position. Two prompts at once, one of 4 head calls (32
+// rows each) and one of 1, so that the ranks make different numbers of calls of the collective
+// lm_head: each position's top tokens and logprobs must equal DP=1's.
+TEST(DataParallelServeTest, PromptLogprobsInLockStepEqualOneRank) {
+  std::string long_prompt = "scored:";
+  for (int w = 0; w < 60; ++w) long_prompt += " w" + std::to_string(w * 7 % 31);
+  auto scored = [&](const e2e::ServerProcess& s) {
+    std::vector<json> got(2);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i)
+      threads.emplace_back([&, i] {
+        const json body = {{"prompt", i == 0 ? long_prompt : std::string("hello there")},
+                           {"max_tokens", 2},
+                           {"temperature", 0},
+                           {"prompt_logprobs", 2}};
+        auto r = s.client().Post("/v1/completions", body.dump(), "application/json");
+        if (r && r->status == 200)
+          got[size_t(i)] = json::parse(r->body)["choices"][0]["prompt_logprobs"];
+      });
+    for (auto& t : threads) t.join();
+    return got;
+  };
+  e2e::ServerProcess one(model_dir(), e2e::parallel_flags({}), "/tmp/chunkpipe_dp_pl_one.log");
+  ASSERT_TRUE(one.ready());
+  const std::vector<json> want = scored(one);
+  ASSERT_TRUE(want[0].is_array() && want[0].size() > 96) << want[0].dump().substr(0, 200);
+  e2e::ServerProcess s(
+      model_dir(),
+      dp_flags(e2e::free_port(),
+               {"--enable-expert-parallel", "--additional-config",
+                R"({"finegrained_tp_config": {"lmhead_tensor_parallel_size": 2}})"}),
+      "/tmp/chunkpipe_dp_pl.log");
+  ASSERT_TRUE(s.ready());
+  const std::vector<json> got = scored(s);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(got[i].is_array()) << "prompt " << i;
+    ASSERT_EQ(got[i].size(), want[i].size()) << "prompt " << i;
+    EXPECT_TRUE(got[i][0].is_null());
+    for (size_t p = 1; p < got[i].size(); ++p) {
+      ASSERT_TRUE(got[i][p].is_object()) << "prompt " << i << " position " << p;
+      ASSERT_EQ(got[i][p].size(), want[i][p].size()) << "prompt " << i << " position " << p;
+      for (const auto& [token, entry] : want[i][p].items()) {
+        ASSERT_TRUE(got[i][p].contains(token)) << "prompt " << i << " position " << p;
+        EXPECT_NEAR(got[i][p][token]["logprob"].get<double>(), entry["logprob"].get<double>(), 1e-3)
+            << "prompt " << i << " position " << p;
+      }
+    }
+  }
+  EXPECT_EQ(s.stop(), 0);
 }
 
 TEST_F(DataParallelTest, ExternalRanksMatchOneRank) {
