@@ -315,6 +315,25 @@ TEST(DataParallelServeTest, AnEngineKilledMidStreamFailsOverToTheOthers) {
   EXPECT_EQ(s.stop(), 0);
 }
 
+// Streams from `serving` until `victim`, a rank of its expert group, is SIGKILLed: the stream
+// must end with an EngineDeadError and `serving` exit 1. Returns the seconds that took.
+double stream_until_killed(e2e::ServerProcess& serving, pid_t victim) {
+  e2e::BackgroundStream streaming(serving, "/v1/completions",
+                                  json{{"prompt", "stream until a rank dies"},
+                                       {"max_tokens", 6000},
+                                       {"ignore_eos", true},
+                                       {"stream", true}}
+                                      .dump());
+  EXPECT_TRUE(streaming.wait_chunks(4, 6000));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(kill(victim, SIGKILL), 0);
+  streaming.join();
+  EXPECT_NE(streaming.body().find("EngineDeadError"), std::string::npos)
+      << streaming.body().substr(0, 300);
+  EXPECT_EQ(serving.wait_exit(30), 1) << "the server exits 1 once its expert group is gone";
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 TEST(DataParallelServeTest, ExpertParallelGroupEndsWithAnErrorWhenARankDies) {
   const std::vector<std::string> big = {"--max-model-len", "8192", "--kv-cache-memory", "64000000",
                                         "--enable-expert-parallel"};
@@ -322,21 +341,7 @@ TEST(DataParallelServeTest, ExpertParallelGroupEndsWithAnErrorWhenARankDies) {
   ASSERT_TRUE(p.ready());
   e2e::ServerProcess& r0 = *p.r0;
   e2e::ServerProcess& r1 = *p.r1;
-  e2e::BackgroundStream streaming(r0, "/v1/completions",
-                                  json{{"prompt", "stream until the other rank dies"},
-                                       {"max_tokens", 6000},
-                                       {"ignore_eos", true},
-                                       {"stream", true}}
-                                      .dump());
-  ASSERT_TRUE(streaming.wait_chunks(4, 6000));
-  const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_EQ(kill(r1.pid(), SIGKILL), 0);
-  streaming.join();
-  EXPECT_NE(streaming.body().find("EngineDeadError"), std::string::npos)
-      << streaming.body().substr(0, 300);
-  EXPECT_EQ(r0.wait_exit(20), 1) << "rank 0 exits 1 once its group is gone";
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = stream_until_killed(r0, r1.pid());
   EXPECT_LT(seconds, 10.0) << "no collective may hang";
   std::printf("    EP rank 1 killed: rank 0's stream failed and it exited in %.1f s\n", seconds);
 }
@@ -354,21 +359,7 @@ TEST(DataParallelServeTest, ExpertGroupOverDataAndTensorRanksEndsWhenATensorRank
   ASSERT_EQ(engine1.size(), 1u);
   const std::vector<pid_t> tp1 = e2e::child_processes(engine1[0], "--tp-rank 1 ");
   ASSERT_EQ(tp1.size(), 1u) << "engine 1's tensor-parallel rank 1";
-  e2e::BackgroundStream streaming(s, "/v1/completions",
-                                  json{{"prompt", "stream until a rank dies"},
-                                       {"max_tokens", 6000},
-                                       {"ignore_eos", true},
-                                       {"stream", true}}
-                                      .dump());
-  ASSERT_TRUE(streaming.wait_chunks(4, 6000));
-  const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_EQ(kill(tp1[0], SIGKILL), 0);
-  streaming.join();
-  EXPECT_NE(streaming.body().find("EngineDeadError"), std::string::npos)
-      << streaming.body().substr(0, 300);
-  EXPECT_EQ(s.wait_exit(30), 1) << "the server exits 1 once the expert group is gone";
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = stream_until_killed(s, tp1[0]);
   EXPECT_LT(seconds, 20.0) << "no collective may hang";
   std::printf("    DP 1's TP rank 1 killed: the stream failed and the server exited in %.1f s\n",
               seconds);
