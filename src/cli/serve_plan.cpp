@@ -181,6 +181,32 @@ transfer::ConnectorPlacement connector_placement(const ServePlan& plan) {
   return at;
 }
 
+namespace {
+
+// vllm-ascend's balance scheduling: additional_config's enable_balance_scheduling (already in
+// plan->engine) or the deprecated VLLM_ASCEND_BALANCE_SCHEDULING=1 that the seeds export. It
+// gates admission across DP ranks in lock step, and rewrites the scheduler as CPP does.
+common::Status plan_balance_scheduling(ServePlan* plan) {
+  const char* env = std::getenv("VLLM_ASCEND_BALANCE_SCHEDULING");
+  if (env != nullptr && std::string(env) == "1") plan->engine.balance_scheduling = true;
+  if (!plan->engine.balance_scheduling) return {};
+  if (plan->engine.profiling_chunk && plan->engine.profiling_chunk->enabled)
+    return common::invalid_argument(
+        "profiling_chunk_config cannot be enabled together with balance scheduling "
+        "(enable_balance_scheduling or VLLM_ASCEND_BALANCE_SCHEDULING=1)");
+  if (!plan->dp.lockstep) {
+    LOG(INFO) << "Balance scheduling has no effect here: it gates admission across data-parallel "
+                 "ranks in lock step (--data-parallel-size > 1 with --enable-expert-parallel)";
+    plan->engine.balance_scheduling = false;
+    return {};
+  }
+  LOG(INFO) << "Balance scheduling: while a data-parallel rank runs --max-num-seqs "
+            << plan->engine.scheduler.max_num_seqs << " requests, no rank admits a waiting one";
+  return {};
+}
+
+}  // namespace
+
 common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   plan->model_dir = p.positional("MODEL");
   if (plan->model_dir.empty() && p.option("model")) plan->model_dir = *p.option("model");
@@ -202,18 +228,22 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
         sched::ProfilingChunkConfig pcc,
         sched::parse_profiling_chunk_config(extra, static_cast<int>(pp), batched, &warnings));
     for (const std::string& w : warnings) LOG(WARNING) << w;
-    // vllm-ascend reads the recompute scheduler's switch at the top level and under
-    // scheduler_config; its role checks follow the --kv-transfer-config parse below.
+    // vllm-ascend reads the recompute scheduler's and balance scheduling's switches at the top
+    // level and under scheduler_config; their checks follow the parallel plan below.
     for (const json* where :
          {&extra, extra.contains("scheduler_config") && extra["scheduler_config"].is_object()
                       ? &extra["scheduler_config"]
                       : nullptr}) {
-      if (where == nullptr || !where->contains("recompute_scheduler_enable")) continue;
-      if (!(*where)["recompute_scheduler_enable"].is_boolean())
-        return common::invalid_argument(
-            "additional_config.recompute_scheduler_enable must be a boolean");
-      plan->engine.scheduler.recompute_scheduler_enable |=
-          (*where)["recompute_scheduler_enable"].get<bool>();
+      if (where == nullptr) continue;
+      for (const auto& [key, into] :
+           {std::pair<std::string, bool*>{"recompute_scheduler_enable",
+                                          &plan->engine.scheduler.recompute_scheduler_enable},
+            {"enable_balance_scheduling", &plan->engine.balance_scheduling}}) {
+        if (!where->contains(key)) continue;
+        if (!(*where)[key].is_boolean())
+          return common::invalid_argument("additional_config." + key + " must be a boolean");
+        *into |= (*where)[key].get<bool>();
+      }
     }
     if (extra.contains("expanded_kv_cache")) {  // chunkpipe extension key, see EngineConfig
       if (!extra["expanded_kv_cache"].is_boolean())
@@ -257,8 +287,10 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
       unused.erase("lm_head_int8");
       unused.erase("finegrained_tp_config");
       unused.erase("recompute_scheduler_enable");
+      unused.erase("enable_balance_scheduling");
       if (unused.contains("scheduler_config") && unused["scheduler_config"].is_object()) {
         unused["scheduler_config"].erase("recompute_scheduler_enable");
+        unused["scheduler_config"].erase("enable_balance_scheduling");
         if (unused["scheduler_config"].empty()) unused.erase("scheduler_config");
       }
       if (!unused.empty())
@@ -542,6 +574,7 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     return common::invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
                                     *p.option("gpu-memory-utilization"));
   }
+  CP_RETURN_IF_ERROR(plan_balance_scheduling(plan));
   plan->chat_template_file = p.option("chat-template").value_or("");
   plan->tokenizer_dir = p.option("tokenizer").value_or(plan->model_dir);
   return {};

@@ -36,6 +36,7 @@ void add_metrics(Metrics& into, const Metrics& m) {
   into.preemptions += m.preemptions;
   into.recomputed_requests += m.recomputed_requests;
   into.dummy_batches += m.dummy_batches;
+  into.balance_paused_steps += m.balance_paused_steps;
   into.kv_transfer += m.kv_transfer;
   into.spec_decoding += m.spec_decoding;
   for (const auto& [reason, n] : m.request_success) into.request_success[reason] += n;

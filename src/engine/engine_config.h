@@ -38,6 +38,9 @@ struct EngineConfig {
   // whose ranks step together, every rank running a forward (a dummy one without work) while
   // any rank has work. Not owned; null: this engine steps on its own.
   dist::ProcessGroup* dp_group = nullptr;
+  // vllm-ascend's balance scheduling (with dp_group): while any rank of the group runs
+  // max_num_seqs requests, no rank admits a waiting one, so the load gap stops widening.
+  bool balance_scheduling = false;
   int engine_index = 0;  // the data-parallel rank: the `engine` label of its metrics
   // Called once, from the engine thread, if the engine fails (a pipeline stage died): every
   // request has then been finished with the error, and the engine accepts no more work.

@@ -435,10 +435,10 @@ bool EngineCore::process_token(const sched::Request& r, Tracked& t, const Sample
   return false;
 }
 
-sched::SchedulerOutput EngineCore::schedule_step(bool allow_poll) {
+sched::SchedulerOutput EngineCore::schedule_step(bool allow_poll, bool admit_waiting) {
   sched::SchedulerOutput so;
   std::lock_guard<std::mutex> lock(mu_);
-  so = scheduler_.schedule(allow_poll);
+  so = scheduler_.schedule(allow_poll, admit_waiting);
   metrics_.preemptions += so.num_preempted;
   if (!so.empty())
     metrics_.iteration_tokens.observe(static_cast<double>(so.total_num_scheduled_tokens));
@@ -510,7 +510,24 @@ void EngineCore::step() {
 }
 
 void EngineCore::step_lockstep() {
-  sched::SchedulerOutput so = schedule_step(/*allow_poll=*/true);
+  // Balance scheduling (vllm-ascend's DP admission gate): the ranks first share how many
+  // requests each runs; while any runs max_num_seqs, none admits a waiting request.
+  bool admit_waiting = true;
+  if (config_.balance_scheduling) {
+    int64_t most_running;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      most_running = scheduler_.num_running();
+    }
+    if (auto st = config_.dp_group->all_reduce(&most_running, 1, dist::ReduceOp::kMax); !st.ok())
+      return fail_engine("the data-parallel group failed: " + st.message());
+    admit_waiting = most_running < config_.scheduler.max_num_seqs;
+  }
+  sched::SchedulerOutput so = schedule_step(/*allow_poll=*/true, admit_waiting);
+  if (!admit_waiting) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (scheduler_.stats().num_waiting > 0) ++metrics_.balance_paused_steps;  // held one back
+  }
   if (so.num_recomputed > 0) finish_recomputed();
   // vLLM all-reduces token counts every forward and "anything unfinished?" every 32 steps;
   // here one all-reduce per step carries both (it costs microseconds on shared memory).

@@ -95,7 +95,7 @@ class EngineCore : public EngineClient {
   std::vector<ProfileShape> planned_profile_shapes() const;
   void run_planned_profiling();
   // Schedules one step and books its metrics; empty when nothing fits.
-  sched::SchedulerOutput schedule_step(bool allow_poll);
+  sched::SchedulerOutput schedule_step(bool allow_poll, bool admit_waiting = true);
   // Reports the requests the recompute scheduler finished (stop_reason "recomputed").
   void finish_recomputed();
   // Requests whose remote KV failed to load, under kv_load_failure_policy "fail".

@@ -122,7 +122,7 @@ std::vector<uint8_t> encode_metrics(const MetricsSnapshot& s) {
   const Metrics& m = s.totals;
   for (int64_t v : {m.prompt_tokens, m.generation_tokens, m.prefix_cache_queries,
                     m.prefix_cache_hits, m.external_prefix_cache_hits, m.preemptions,
-                    m.recomputed_requests, m.dummy_batches, m.cpp_steps})
+                    m.recomputed_requests, m.dummy_batches, m.balance_paused_steps, m.cpp_steps})
     w.put(v);
   w.put(m.kv_transfer);
   for (int64_t v : {m.spec_decoding.num_drafts, m.spec_decoding.num_draft_tokens,
@@ -154,9 +154,10 @@ common::Result<MetricsSnapshot> decode_metrics(const std::vector<uint8_t>& bytes
   MetricsSnapshot s;
   Metrics& m = s.totals;
   dist::WireReader r(bytes);
-  for (int64_t* v : {&m.prompt_tokens, &m.generation_tokens, &m.prefix_cache_queries,
-                     &m.prefix_cache_hits, &m.external_prefix_cache_hits, &m.preemptions,
-                     &m.recomputed_requests, &m.dummy_batches, &m.cpp_steps})
+  for (int64_t* v :
+       {&m.prompt_tokens, &m.generation_tokens, &m.prefix_cache_queries, &m.prefix_cache_hits,
+        &m.external_prefix_cache_hits, &m.preemptions, &m.recomputed_requests, &m.dummy_batches,
+        &m.balance_paused_steps, &m.cpp_steps})
     r.get(v);
   r.get(&m.kv_transfer);
   for (int64_t* v : {&m.spec_decoding.num_drafts, &m.spec_decoding.num_draft_tokens,

@@ -209,7 +209,7 @@ int64_t Scheduler::slots_for(const Request& r, int64_t end) const {
   return std::max(end, std::min(end + config_.num_lookahead_tokens, config_.max_model_len));
 }
 
-SchedulerOutput Scheduler::schedule(bool allow_poll) {
+SchedulerOutput Scheduler::schedule(bool allow_poll, bool admit_waiting) {
   // There is no "prefill phase" or "decode phase": each request has num_computed_tokens and
   // num_tokens, and each step grants min(needed, remaining budget). With a chunk predictor
   // (CPP), prefill chunks are also sized to spend a per-step time budget of T milliseconds.
@@ -272,8 +272,9 @@ SchedulerOutput Scheduler::schedule(bool allow_poll) {
     ++i;
   }
   std::vector<Request*> skipped;  // waiting requests a connector asked to come back later
-  while (out.num_preempted == 0 && out.num_recomputed == 0 && !waiting_.empty() && budget > 0 &&
-         time_budget > 0 && static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+  while (admit_waiting && out.num_preempted == 0 && out.num_recomputed == 0 && !waiting_.empty() &&
+         budget > 0 && time_budget > 0 &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
     int64_t hits = r->num_computed_tokens;
     int64_t external = 0;  // tokens a KV connector provides past the local hits

@@ -64,7 +64,8 @@ class Scheduler {
   // The next step. Each request's entry carries only what the workers do not hold yet; the
   // ids of requests finished since the last step ride along for the workers to drop.
   // allow_poll: with nothing to run but KV transfers pending, return a kv_connector_poll step.
-  SchedulerOutput schedule(bool allow_poll = true);
+  // admit_waiting false: only running requests are scheduled (balance scheduling's gate).
+  SchedulerOutput schedule(bool allow_poll = true, bool admit_waiting = true);
   // Applies a step's results, in the order the steps were scheduled: appends each scheduled
   // request's `sampled` tokens (entry i: none, or 1 .. spec_token_ids.size() + 1 with
   // speculative decoding), rolls num_computed_tokens back over its rejected drafts, keeps
@@ -107,6 +108,7 @@ class Scheduler {
   bool has_requests() const { return has_unfinished_requests() || !delayed_free_.empty(); }
   // Requests whose KV is being loaded (their first token waits on it).
   bool has_pending_loads() const { return !waiting_for_remote_kvs_.empty(); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   SchedulerStats stats() const;
   const kv::KvCacheManager& kv_cache() const { return *kv_; }
 

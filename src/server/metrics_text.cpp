@@ -132,6 +132,10 @@ void render_engine(Writer& w, const engine::MetricsSnapshot& s, const std::strin
             "Forwards a data-parallel rank in lock step ran without work of its own, to join the "
             "collectives of ranks that had some.",
             double(m.dummy_batches));
+  w.counter("chunkpipe:dp_balance_paused_steps",
+            "Steps in which balance scheduling held this rank's waiting requests back, because a "
+            "rank of its data-parallel group ran max_num_seqs requests.",
+            double(m.balance_paused_steps));
   const engine::SpecDecodingCounters& sd = m.spec_decoding;
   if (!sd.accepted_per_pos.empty()) {  // speculative decoding is on
     w.counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",

@@ -3,7 +3,7 @@
 // experts over the DP ranks (lock step) or over DP=2 x TP=2, and for external ranks. Also: the
 // per-engine balance on /metrics, failover when an engine dies, expert groups that end with an
 // error when a rank dies, a rank out of KV that keeps the others serving, rank-free sampling,
-// and prompt logprobs in lock step.
+// prompt logprobs in lock step, and balance scheduling.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -388,6 +388,44 @@ TEST(DataParallelServeTest, ARankOutOfKvPreemptsItsOwnAndTheOthersKeepServing) {
   EXPECT_GT(e2e::metric(r1, "vllm:num_preemptions_total"), 0) << "rank 1 had to preempt";
   EXPECT_EQ(e2e::metric(r0, "vllm:num_preemptions_total"), 0);
   EXPECT_EQ(e2e::metric(r1, "vllm:kv_cache_usage_perc"), 0);
+  EXPECT_EQ(r0.stop(), 0);
+  r1.stop();
+}
+
+// vllm-ascend's balance scheduling, as the seeds enable it: with --max-num-seqs 2, rank 0 runs
+// two long requests and rank 1 one; a short request sent to rank 1 then waits until rank 0 is
+// below its cap (rank 1 has a free slot, which it would otherwise use at once).
+TEST(DataParallelServeTest, BalanceSchedulingHoldsWaitingRequestsWhileARankIsFull) {
+  const std::vector<std::string> flags = {
+      "--enable-expert-parallel", "--max-num-seqs", "2", "--additional-config",
+      R"({"scheduler_config": {"enable_balance_scheduling": true}})"};
+  RankPair p = start_ranks(flags, flags, "balance");
+  ASSERT_TRUE(p.ready());
+  e2e::ServerProcess& r0 = *p.r0;
+  e2e::ServerProcess& r1 = *p.r1;
+  using Clock = std::chrono::steady_clock;
+  std::vector<Clock::time_point> long_done(3);
+  std::vector<std::thread> longs;
+  for (int i = 0; i < 3; ++i)
+    longs.emplace_back([&, i] {
+      complete(i < 2 ? r0 : r1, greedy(i, 900), false);
+      long_done[size_t(i)] = Clock::now();
+    });
+  bool full = false;
+  for (int i = 0; i < 200 && !full; ++i) {
+    full = e2e::metric(r0, "vllm:num_requests_running") == 2 &&
+           e2e::metric(r1, "vllm:num_requests_running") == 1;
+    if (!full) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const std::string short_text = complete(r1, greedy(3, 40), false);
+  const Clock::time_point short_done = Clock::now();
+  for (auto& t : longs) t.join();
+  ASSERT_TRUE(full) << "rank 0 never ran two requests beside rank 1's one";
+  EXPECT_EQ(short_text.rfind("<error", 0), std::string::npos) << short_text;
+  EXPECT_GT(short_done, long_done[0]) << "rank 1 admitted a request while rank 0 was full";
+  EXPECT_GT(short_done, long_done[1]) << "rank 1 admitted a request while rank 0 was full";
+  EXPECT_GT(e2e::metric(r1, "chunkpipe:dp_balance_paused_steps_total"), 0);
+  EXPECT_EQ(e2e::metric(r0, "chunkpipe:dp_balance_paused_steps_total"), 0);
   EXPECT_EQ(r0.stop(), 0);
   r1.stop();
 }

@@ -61,6 +61,23 @@ TEST(SchedulerTest, MaxNumSeqsLimitsRunning) {
   EXPECT_EQ(run_step(s), (Sched{{"b", 1}, {"c", 2}}));
 }
 
+// Balance scheduling's gate: a step that may not admit waiting requests runs only the running
+// ones; the next open step admits them.
+TEST(SchedulerTest, AStepWithoutAdmissionRunsOnlyTheRunningRequests) {
+  kv::KvCacheManager kv(64, 4, false);
+  sched::Scheduler s({100, 4, 64}, &kv);
+  s.add_request(make_request("a", 2));
+  EXPECT_EQ(run_step(s), (Sched{{"a", 2}}));
+  s.add_request(make_request("b", 3));
+  const sched::SchedulerOutput held = s.schedule(/*allow_poll=*/true, /*admit_waiting=*/false);
+  ASSERT_EQ(held.scheduled.size(), 1u);
+  EXPECT_EQ(entry(held.scheduled[0]), (Entry{"a", 2, 1}));
+  s.update(held, {7});
+  EXPECT_EQ(s.num_running(), 1);
+  EXPECT_EQ(s.stats().num_waiting, 1);
+  EXPECT_EQ(run_step(s), (Sched{{"a", 1}, {"b", 3}}));
+}
+
 TEST(SchedulerTest, PreemptsNewestWhenBlocksRunOut) {
   kv::KvCacheManager kv(4, 4, false);  // 16 tokens of cache
   sched::Scheduler s({100, 4, 64}, &kv);

@@ -1,9 +1,11 @@
 // serve's plan from the seeds' command lines as a user pastes them (CPP prefiller, MTP decoder
-// rank), and the errors a mistyped flag or config gets, without starting a process.
+// rank, balance scheduling), and the errors a mistyped flag or config gets, without starting a
+// process.
 #include "cli/serve_plan.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -143,6 +145,48 @@ TEST(ServePlanTest, TheSeedsDecoderRankPlansAsWritten) {
   EXPECT_TRUE(plan.engine.scheduler.recompute_scheduler_enable);
   EXPECT_EQ(plan.kv_transfer.kv_role, "kv_consumer");
   EXPECT_EQ(cli::connector_placement(plan).dp_rank, 1);
+}
+
+// vllm-ascend's balance scheduling: the seeds export VLLM_ASCEND_BALANCE_SCHEDULING=1; the key
+// enable_balance_scheduling also turns it on. It applies to DP ranks in lock step only, and it
+// cannot be combined with CPP's profiling_chunk_config.
+TEST(ServePlanTest, BalanceSchedulingGatesRanksInLockStepOnly) {
+  const std::vector<std::string> dp_ep = {
+      "m", "--data-parallel-size",    "2",         "--data-parallel-rank",
+      "0", "--data-parallel-address", "127.0.0.1", "--enable-expert-parallel"};
+  auto with = [](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const Parsed plain = plan_of(dp_ep);
+  ASSERT_TRUE(plain.status.ok()) << plain.status.message();
+  EXPECT_FALSE(plain.plan.engine.balance_scheduling);
+  for (const char* config : {R"({"enable_balance_scheduling": true})",
+                             R"({"scheduler_config": {"enable_balance_scheduling": true}})"}) {
+    const Parsed r = plan_of(with(dp_ep, {"--additional-config", config}));
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_TRUE(r.plan.engine.balance_scheduling) << config;
+    const Parsed alone = plan_of({"m", "--additional-config", config});
+    ASSERT_TRUE(alone.status.ok()) << alone.status.message();
+    EXPECT_FALSE(alone.plan.engine.balance_scheduling) << "no DP group: no effect";
+  }
+  setenv("VLLM_ASCEND_BALANCE_SCHEDULING", "1", 1);
+  const Parsed from_env = plan_of(dp_ep);
+  const Parsed with_cpp =
+      plan_of({"m", "-pp", "2", "--additional-config",
+               R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true}}})"});
+  unsetenv("VLLM_ASCEND_BALANCE_SCHEDULING");
+  ASSERT_TRUE(from_env.status.ok()) << from_env.status.message();
+  EXPECT_TRUE(from_env.plan.engine.balance_scheduling);
+  ASSERT_FALSE(with_cpp.status.ok());
+  EXPECT_NE(with_cpp.status.message().find("profiling_chunk_config cannot be enabled together "
+                                           "with balance scheduling"),
+            std::string::npos)
+      << with_cpp.status.message();
+  const Parsed typed =
+      plan_of(with(dp_ep, {"--additional-config", R"({"enable_balance_scheduling": "yes"})"}));
+  EXPECT_EQ(typed.status.message(),
+            "additional_config.enable_balance_scheduling must be a boolean");
 }
 
 // Each mistake gets an error that names the flag or field; features not built say so.
