@@ -3,10 +3,11 @@
 #  1. The seed's single-instance two-node pair, scaled down to DP=2 with one rank per node and
 #     TP 2: node 0 (A) serves the API and rank 0, node 1 (B, --headless
 #     --data-parallel-start-rank 1) runs rank 1, and the experts are split over all 4 ranks of
-#     DP x TP (lock step, collectives through gloo), each drafting 3 MTP tokens per step as the
-#     seed does. The seed's verification curl gets a 200 and the greedy texts equal a DP=1
-#     server's. SIGTERM on node 0 stops both nodes with status 0;
-#     kill -9 of rank 1's engine mid-stream ends the stream with an error and both nodes with 1.
+#     DP x TP (lock step, collectives through gloo, balance scheduling as the seed exports it),
+#     each drafting 3 MTP tokens per step as the seed does. The seed's verification curl gets a
+#     200 and the greedy texts equal a DP=1 server's. SIGTERM on node 0 stops both nodes with
+#     status 0; kill -9 of rank 1's engine mid-stream ends the stream with an error and both
+#     nodes with 1.
 #  2. The seed's D nodes, scaled to 4 ranks: `chunkpipe launch-dp` on each host runs
 #     ./run_dp_template.sh (the seed's 7 positional arguments, `vllm serve` through
 #     tools/vllm-shim on PATH) for 2 ranks on ports 7100-7101, one expert-parallel group of 4
@@ -41,12 +42,13 @@ seed=(--data-parallel-size 2 --data-parallel-size-local 1 --data-parallel-addres
       --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}'
       --speculative-config '{"num_speculative_tokens": 3, "method": "mtp"}')
 start_pair() {  # log suffix; sets node0 and node1
-  ip netns exec "$ns_a" env VLLM_HOST_IP="$addr_a" "$bin" serve "$model" "${common[@]}" \
-    "${seed[@]}" --host 0.0.0.0 --port 8004 > "$work/node0$1.log" 2>&1 &
+  ip netns exec "$ns_a" env VLLM_HOST_IP="$addr_a" VLLM_ASCEND_BALANCE_SCHEDULING=1 "$bin" serve \
+    "$model" "${common[@]}" "${seed[@]}" --host 0.0.0.0 --port 8004 > "$work/node0$1.log" 2>&1 &
   node0=$!
   pids+=($node0)
-  ip netns exec "$ns_b" env VLLM_HOST_IP="$addr_b" "$bin" serve "$model" "${common[@]}" \
-    "${seed[@]}" --port 8004 --headless --data-parallel-start-rank 1 > "$work/node1$1.log" 2>&1 &
+  ip netns exec "$ns_b" env VLLM_HOST_IP="$addr_b" VLLM_ASCEND_BALANCE_SCHEDULING=1 "$bin" serve \
+    "$model" "${common[@]}" "${seed[@]}" --port 8004 --headless --data-parallel-start-rank 1 \
+    > "$work/node1$1.log" 2>&1 &
   node1=$!
   pids+=($node1)
 }
@@ -81,6 +83,8 @@ prompts=("[5,6,7,8,9,10]" "[400,3,77,12]" "[$long_prompt]" "\"The future of AI i
 same_texts 8301 8004 "DP=2 across namespaces differs from DP=1" "${prompts[@]}"
 grep -q "with the experts over all 4 ranks of DP x TP, in lock step over gloo" "$work/node1.log" ||
   { echo "FAIL: rank 1 is not in lock step over gloo"; cat "$work/node1.log"; exit 1; }
+grep -q "Balance scheduling: while a data-parallel rank runs" "$work/node1.log" ||
+  { echo "FAIL: the seed's VLLM_ASCEND_BALANCE_SCHEDULING=1 did not apply"; exit 1; }
 for r in 0 1 2 3; do
   grep -q "experts $((2 * r))-$((2 * r + 1)) whole (expert-parallel rank $r of 4 over DP x TP)" \
     "$work"/node*.log || { echo "FAIL: no expert-parallel rank $r"; cat "$work"/node*.log; exit 1; }
