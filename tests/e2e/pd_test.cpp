@@ -13,6 +13,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -506,17 +508,43 @@ TEST_F(PdTest, PrefillerKilledBeforeTheReadRecomputesOrFailsCleanly) {
   EXPECT_EQ(status, 200);
 }
 
+// Sends SIGSTOP and waits until every thread of `pid` has stopped: a thread stops only when it
+// next runs, which on a loaded machine can be long enough for it to serve a request first.
+bool freeze(pid_t pid) {
+  if (kill(pid, SIGSTOP) != 0) return false;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (int i = 0; i < 500; ++i) {
+    bool all_stopped = true;
+    for (const auto& t : std::filesystem::directory_iterator(tasks)) {
+      std::ifstream stat(t.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t close = line.rfind(')');
+      const char state =
+          close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+      all_stopped &= state == 'T' || state == 't';
+    }
+    if (all_stopped) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 // P dies in the middle of a read: over TCP, UCX serves a read from P's side, so a frozen P
 // holds the read open (D already has P's metadata from an earlier pull); then P is killed.
-// D's read fails on the broken connection, and D recomputes the prompt itself.
+// D's read fails on the broken connection, and D recomputes the prompt itself. Both use TCP
+// only (UCX_TLS): on one host UCX could also read P's memory through shared memory (cma),
+// which a frozen P does not hold up.
 TEST_F(PdTest, PrefillerKilledMidReadIsSurvivedByTheDecoder) {
   const int kv_p = kv_port_base() + 4;
   ServerProcess colocated(e2e::model_dir(), flags(), "/tmp/chunkpipe_pd_midread_c.log");
   setenv("ASCEND_TRANSFER_TIMEOUT", "20000", 1);
+  setenv("UCX_TLS", "tcp", 1);
   ServerProcess d(e2e::model_dir(), decoder_flags(kv_p + 4, 1, "recompute"),
                   "/tmp/chunkpipe_pd_midread_d.log");
   unsetenv("ASCEND_TRANSFER_TIMEOUT");
   ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_midread_p.log");
+  unsetenv("UCX_TLS");
   ASSERT_TRUE(p.ready() && d.ready() && colocated.ready());
   json body = complete_body(words(300));
   body["kv_transfer_params"] = prefill(p, words(300))["kv_transfer_params"];
@@ -526,7 +554,7 @@ TEST_F(PdTest, PrefillerKilledMidReadIsSurvivedByTheDecoder) {
   ASSERT_TRUE(second.contains("kv_transfer_params") && second["kv_transfer_params"].is_object())
       << "P kept no blocks for the second prefill: " << second.dump();
   body["kv_transfer_params"] = second["kv_transfer_params"];
-  kill(p.pid(), SIGSTOP);
+  ASSERT_TRUE(freeze(p.pid())) << "P did not stop";
   json got;
   const auto t0 = std::chrono::steady_clock::now();
   std::thread leg([&] { got = post(d, "/v1/completions", body, &status); });
