@@ -447,6 +447,28 @@ TEST_F(PdTest, MtpDecoderPullsTheMtpLayerFromAnMtpPrefiller) {
   EXPECT_EQ(metric(d, "vllm:kv_cache_usage_perc"), 0.0);
 }
 
+// Sends SIGSTOP and waits until every thread of `pid` has stopped: a thread stops only when it
+// next runs, which on a loaded machine can be long enough for it to serve a request first.
+bool freeze(pid_t pid) {
+  if (kill(pid, SIGSTOP) != 0) return false;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (int i = 0; i < 500; ++i) {
+    bool all_stopped = true;
+    for (const auto& t : std::filesystem::directory_iterator(tasks)) {
+      std::ifstream stat(t.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t close = line.rfind(')');
+      const char state =
+          close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+      all_stopped &= state == 'T' || state == 't';
+    }
+    if (all_stopped) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 TEST_F(PdTest, LeaseExpiresWhenTheDecoderDiesWithTheRequest) {
   const int kv_p = kv_port_base() + 1;
   setenv("VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT", "2", 1);
@@ -458,7 +480,7 @@ TEST_F(PdTest, LeaseExpiresWhenTheDecoderDiesWithTheRequest) {
   ASSERT_TRUE(answer.contains("kv_transfer_params")) << answer.dump();
   EXPECT_GT(metric(p, "vllm:kv_cache_usage_perc"), 0.0) << "P holds the blocks for D";
   // D takes the request but dies before it reads: frozen, handed the request, killed.
-  kill(d.pid(), SIGSTOP);
+  ASSERT_TRUE(freeze(d.pid())) << "D did not stop";
   std::thread leg([&] {
     json body = complete_body(words(60));
     body["kv_transfer_params"] = answer["kv_transfer_params"];
@@ -506,28 +528,6 @@ TEST_F(PdTest, PrefillerKilledBeforeTheReadRecomputesOrFailsCleanly) {
   // Both keep serving.
   EXPECT_EQ(post(strict, "/v1/completions", complete_body("hello"), &status).is_object(), true);
   EXPECT_EQ(status, 200);
-}
-
-// Sends SIGSTOP and waits until every thread of `pid` has stopped: a thread stops only when it
-// next runs, which on a loaded machine can be long enough for it to serve a request first.
-bool freeze(pid_t pid) {
-  if (kill(pid, SIGSTOP) != 0) return false;
-  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
-  for (int i = 0; i < 500; ++i) {
-    bool all_stopped = true;
-    for (const auto& t : std::filesystem::directory_iterator(tasks)) {
-      std::ifstream stat(t.path() / "stat");
-      std::string line;
-      std::getline(stat, line);
-      const size_t close = line.rfind(')');
-      const char state =
-          close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
-      all_stopped &= state == 'T' || state == 't';
-    }
-    if (all_stopped) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
 }
 
 // P dies in the middle of a read: over TCP, UCX serves a read from P's side, so a frozen P
