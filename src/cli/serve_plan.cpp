@@ -185,7 +185,7 @@ namespace {
 
 // vllm-ascend's balance scheduling: additional_config's enable_balance_scheduling (already in
 // plan->engine) or the deprecated VLLM_ASCEND_BALANCE_SCHEDULING=1 that the seeds export. It
-// gates admission across DP ranks in lock step, and rewrites the scheduler as CPP does.
+// gates admission across DP ranks in lock step; upstream refuses it beside CPP's scheduler.
 common::Status plan_balance_scheduling(ServePlan* plan) {
   const char* env = std::getenv("VLLM_ASCEND_BALANCE_SCHEDULING");
   if (env != nullptr && std::string(env) == "1") plan->engine.balance_scheduling = true;

@@ -48,7 +48,7 @@ struct Metrics {
   int64_t preemptions = 0;
   int64_t recomputed_requests = 0;  // finished by the recompute scheduler (PD decoder)
   int64_t dummy_batches = 0;  // DP lock step: forwards run only to join other ranks' collectives
-  int64_t balance_paused_steps = 0;    // balance scheduling: steps that admitted no waiting request
+  int64_t balance_paused_steps = 0;    // balance scheduling: steps that held waiting requests back
   sched::KvTransferStats kv_transfer;  // the KV connector's (pulls_in_flight: the latest)
   SpecDecodingCounters spec_decoding;  // empty accepted_per_pos: speculative decoding is off
   std::map<std::string, int64_t> request_success;  // finished_reason -> count

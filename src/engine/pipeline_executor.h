@@ -44,7 +44,7 @@ class PipelineExecutor : public Executor {
   common::Result<sched::ModelRunnerOutput> take_oldest() override;
   // Data-parallel lock step (experts over DP x TP): every rank of every stage runs a one-token
   // forward into its scratch block, and the message comes back round the ring. Only with
-  // nothing in flight, on stages started with PipelineOptions::dummy_block.
+  // nothing in flight, on stages whose experts span DP ranks (they keep that scratch block).
   common::Status execute_dummy_batch() override;
   // Upstream times the last stage's own layers (zero input for non-first stages, as each stage
   // is timed independently); `slowest_stage` probes every stage and keeps the slowest.
