@@ -111,7 +111,12 @@ void add_serve_flags(ArgParser& p) {
   p.add_flag("return-tokens-as-token-ids",
              "logprobs name tokens 'token_id:{id}' (a request's own field overrides it)");
   p.add_flag("disable-log-requests", "no per-request logs");
-  p.add_flag("enable-log-requests", "per-request logs");
+  p.add_flag("enable-log-requests",
+             "log each request's prompt and parameters when the engine takes it, and its counts "
+             "and timings when it finishes");
+  p.add_flag("enable-log-outputs", "with --enable-log-requests, also log each request's output");
+  p.add_option("max-log-len",
+               "characters of prompt and output text, and token ids, in those logs (default: all)");
   p.add_flag("disable-log-stats", "no periodic stats logs");
   p.add_option("uvicorn-log-level", "HTTP log level", "info");
   p.add_option("h11-max-incomplete-event-size", "largest request line + header fields, in bytes",
@@ -548,6 +553,12 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   e.block_size = static_cast<int>(block_size);
   e.enable_prefix_caching = !p.given("enable-prefix-caching") || p.flag("enable-prefix-caching");
   e.log_requests = p.flag("enable-log-requests") && !p.flag("disable-log-requests");
+  e.log_outputs = e.log_requests && p.flag("enable-log-outputs");
+  if (p.flag("enable-log-outputs") && !e.log_requests)
+    LOG(WARNING) << "--enable-log-outputs has no effect without --enable-log-requests";
+  if (p.given("max-log-len")) {
+    CP_ASSIGN_OR_RETURN(e.max_log_len, p.int_option("max-log-len", 0));
+  }
   e.trace_file = p.option("trace-file").value_or("");
   CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1));
   e.num_threads = static_cast<int>(threads);

@@ -22,7 +22,11 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   int num_threads = 1;
   uint64_t seed = 0;
-  bool log_requests = false;  // one log line per finished request with its timings
+  // --enable-log-requests: a line when the engine takes a request (prompt, parameters, ids) and
+  // one when it finishes (counts, timings); log_outputs adds the output text and ids.
+  bool log_requests = false;
+  bool log_outputs = false;
+  int64_t max_log_len = -1;  // characters / ids of text and id lists in those lines (< 0: all)
   // config.json's eos_token_id: the stop token when the tokenizer names no EOS.
   int32_t model_eos_token_id = -1;
   // CPP: dynamic chunk sizing (startup profiling, online calibration); see

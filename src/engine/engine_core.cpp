@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/timer.h"
+#include "engine/request_log.h"
 
 namespace engine {
 namespace {
@@ -280,6 +281,14 @@ void EngineCore::loop() {
       t.detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(
           tokenizer_, req->sampling.skip_special_tokens);
       t.detokenizer->seed(req->prompt_token_ids);
+      if (config_.log_requests) {  // a prompt's first n ids give at most its first n characters
+        const std::span<const int32_t> ids = req->prompt_token_ids;
+        const size_t shown = config_.max_log_len < 0
+                                 ? ids.size()
+                                 : std::min(ids.size(), size_t(config_.max_log_len));
+        LOG(INFO) << received_request_line(req->request_id, tokenizer_.decode(ids.first(shown)),
+                                           ids, req->sampling, config_.max_log_len);
+      }
       // The workers sample: they get the request's generator seed and every id that min_tokens
       // holds back.
       sched::SamplingParams& sp = req->sampling;
@@ -379,6 +388,11 @@ void EngineCore::finish(const std::string& id, sched::FinishReason reason, Reque
               << " output_tokens=" << out->num_output_tokens
               << " ttft_ms=" << (t.first_token > 0 ? (t.first_token - t.arrival) * 1000 : -1.0)
               << " e2e_ms=" << (now - t.arrival) * 1000;
+    if (config_.log_outputs) {
+      const std::vector<int32_t> none;
+      LOG(INFO) << generated_response_line(id, t.text, r ? r->output_token_ids : none, reason_text,
+                                           config_.max_log_len);
+    }
   }
   OutputCallback cb = std::move(t.callback);
   tracked_.erase(it);

@@ -69,7 +69,8 @@ class ServeTest : public ::testing::Test {
   static void SetUpTestSuite() {
     auto flags = base_flags();
     flags.insert(flags.end(),
-                 {"--api-key", kKey, "--reasoning-parser", "deepseek_v3", "--enable-log-requests"});
+                 {"--api-key", kKey, "--reasoning-parser", "deepseek_v3", "--enable-log-requests",
+                  "--enable-log-outputs", "--max-log-len", "40"});
     server_ = new e2e::ServerProcess(model_dir(), flags, "/tmp/chunkpipe_e2e_main.log");
   }
   static void TearDownTestSuite() {
@@ -1251,12 +1252,19 @@ TEST_F(ServeTest, BenchServeCountsEveryTokenAndReadsServerTimings) {
   // The server logs each finished request's TTFT and E2E (printed next to the client's).
   std::ifstream log("/tmp/chunkpipe_e2e_main.log");
   std::vector<double> server_ttft, server_e2e;
+  int received = 0, generated = 0;  // --enable-log-requests / --enable-log-outputs lines
   for (std::string line; std::getline(log, line);) {
+    received += line.find("Received request cmpl-bench-") != std::string::npos &&
+                line.find("max_tokens=8") != std::string::npos;
+    generated += line.find("Generated response cmpl-bench-") != std::string::npos &&
+                 line.find("finish_reason: length") != std::string::npos;
     if (line.find("Finished request cmpl-bench-") == std::string::npos) continue;
     server_ttft.push_back(std::stod(line.substr(line.find("ttft_ms=") + 8)));
     server_e2e.push_back(std::stod(line.substr(line.find("e2e_ms=") + 7)));
   }
   ASSERT_EQ(server_ttft.size(), 24u);
+  EXPECT_EQ(received, 24);
+  EXPECT_EQ(generated, 24);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
