@@ -173,9 +173,10 @@ common::Status ModelRunner::score_prompts(const sched::SchedulerOutput& output,
                                           const std::vector<float>& hidden, bool normed,
                                           StepResult* result) {
   // With a collective head, every rank of the lm_head group makes as many calls as the busiest.
-  int64_t calls = 0;
-  CP_ASSIGN_OR_RETURN(const int64_t agreed,
-                      model_.most_head_calls(prompt_head_calls(output, states)));
+  int64_t calls = 0, agreed = 0;
+  if (model_.head_is_collective()) {
+    CP_ASSIGN_OR_RETURN(agreed, model_.most_head_calls(prompt_head_calls(output, states)));
+  }
   const int64_t V = model_.config().vocab_size;
   result->prompt_logprobs.resize(output.scheduled.size());
   int64_t first_row = 0;
@@ -228,11 +229,14 @@ common::Status ModelRunner::execute_dummy_batch() {
   std::vector<float> hidden(first() ? 0 : model_.config().hidden_size, 0.0f);
   CP_ASSIGN_OR_RETURN(hidden, run(batch, std::move(hidden), /*connected=*/false));
   if (!last() || !model_.needs_lockstep()) return {};
-  auto logits = logits_of_rows(hidden, {0});
-  if (!logits.ok()) return logits.status();
-  // score_prompts' calls of the head, which ranks with prompt logprobs make.
-  CP_ASSIGN_OR_RETURN(const int64_t prompt_calls, model_.most_head_calls(0));
-  CP_RETURN_IF_ERROR(join_head_calls(prompt_calls));
+  if (model_.head_is_collective()) {
+    // The head's calls that ranks with work make: the sampled rows, then score_prompts'. Only
+    // a collective head needs them here; a rank's own head (a whole vocabulary row at real
+    // dimensions) would be read for nothing.
+    CP_RETURN_IF_ERROR(logits_of_rows(hidden, {0}).status());
+    CP_ASSIGN_OR_RETURN(const int64_t prompt_calls, model_.most_head_calls(0));
+    CP_RETURN_IF_ERROR(join_head_calls(prompt_calls));
+  }
   if (num_spec_ == 0) return {};
   // The drafter's collectives too, on a row that samples nothing.
   sched::SchedulerOutput output;
