@@ -5,6 +5,7 @@
 #include "server/api_server.h"
 
 #include <algorithm>
+#include <cctype>
 #include <random>
 #include <thread>
 
@@ -55,6 +56,7 @@ struct Route {
   const char* path;
   const char* method;
   bool needs_key;
+  bool json_body = false;  // vLLM's validate_json_request: the body must be application/json
 };
 constexpr Route kRoutes[] = {
     {"/health", "GET", false},
@@ -63,15 +65,25 @@ constexpr Route kRoutes[] = {
     {"/load", "GET", false},
     {"/version", "GET", false},
     {"/metrics", "GET", false},
-    {"/tokenize", "POST", false},
-    {"/detokenize", "POST", false},
+    {"/tokenize", "POST", false, true},
+    {"/detokenize", "POST", false, true},
     {"/v1/models", "GET", true},
-    {"/v1/completions", "POST", true},
-    {"/v1/chat/completions", "POST", true},
+    {"/v1/completions", "POST", true, true},
+    {"/v1/chat/completions", "POST", true, true},
     // chunkpipe's: a PD proxy whose client left between the legs hands P's kv_transfer_params
     // to a decoder, which tells P to free the blocks.
-    {"/v1/kv_transfer/release", "POST", true},
+    {"/v1/kv_transfer/release", "POST", true, true},
 };
+
+// True when the request's media type (Content-Type without its parameters, any case) is
+// application/json, the one vLLM's JSON endpoints accept.
+bool is_json_media_type(const HttpRequest& request) {
+  std::string type = request.header("Content-Type");
+  type = type.substr(0, type.find(';'));
+  std::transform(type.begin(), type.end(), type.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return type == "application/json";
+}
 
 // An optional boolean field, or an error naming it.
 std::optional<api::ApiError> read_bool(const json& body, const char* key, bool fallback,
@@ -273,6 +285,12 @@ void ApiServer::handle(std::shared_ptr<HttpExchange> ex) {
   if (!route) {
     return ex->respond(path_known ? detail_response(405, "Method Not Allowed")
                                   : detail_response(404, "Not Found"));
+  }
+  if (route->json_body && !is_json_media_type(req)) {
+    // vLLM raises a validation error with this one entry, so its handler's 400 carries the
+    // list's Python form as the message.
+    return ex->respond(error_response(
+        api::bad_request("[\"Unsupported Media Type: Only 'application/json' is allowed\"]")));
   }
   const std::string path = req.path;
   if (path == "/health" || path == "/ping") {

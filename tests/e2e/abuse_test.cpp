@@ -412,6 +412,29 @@ TEST_F(AbuseTest, RoutingErrorsFollowVllm) {
   EXPECT_EQ(get(port(), "/nothing-here", false).status, 404);
   EXPECT_EQ(post(port(), "/tokenize", R"({"prompt":"x","model":"nope"})", false).status, 404);
 
+  // The JSON endpoints take only application/json bodies (parameters and case aside), as
+  // vLLM's validate_json_request: curl's -d without -H sends a form's media type.
+  const auto with_type = [&](const std::string& path, const std::string& type) {
+    const std::string body = R"({"prompt":"typed","max_tokens":1})";
+    return request(port(), "POST " + path + " HTTP/1.1\r\nHost: x\r\n" + kAuth + type +
+                               "Content-Length: " + std::to_string(body.size()) +
+                               "\r\nConnection: close\r\n\r\n" + body);
+  };
+  for (const std::string path : {"/v1/completions", "/v1/chat/completions", "/tokenize"}) {
+    for (const std::string type :
+         {"Content-Type: application/x-www-form-urlencoded\r\n", "Content-Type: text/plain\r\n", "",
+          "Content-Type: application/jsonx\r\n"}) {
+      const Reply r = with_type(path, type);
+      EXPECT_EQ(r.status, 400) << path << " " << type;
+      EXPECT_NE(r.body.find("Only 'application/json' is allowed"), std::string::npos) << r.body;
+      EXPECT_NE(r.body.find("\"BadRequestError\""), std::string::npos) << r.body;
+    }
+  }
+  EXPECT_EQ(
+      with_type("/v1/completions", "Content-Type: Application/JSON; charset=utf-8\r\n").status,
+      200);
+  EXPECT_EQ(with_type("/tokenize", "Content-Type: application/json;charset=UTF-8\r\n").status, 200);
+
   // HTTP/1.0: no chunked encoding; the stream ends with the connection.
   e2e::RawConnection c(port());
   c.send(e2e::http_post("/v1/completions",
