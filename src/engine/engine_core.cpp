@@ -182,6 +182,14 @@ void EngineCore::add_request(EngineRequest request, OutputCallback callback) {
   r->kv_transfer_params = std::move(request.kv_transfer_params);
   r->cache_salt = std::move(request.cache_salt);
   r->recomputable = request.recomputable;
+  // Logged on the caller's thread, as the client sent it (an unseeded request shows seed=None).
+  if (config_.log_requests) {  // a prompt's first n ids give at most its first n characters
+    const std::span<const int32_t> ids = r->prompt_token_ids;
+    const size_t shown =
+        config_.max_log_len < 0 ? ids.size() : std::min(ids.size(), size_t(config_.max_log_len));
+    LOG(INFO) << received_request_line(r->request_id, tokenizer_.decode(ids.first(shown)), ids,
+                                       r->sampling, config_.max_log_len);
+  }
   // An unseeded request's generator comes from --seed and its sampling key, not from the order
   // of arrival: the same request samples the same tokens on whichever DP rank serves it.
   if (!r->sampling.seed)
@@ -281,14 +289,6 @@ void EngineCore::loop() {
       t.detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(
           tokenizer_, req->sampling.skip_special_tokens);
       t.detokenizer->seed(req->prompt_token_ids);
-      if (config_.log_requests) {  // a prompt's first n ids give at most its first n characters
-        const std::span<const int32_t> ids = req->prompt_token_ids;
-        const size_t shown = config_.max_log_len < 0
-                                 ? ids.size()
-                                 : std::min(ids.size(), size_t(config_.max_log_len));
-        LOG(INFO) << received_request_line(req->request_id, tokenizer_.decode(ids.first(shown)),
-                                           ids, req->sampling, config_.max_log_len);
-      }
       // The workers sample: they get the request's generator seed and every id that min_tokens
       // holds back.
       sched::SamplingParams& sp = req->sampling;

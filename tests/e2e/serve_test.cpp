@@ -1255,7 +1255,8 @@ TEST_F(ServeTest, BenchServeCountsEveryTokenAndReadsServerTimings) {
   int received = 0, generated = 0;  // --enable-log-requests / --enable-log-outputs lines
   for (std::string line; std::getline(log, line);) {
     received += line.find("Received request cmpl-bench-") != std::string::npos &&
-                line.find("max_tokens=8") != std::string::npos;
+                line.find("max_tokens=8") != std::string::npos &&
+                line.find("seed=None") != std::string::npos;  // unseeded, as the client sent it
     generated += line.find("Generated response cmpl-bench-") != std::string::npos &&
                  line.find("finish_reason: length") != std::string::npos;
     if (line.find("Finished request cmpl-bench-") == std::string::npos) continue;
