@@ -745,7 +745,8 @@ TEST(AbuseRandomTest, RandomRequestsLeaveNothingBehind) {
                {"--pipeline-parallel-size", "2", "--additional-config",
                 R"({"scheduler_config": {"profiling_chunk_config": {"enabled": true}}})",
                 "--speculative-config", R"({"method": "mtp", "num_speculative_tokens": 2})",
-                "--reasoning-parser", "deepseek_v3"});
+                "--reasoning-parser", "deepseek_v3", "--enable-auto-tool-choice",
+                "--tool-call-parser", "deepseek_v31"});
   e2e::ServerProcess s(e2e::model_dir(), flags, "/tmp/chunkpipe_abuse_random.log");
   ASSERT_TRUE(s.ready()) << "see /tmp/chunkpipe_abuse_random.log";
   e2e::expect_random_requests_answered_well(s.port(), /*seed=*/2000);

@@ -71,6 +71,15 @@ inline RandomRequest random_request(uint32_t seed) {
       b["continue_final_message"] = true;
       b["add_generation_prompt"] = false;
     }
+    if (chance(0.1)) b["echo"] = true;
+    if (chance(0.1)) {  // a tool the model may (not) call; "required" forces the call's markup
+      const nlohmann::json parameters = {{"type", "object"},
+                                         {"properties", {{"word", {{"type", "string"}}}}}};
+      const nlohmann::json tool = {{"type", "function"},
+                                   {"function", {{"name", "find"}, {"parameters", parameters}}}};
+      b["tools"] = nlohmann::json::array({tool});
+      if (chance(0.5)) b["tool_choice"] = pick("none", "required");
+    }
   } else {
     r.path = "/v1/completions";
     const uint32_t form = rng() % 10;
@@ -86,8 +95,21 @@ inline RandomRequest random_request(uint32_t seed) {
     }
     if (chance(0.3)) b["logprobs"] = pick(0, 1, 5);
     if (chance(0.15)) b["echo"] = true;
+    if (chance(0.1)) b["return_tokens_as_token_ids"] = true;
   }
-  b["max_tokens"] = 1 + int(rng() % 30);
+  b[chat && chance(0.3) ? "max_completion_tokens" : "max_tokens"] = 1 + int(rng() % 30);
+  if (chance(0.15)) b["prompt_logprobs"] = pick(0, 1, 5);
+  if (chance(0.1)) b["truncate_prompt_tokens"] = pick(-1, 1, 8);
+  if (chance(0.1)) b["cache_salt"] = pick("a", "b");
+  if (chance(0.05)) b["stop_token_ids"] = {int(rng() % 120000), 1};
+  if (chance(0.05)) b["bad_words"] = {std::string(kWords[rng() % 14]), " the water"};
+  if (chance(0.05)) {  // sampling then picks among these ids only
+    std::vector<int> ids = {1, 2};
+    for (int i = 0; i < 30; ++i) ids.push_back(int(rng() % 120000));
+    b["allowed_token_ids"] = ids;
+  }
+  if (chance(0.05)) b["priority"] = 0;
+  if (chance(0.05)) b["user"] = "someone";
   if (chance(0.3)) b["temperature"] = pick(0, 0.5, 1.0, 1.7);
   if (chance(0.3)) b["top_p"] = pick(0.01, 0.5, 0.95, 1.0);
   if (chance(0.3)) b["top_k"] = pick(-1, 1, 5, 50, 200000);
