@@ -3,7 +3,7 @@
 // experts over the DP ranks (lock step) or over DP=2 x TP=2, and for external ranks. Also: the
 // per-engine balance on /metrics, failover when an engine dies, expert groups that end with an
 // error when a rank dies, a rank out of KV that keeps the others serving, rank-free sampling,
-// prompt logprobs in lock step, and balance scheduling.
+// prompt logprobs in lock step, random requests in lock step, and balance scheduling.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "parallel_serving.h"
+#include "random_requests.h"
 #include "server_process.h"
 #include "test_model.h"
 
@@ -234,6 +235,34 @@ TEST(DataParallelServeTest, PromptLogprobsInLockStepEqualOneRank) {
       }
     }
   }
+  EXPECT_EQ(s.stop(), 0);
+}
+
+// Random requests (random_requests.h: every option, n > 1, streams, clients that leave)
+// against two ranks in lock step whose experts and lm_head span both, with MTP and prefix
+// caching: dummy batches, collective heads and prompt scoring meet every request shape, and
+// afterwards no rank runs a request or holds a block.
+TEST(DataParallelServeTest, RandomRequestsInLockStepLeaveNothingBehind) {
+  e2e::ServerProcess s(
+      model_dir(),
+      dp_flags(e2e::free_port(),
+               {"--enable-expert-parallel", "--enable-prefix-caching", "--speculative-config",
+                R"({"method": "mtp", "num_speculative_tokens": 2})", "--additional-config",
+                R"({"finegrained_tp_config": {"lmhead_tensor_parallel_size": 2}})"}),
+      "/tmp/chunkpipe_dp_random.log");
+  ASSERT_TRUE(s.ready()) << "see /tmp/chunkpipe_dp_random.log";
+  e2e::expect_random_requests_answered_well(s.port(), /*seed=*/3000);
+  auto idle = [&] {
+    return e2e::metric_total(s, "vllm:num_requests_running") == 0 &&
+           e2e::metric_total(s, "vllm:kv_cache_usage_perc") == 0;
+  };
+  bool settled = idle();
+  for (int i = 0; i < 300 && !settled; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    settled = idle();
+  }
+  EXPECT_TRUE(settled) << "running " << e2e::metric_total(s, "vllm:num_requests_running")
+                       << ", KV usage " << e2e::metric_total(s, "vllm:kv_cache_usage_perc");
   EXPECT_EQ(s.stop(), 0);
 }
 
