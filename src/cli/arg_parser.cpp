@@ -14,6 +14,16 @@ std::string normalize(std::string s) {
   return s;
 }
 
+// argparse's test for an argument that cannot be an option's value: it starts with '-', is
+// more than "-", is not a negative number, and has no space.
+bool looks_like_option(const std::string& arg) {
+  if (arg.size() < 2 || arg[0] != '-' || arg.find(' ') != std::string::npos) return false;
+  double number = 0;
+  const char* end = arg.data() + arg.size();
+  const auto [ptr, ec] = std::from_chars(arg.data(), end, number);
+  return ec != std::errc() || ptr != end;
+}
+
 }  // namespace
 
 void ArgParser::add_positional(const std::string& name, const std::string& help) {
@@ -105,14 +115,14 @@ common::Status ArgParser::parse(int argc, char** argv, int first) {
       values_[s->name] = *inline_value;
     } else if (s->multi) {
       std::string joined;
-      while (i + 1 < argc && argv[i + 1][0] != '-')
+      while (i + 1 < argc && !looks_like_option(argv[i + 1]))
         joined += (joined.empty() ? "" : "\n") + std::string(argv[++i]);
       if (joined.empty())
         return common::invalid_argument("argument --" + s->name +
                                         ": expected at least one argument");
       values_[s->name] = joined;
     } else {
-      if (i + 1 >= argc)
+      if (i + 1 >= argc || looks_like_option(argv[i + 1]))
         return common::invalid_argument("argument --" + s->name + ": expected one argument");
       values_[s->name] = argv[++i];
     }

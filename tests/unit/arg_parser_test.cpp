@@ -53,6 +53,28 @@ TEST(ArgParserTest, ErrorsNameTheFlag) {
             "argument --max-model-len: expected one argument");
   auto s = make();
   EXPECT_EQ(parse(s, {}).message(), "the following arguments are required: MODEL");
+  // As argparse: a following option is not a value, a negative number or "-" is.
+  auto t = make();
+  EXPECT_EQ(parse(t, {"m", "--max-model-len", "--max-num-seqs", "3"}).message(),
+            "argument --max-model-len: expected one argument");
+  auto u = make();
+  ASSERT_TRUE(parse(u, {"m", "--max-model-len", "-5"}).ok());
+  EXPECT_EQ(u.option("max-model-len"), "-5");
+  auto v = make();
+  ASSERT_TRUE(parse(v, {"m", "--max-model-len", "-"}).ok());
+  EXPECT_EQ(v.option("max-model-len"), "-");
+}
+
+TEST(ArgParserTest, ListsEndAtTheNextOption) {
+  auto p = make();
+  p.add_multi_option("served-model-name", "names");
+  ASSERT_TRUE(parse(p, {"m", "--served-model-name", "a", "-1", "--max-num-seqs", "3"}).ok());
+  EXPECT_EQ(p.option("served-model-name"), "a\n-1");
+  EXPECT_EQ(p.option("max-num-seqs"), "3");
+  auto q = make();
+  q.add_multi_option("served-model-name", "names");
+  EXPECT_EQ(parse(q, {"m", "--served-model-name", "--max-num-seqs", "3"}).message(),
+            "argument --served-model-name: expected at least one argument");
 }
 
 }  // namespace
