@@ -118,7 +118,10 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("max-log-len",
                "characters of prompt and output text, and token ids, in those logs (default: all)");
   p.add_flag("disable-log-stats", "no periodic stats logs");
-  p.add_option("uvicorn-log-level", "HTTP log level", "info");
+  p.add_option("uvicorn-log-level",
+               "uvicorn's log level in vLLM; checked, without effect (chunkpipe writes no HTTP "
+               "access log)",
+               "info");
   p.add_option("h11-max-incomplete-event-size", "largest request line + header fields, in bytes",
                std::to_string(64 << 10));
   p.add_option("response-role", "the role of a chat answer (with add_generation_prompt)",
@@ -471,6 +474,13 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     s.api_key = *key;
   } else if (const char* env = std::getenv("VLLM_API_KEY")) {
     s.api_key = env;
+  }
+  if (const std::string level = *p.option("uvicorn-log-level");
+      level != "critical" && level != "debug" && level != "error" && level != "info" &&
+      level != "trace" && level != "warning") {
+    return common::invalid_argument("argument --uvicorn-log-level: invalid choice: '" + level +
+                                    "' (choose from 'critical', 'debug', 'error', 'info', "
+                                    "'trace', 'warning')");
   }
   if (auto rp = p.option("reasoning-parser")) {
     if (*rp != "deepseek_v3" && *rp != "deepseek_r1") {

@@ -212,6 +212,8 @@ TEST(ServePlanTest, MistakesAreNamed) {
        "'temperature' must be a number"},
       {{"m", "--override-generation-config", "1"}, "--override-generation-config: invalid JSON"},
       {{"m", "--h11-max-incomplete-event-size", "0"}, "--h11-max-incomplete-event-size"},
+      {{"m", "--uvicorn-log-level", "loud"},
+       "argument --uvicorn-log-level: invalid choice: 'loud'"},
   };
   for (const Case& c : cases) {
     const Parsed r = plan_of(c.args);
@@ -237,6 +239,8 @@ TEST(ServePlanTest, VllmFlagsWithoutEffectAreAcceptedAndServerFlagsApply) {
                             "mp",
                             "--disable-custom-all-reduce",
                             "--disable-uvicorn-access-log",
+                            "--uvicorn-log-level",
+                            "warning",
                             "--api-server-count",
                             "1",
                             "--max-seq-len-to-capture",
