@@ -40,15 +40,9 @@ void add_metrics(Metrics& into, const Metrics& m) {
   into.kv_transfer += m.kv_transfer;
   into.spec_decoding += m.spec_decoding;
   for (const auto& [reason, n] : m.request_success) into.request_success[reason] += n;
-  for (auto [a, b] : {std::pair{&into.ttft, &m.ttft},
-                      {&into.itl, &m.itl},
-                      {&into.e2e, &m.e2e},
-                      {&into.iteration_tokens, &m.iteration_tokens}}) {
-    for (size_t i = 0; i < a->counts.size() && i < b->counts.size(); ++i)
-      a->counts[i] += b->counts[i];
-    a->sum += b->sum;
-    a->count += b->count;
-  }
+  const auto to = Metrics::histograms(into);
+  const auto from = Metrics::histograms(m);
+  for (size_t i = 0; i < to.size(); ++i) to[i]->merge(*from[i]);  // same binary, same bounds
 }
 
 }  // namespace

@@ -39,6 +39,10 @@ EngineCore::EngineCore(std::unique_ptr<Executor> executor, const tokenizer::Toke
           config.enable_prefix_caching),
       scheduler_(config.scheduler, &kv_) {
   scheduler_.set_kv_connector(config_.kv_connector.get());
+  const std::vector<double> token_buckets = one_two_five_buckets(config_.scheduler.max_model_len);
+  for (Histogram* h : {&metrics_.request_prompt_tokens, &metrics_.request_generation_tokens,
+                       &metrics_.request_params_max_tokens})
+    *h = Histogram(token_buckets);
   if (const int k = config_.scheduler.num_lookahead_tokens; k > 0) {
     kv_.set_recompute_last_matched_block(true);
     metrics_.spec_decoding.accepted_per_pos.assign(static_cast<size_t>(k), 0);
@@ -305,6 +309,7 @@ void EngineCore::loop() {
         }
       }
       t.arrival = req->arrival_time;
+      t.max_tokens = sp.max_tokens;
       const std::string id = req->request_id;
       tracked_.emplace(id, std::move(t));
       std::lock_guard<std::mutex> lock(mu_);
@@ -355,6 +360,26 @@ void EngineCore::fail_engine(const std::string& why) {
   if (config_.on_fatal) config_.on_fatal(message);
 }
 
+void EngineCore::observe_finished(const Tracked& t, int64_t num_generated) {
+  const double now = common::now_seconds();
+  // A phase that never began counts as zero: a request aborted in the queue spent all of its
+  // time there.
+  const double scheduled = t.first_scheduled > 0 ? t.first_scheduled : now;
+  const double first = t.first_token > 0 ? t.first_token : scheduled;
+  const double last = t.last_token > 0 ? t.last_token : first;
+  const double decode = last - first;
+  metrics_.e2e.observe(now - t.arrival);
+  metrics_.request_queue_time.observe(scheduled - t.arrival);
+  metrics_.request_prefill_time.observe(first - scheduled);
+  metrics_.request_decode_time.observe(decode);
+  metrics_.request_inference_time.observe(last - scheduled);
+  metrics_.request_time_per_output_token.observe(
+      num_generated > 1 ? decode / static_cast<double>(num_generated - 1) : 0.0);
+  metrics_.request_prompt_tokens.observe(static_cast<double>(t.num_prompt_tokens));
+  metrics_.request_generation_tokens.observe(static_cast<double>(num_generated));
+  metrics_.request_params_max_tokens.observe(static_cast<double>(t.max_tokens));
+}
+
 void EngineCore::finish(const std::string& id, sched::FinishReason reason, RequestOutput* out) {
   auto it = tracked_.find(id);
   CHECK(it != tracked_.end()) << "finish of untracked request " << id;
@@ -365,7 +390,7 @@ void EngineCore::finish(const std::string& id, sched::FinishReason reason, Reque
     r = reason == sched::FinishReason::kAbort ? scheduler_.abort_request(id)
                                               : scheduler_.finish_request(id, reason);
     metrics_.request_success[sched::finish_reason_name(reason)]++;
-    metrics_.e2e.observe(common::now_seconds() - t.arrival);
+    observe_finished(t, r ? static_cast<int64_t>(r->output_token_ids.size()) : 0);
   }
   out->request_id = id;
   out->finished = true;
@@ -465,7 +490,9 @@ sched::SchedulerOutput EngineCore::schedule_step(bool allow_poll, bool admit_wai
     }
     if (s.new_request) metrics_.external_prefix_cache_hits += r->num_external_tokens;
     auto it = tracked_.find(s.req_id);
-    if (it != tracked_.end()) it->second.num_cached_tokens = r->num_cached_tokens;
+    if (it == tracked_.end()) continue;
+    it->second.num_cached_tokens = r->num_cached_tokens;
+    if (it->second.first_scheduled == 0) it->second.first_scheduled = common::now_seconds();
   }
   const auto& pc = kv_.prefix_cache_stats();
   recent_prefix_cache_hits_.observe(pc.requests - prefix_cache_requests_,
@@ -624,7 +651,7 @@ void EngineCore::finish_recomputed() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       metrics_.request_success["stop"]++;
-      metrics_.e2e.observe(common::now_seconds() - t.arrival);
+      observe_finished(t, static_cast<int64_t>(r->output_token_ids.size()));
     }
     LOG(INFO) << "Request " << r->request_id << " recomputed: no KV slots for it on this decoder";
     OutputCallback cb = std::move(t.callback);

@@ -72,7 +72,8 @@ class EngineCore : public EngineClient {
     size_t sent = 0;   // bytes of `text` already delivered
     int64_t num_prompt_tokens = 0;
     int64_t num_cached_tokens = 0;
-    double arrival = 0, first_token = 0, last_token = 0;
+    double arrival = 0, first_scheduled = 0, first_token = 0, last_token = 0;
+    int32_t max_tokens = 0;  // the request's max_tokens (vLLM's request_params_max_tokens)
     // With prompt_logprobs: entry p scores prompt token p + 1 (NaN until computed); moved into
     // the first output.
     std::vector<SampledToken> prompt_logprobs;
@@ -115,6 +116,8 @@ class EngineCore : public EngineClient {
   // The executor failed: finish every request with `why`, stop accepting work, report.
   void fail_engine(const std::string& why);
   void finish(const std::string& id, sched::FinishReason reason, RequestOutput* out);
+  // A finished request's histograms (e2e, its phases, token counts). Called with mu_ held.
+  void observe_finished(const Tracked& t, int64_t num_generated);
   // Files a step's prompt logprobs (ModelRunnerOutput::prompt_logprobs) by position.
   void collect_prompt_logprobs(const sched::SchedulerOutput& so,
                                const sched::ModelRunnerOutput& out);

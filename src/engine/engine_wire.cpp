@@ -1,6 +1,8 @@
 // Field-by-field layout of EngineRequest and RequestOutput (dist/wire.h primitives).
 #include "engine/engine_wire.h"
 
+#include <algorithm>
+
 #include "dist/wire.h"
 #include "sched/sampling_params_codec.h"
 
@@ -101,15 +103,20 @@ common::Result<RequestOutput> decode_output(const std::vector<uint8_t>& bytes) {
 namespace {
 
 void put_histogram(dist::WireWriter& w, const Histogram& h) {
+  w.put_vector(h.bounds);
   w.put_vector(h.counts);
   w.put(h.sum);
   w.put(h.count);
 }
 
-// The bounds are the receiver's own (the same binary): only their count must agree.
+// Some bounds depend on the sender's configuration (max_model_len), so they travel too.
 bool get_histogram(dist::WireReader& r, Histogram* h) {
+  std::vector<double> bounds;
   std::vector<uint64_t> counts;
-  if (!r.get_vector(&counts) || counts.size() != h->counts.size()) return false;
+  if (!r.get_vector(&bounds) || !r.get_vector(&counts) || counts.size() != bounds.size() + 1 ||
+      !std::is_sorted(bounds.begin(), bounds.end()))
+    return false;
+  h->bounds = std::move(bounds);
   h->counts = std::move(counts);
   return r.get(&h->sum) && r.get(&h->count);
 }
@@ -134,7 +141,7 @@ std::vector<uint8_t> encode_metrics(const MetricsSnapshot& s) {
   for (const auto& [reason, n] : m.request_success) reasons.push_back(reason), counts.push_back(n);
   w.put_strings(reasons);
   w.put_vector(counts);
-  for (const Histogram* h : {&m.ttft, &m.itl, &m.e2e, &m.iteration_tokens}) put_histogram(w, *h);
+  for (const Histogram* h : Metrics::histograms(m)) put_histogram(w, *h);
   w.put(m.cpp_predicted_ms_sum);
   w.put(m.cpp_measured_ms_sum);
   w.put(s.recent_prefix_cache_queries);
@@ -170,7 +177,7 @@ common::Result<MetricsSnapshot> decode_metrics(const std::vector<uint8_t>& bytes
   r.get_vector(&counts);
   if (!r.ok() || reasons.size() != counts.size()) return malformed("metrics report");
   for (size_t i = 0; i < reasons.size(); ++i) m.request_success[reasons[i]] = counts[i];
-  for (Histogram* h : {&m.ttft, &m.itl, &m.e2e, &m.iteration_tokens})
+  for (Histogram* h : Metrics::histograms(m))
     if (!get_histogram(r, h)) return malformed("metrics report");
   r.get(&m.cpp_predicted_ms_sum);
   r.get(&m.cpp_measured_ms_sum);

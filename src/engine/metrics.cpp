@@ -2,6 +2,7 @@
 #include "engine/metrics.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 namespace engine {
@@ -11,6 +12,38 @@ void Histogram::observe(double v) {
   ++counts[i];
   sum += v;
   ++count;
+}
+
+bool Histogram::merge(const Histogram& o) {
+  if (count == 0 && bounds != o.bounds) *this = Histogram(o.bounds);
+  if (bounds != o.bounds) return false;
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] += o.counts[i];
+  sum += o.sum;
+  count += o.count;
+  return true;
+}
+
+std::vector<double> ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+          1,     2.5,   5,    7.5,  10,   20,   40,   80,  160,  640, 2560};
+}
+
+std::vector<double> inter_token_latency_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+          0.75, 1,     2.5,  5,     7.5, 10,   20,  40,  80};
+}
+
+std::vector<double> request_latency_buckets() {
+  return {0.3, 0.5, 0.8, 1,  1.5, 2,   2.5, 5,   10,   15,  20,
+          30,  40,  50,  60, 120, 240, 480, 960, 1920, 7680};
+}
+
+std::vector<double> one_two_five_buckets(int64_t max_value) {
+  std::vector<double> out;
+  for (int64_t scale = 1; scale <= max_value && scale <= INT64_MAX / 10; scale *= 10)
+    for (int64_t m : {1, 2, 5})
+      if (m * scale <= max_value) out.push_back(double(m * scale));
+  return out;
 }
 
 void RecentPrefixCacheHits::observe(int64_t requests, int64_t queries, int64_t hits) {

@@ -2,6 +2,7 @@
 // vLLM's buckets. Plain data; EngineCore guards it with its mutex and hands out snapshots.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -18,10 +19,21 @@ struct Histogram {
   double sum = 0;
   uint64_t count = 0;
 
-  explicit Histogram(std::vector<double> b = {})
-      : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  Histogram() : counts(1, 0) {}
+  explicit Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
   void observe(double v);
+  // Adds o's observations. A histogram that has none takes o's bounds first; otherwise the
+  // bounds must agree (false, nothing added, when they do not).
+  bool merge(const Histogram& o);
 };
+
+// vLLM's buckets: TTFT; inter-token latency (also per-request TPOT); request phases (e2e,
+// queue, prefill, decode, inference); and 1, 2, 5, 10, 20, 50, ... up to max_value, for token
+// counts (vLLM's build_1_2_5_buckets).
+std::vector<double> ttft_buckets();
+std::vector<double> inter_token_latency_buckets();
+std::vector<double> request_latency_buckets();
+std::vector<double> one_two_five_buckets(int64_t max_value);
 
 // Speculative decoding counters (vLLM's SpecDecodingStats): per request and step with drafts,
 // one draft, its draft tokens, the accepted ones, and per draft position whether it was
@@ -52,13 +64,38 @@ struct Metrics {
   sched::KvTransferStats kv_transfer;  // the KV connector's (pulls_in_flight: the latest)
   SpecDecodingCounters spec_decoding;  // empty accepted_per_pos: speculative decoding is off
   std::map<std::string, int64_t> request_success;  // finished_reason -> count
-  Histogram ttft{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-                  1,     2.5,   5,    7.5,  10,   20,   40,   80,  160,  640, 2560}};
-  Histogram itl{{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
-                 20, 40, 80}};
-  Histogram e2e{{0.3, 0.5, 0.8, 1,  1.5, 2,   2.5, 5,   10,   15,  20,
-                 30,  40,  50,  60, 120, 240, 480, 960, 1920, 7680}};
+  Histogram ttft{ttft_buckets()};
+  Histogram itl{inter_token_latency_buckets()};
+  Histogram e2e{request_latency_buckets()};
   Histogram iteration_tokens{{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}};
+  // Per finished request, as vLLM's FinishedRequestStats: arrival to first scheduled (queue),
+  // first scheduled to first token (prefill), first to last token (decode), first scheduled
+  // to last token (inference), and decode / (generated - 1) (mean time per output token).
+  Histogram request_queue_time{request_latency_buckets()};
+  Histogram request_prefill_time{request_latency_buckets()};
+  Histogram request_decode_time{request_latency_buckets()};
+  Histogram request_inference_time{request_latency_buckets()};
+  Histogram request_time_per_output_token{inter_token_latency_buckets()};
+  // Token counts per finished request; the engine sets their bounds from max_model_len.
+  Histogram request_prompt_tokens, request_generation_tokens, request_params_max_tokens;
+
+  // Every histogram above, in one fixed order (the wire's; a data-parallel sum's); `m` is a
+  // Metrics or a const Metrics.
+  template <typename M>
+  static auto histograms(M& m) {
+    return std::array{&m.ttft,
+                      &m.itl,
+                      &m.e2e,
+                      &m.iteration_tokens,
+                      &m.request_queue_time,
+                      &m.request_prefill_time,
+                      &m.request_decode_time,
+                      &m.request_inference_time,
+                      &m.request_time_per_output_token,
+                      &m.request_prompt_tokens,
+                      &m.request_generation_tokens,
+                      &m.request_params_max_tokens};
+  }
   // CPP: predicted vs measured time (last stage) of steps that carried prefill chunks.
   double cpp_predicted_ms_sum = 0;
   double cpp_measured_ms_sum = 0;

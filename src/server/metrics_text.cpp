@@ -171,6 +171,23 @@ void render_engine(Writer& w, const engine::MetricsSnapshot& s, const std::strin
               "Histogram of time per output token in seconds (deprecated name).", m.itl);
   w.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
               m.e2e);
+  w.histogram("vllm:request_queue_time_seconds",
+              "Histogram of time spent in WAITING phase for request.", m.request_queue_time);
+  w.histogram("vllm:request_inference_time_seconds",
+              "Histogram of time spent in RUNNING phase for request.", m.request_inference_time);
+  w.histogram("vllm:request_prefill_time_seconds",
+              "Histogram of time spent in PREFILL phase for request.", m.request_prefill_time);
+  w.histogram("vllm:request_decode_time_seconds",
+              "Histogram of time spent in DECODE phase for request.", m.request_decode_time);
+  w.histogram("vllm:request_time_per_output_token_seconds",
+              "Histogram of time_per_output_token_seconds per request.",
+              m.request_time_per_output_token);
+  w.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+              m.request_prompt_tokens);
+  w.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
+              m.request_generation_tokens);
+  w.histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+              m.request_params_max_tokens);
   if (!s.stage_busy_seconds.empty()) {
     w.family("chunkpipe:pp_stage_busy_seconds", "Seconds each pipeline stage spent computing.",
              "counter");

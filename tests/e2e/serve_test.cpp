@@ -910,6 +910,53 @@ TEST_F(ServeTest, RequestChatTemplateNeedsTrust) {
   EXPECT_EQ(trusted.stop(), 0);
 }
 
+// vLLM's per-request histograms: one request moves each count by one, the token sums by its
+// prompt, its output and its max_tokens, and its phases add up (queue + inference <= e2e,
+// prefill + decode = inference).
+TEST_F(ServeTest, PerRequestHistogramsCountEachFinishedRequest) {
+  ASSERT_TRUE(server_->ready());
+  const std::vector<std::string> names = {
+      "vllm:e2e_request_latency_seconds",    "vllm:request_queue_time_seconds",
+      "vllm:request_inference_time_seconds", "vllm:request_prefill_time_seconds",
+      "vllm:request_decode_time_seconds",    "vllm:request_time_per_output_token_seconds",
+      "vllm:request_prompt_tokens",          "vllm:request_generation_tokens",
+      "vllm:request_params_max_tokens"};
+  auto read = [&](const std::string& suffix) {
+    std::map<std::string, double> v;
+    for (const std::string& n : names) v[n] = metric(*server_, n + suffix);
+    return v;
+  };
+  const auto count0 = read("_count"), sum0 = read("_sum");
+  const json body = {
+      {"prompt", "Count me once"}, {"max_tokens", 7}, {"temperature", 0}, {"ignore_eos", true}};
+  auto r = post(*server_, "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200);
+  const auto count1 = read("_count"), sum1 = read("_sum");
+  for (const std::string& n : names) {
+    EXPECT_EQ(count1.at(n) - count0.at(n), 1.0) << n;
+    EXPECT_GE(sum1.at(n) - sum0.at(n), 0.0) << n;
+  }
+  auto delta = [&](const std::string& n) { return sum1.at(n) - sum0.at(n); };
+  EXPECT_EQ(delta("vllm:request_prompt_tokens"), r.body["usage"]["prompt_tokens"].get<double>());
+  EXPECT_EQ(delta("vllm:request_generation_tokens"), 7.0);
+  EXPECT_EQ(delta("vllm:request_params_max_tokens"), 7.0);
+  const double e2e = delta("vllm:e2e_request_latency_seconds");
+  const double inference = delta("vllm:request_inference_time_seconds");
+  EXPECT_GT(inference, 0.0);
+  EXPECT_LE(delta("vllm:request_queue_time_seconds") + inference, e2e + 1e-6);
+  EXPECT_NEAR(
+      delta("vllm:request_prefill_time_seconds") + delta("vllm:request_decode_time_seconds"),
+      inference, 1e-6);
+  EXPECT_NEAR(delta("vllm:request_time_per_output_token_seconds"),
+              delta("vllm:request_decode_time_seconds") / 6, 1e-6);
+  // Token buckets run 1, 2, 5, ... up to max_model_len.
+  auto text = server_->client().Get("/metrics");
+  ASSERT_TRUE(text);
+  EXPECT_NE(text->body.find("vllm:request_prompt_tokens_bucket{model_name=\"deepseek_v3\","
+                            "engine=\"0\",le=\"5.0\"}"),
+            std::string::npos);
+}
+
 TEST_F(ServeTest, RepeatedPromptHitsThePrefixCache) {
   ASSERT_TRUE(server_->ready());
   std::string prompt;

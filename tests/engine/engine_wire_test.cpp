@@ -88,6 +88,9 @@ TEST(EngineWireTest, MetricsReportRoundTrips) {
   m.totals.request_success["length"] = 3;
   m.totals.ttft.observe(0.03);
   m.totals.iteration_tokens.observe(64);
+  m.totals.request_prefill_time.observe(0.7);
+  m.totals.request_prompt_tokens = engine::Histogram(engine::one_two_five_buckets(4096));
+  m.totals.request_prompt_tokens.observe(300);  // bounds from the sender's max_model_len
   m.num_running = 2;
   m.recent_prefix_cache_queries = 300;
   m.recent_prefix_cache_hits = 120;
@@ -109,6 +112,10 @@ TEST(EngineWireTest, MetricsReportRoundTrips) {
   EXPECT_EQ(back->totals.ttft.count, 1u);
   EXPECT_EQ(back->totals.ttft.counts, m.totals.ttft.counts);
   EXPECT_EQ(back->totals.iteration_tokens.counts, m.totals.iteration_tokens.counts);
+  EXPECT_EQ(back->totals.request_prefill_time.counts, m.totals.request_prefill_time.counts);
+  EXPECT_EQ(back->totals.request_prefill_time.sum, 0.7);
+  EXPECT_EQ(back->totals.request_prompt_tokens.bounds, m.totals.request_prompt_tokens.bounds);
+  EXPECT_EQ(back->totals.request_prompt_tokens.counts, m.totals.request_prompt_tokens.counts);
   EXPECT_EQ(back->num_running, 2);
   EXPECT_EQ(back->recent_prefix_cache_queries, 300);
   EXPECT_EQ(back->recent_prefix_cache_hits, 120);
@@ -122,6 +129,29 @@ TEST(EngineWireTest, MetricsReportRoundTrips) {
   auto bad = bytes;
   bad.push_back(1);
   EXPECT_FALSE(engine::decode_metrics(bad).ok());
+}
+
+// vLLM's build_1_2_5_buckets, and the sum of two engines' histograms.
+TEST(MetricsTest, TokenBucketsAndMerging) {
+  EXPECT_EQ(engine::one_two_five_buckets(0), std::vector<double>{});
+  EXPECT_EQ(engine::one_two_five_buckets(1), std::vector<double>{1});
+  EXPECT_EQ(engine::one_two_five_buckets(163840),
+            (std::vector<double>{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000,
+                                 50000, 100000}));
+  engine::Histogram a(engine::one_two_five_buckets(100)), b(engine::one_two_five_buckets(100));
+  a.observe(3);
+  b.observe(3);
+  b.observe(1000);
+  engine::Histogram sum;  // no bounds yet: takes the first one's
+  ASSERT_TRUE(sum.merge(a));
+  ASSERT_TRUE(sum.merge(b));
+  EXPECT_EQ(sum.bounds, a.bounds);
+  EXPECT_EQ(sum.count, 3u);
+  EXPECT_EQ(sum.sum, 1006);
+  EXPECT_EQ(sum.counts[2], 2u);      // 3 <= 5
+  EXPECT_EQ(sum.counts.back(), 1u);  // 1000 > 100: +Inf
+  EXPECT_FALSE(sum.merge(engine::Histogram(engine::one_two_five_buckets(10))));
+  EXPECT_EQ(sum.count, 3u);
 }
 
 TEST(DataParallelProtocolTest, MessagesParseAndBadOnesAreRefused) {
