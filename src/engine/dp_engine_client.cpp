@@ -209,6 +209,7 @@ void DpEngineClient::on_message(const std::string& peer, const std::vector<uint8
     } else if (kind == dp::Kind::kOutput) {
       auto o = decode_output(payload);
       if (!o.ok()) return;
+      o->engine_index = engine;
       auto it = pending_.find(o->request_id);
       if (it == pending_.end() || it->second.engine != engine) return;
       const bool finished = o->finished;
@@ -272,6 +273,7 @@ void DpEngineClient::mark_dead(int engine, const std::string& why) {
     out.finish_reason = sched::FinishReason::kAbort;
     out.error = "EngineCore encountered an issue: data-parallel engine " + std::to_string(engine) +
                 " failed: " + why;
+    out.engine_index = engine;
     cb(out);
   }
   if (!fatal.empty() && options_.on_fatal) options_.on_fatal(fatal);

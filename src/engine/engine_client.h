@@ -55,6 +55,7 @@ struct RequestOutput {
   int64_t num_cached_tokens = 0;
   std::string error;               // set when the engine failed (finish_reason is then abort)
   std::string kv_transfer_params;  // the KV connector's handoff (JSON), on the finished output
+  int engine_index = 0;  // the data-parallel engine that produced it (on the finished output)
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;

@@ -179,6 +179,14 @@ void EngineCore::run_planned_profiling() {
 }
 
 void EngineCore::add_request(EngineRequest request, OutputCallback callback) {
+  if (config_.engine_index != 0) {  // a finished output names its engine (RequestOutput)
+    callback = [inner = std::move(callback), index = config_.engine_index](const RequestOutput& o) {
+      if (!o.finished) return inner(o);
+      RequestOutput named = o;
+      named.engine_index = index;
+      inner(named);
+    };
+  }
   auto r = std::make_unique<sched::Request>();
   r->request_id = std::move(request.request_id);
   r->prompt_token_ids = std::move(request.prompt_token_ids);

@@ -172,7 +172,8 @@ ApiServer::ApiServer(ServerConfig config, engine::EngineClient& engine,
       created_(std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
                    .count()),
-      workers_(std::make_unique<WorkerPool>(config_.worker_threads)) {
+      workers_(std::make_unique<WorkerPool>(config_.worker_threads)),
+      parent_metrics_(std::make_shared<ParentRequestMetrics>(config_.max_model_len)) {
   HttpServerOptions o;
   o.host = config_.host;
   o.port = config_.port;
@@ -304,7 +305,8 @@ void ApiServer::handle(std::shared_ptr<HttpExchange> ex) {
   if (path == "/metrics") {
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r.body = render_metrics(engine_.engine_metrics(), config_.served_model_names.front());
+    r.body = render_metrics(engine_.engine_metrics(), config_.served_model_names.front(),
+                            parent_metrics_.get());
     return ex->respond(std::move(r));
   }
   if (path == "/v1/models") return ex->respond(models_response());
@@ -659,7 +661,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
     for (engine::EngineRequest& r : plan.requests) r.recomputable = false;
   auto session = std::make_shared<GenerateSession>(
       engine_, tokenizer_, ex, std::move(plan), workers_->make_serial(),
-      [this](const GenerateSession* s) { untrack(s); });
+      [this](const GenerateSession* s) { untrack(s); }, parent_metrics_);
   track(session);
   session->start();
 }

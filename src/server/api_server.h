@@ -19,6 +19,7 @@
 #include "engine/engine_client.h"
 #include "server/cors.h"
 #include "server/http_server.h"
+#include "server/parent_request_metrics.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -107,6 +108,9 @@ class ApiServer {
   // Completions and chats whose handling has not ended (--enable-server-load-tracking); shared
   // with the exchanges that count in it, which may outlive a stop.
   std::shared_ptr<std::atomic<int64_t>> server_load_ = std::make_shared<std::atomic<int64_t>>(0);
+  // vLLM's per-parent-request histograms (n, most tokens of a prompt's choices); shared with
+  // the sessions, which may end after the server.
+  std::shared_ptr<ParentRequestMetrics> parent_metrics_;
   mutable std::mutex sessions_mu_;
   std::unordered_map<const GenerateSession*, std::weak_ptr<GenerateSession>> sessions_;
 };

@@ -22,13 +22,15 @@ GenerateSession::GenerateSession(engine::EngineClient& engine,
                                  const tokenizer::Tokenizer& tokenizer,
                                  std::shared_ptr<HttpExchange> exchange, GeneratePlan plan,
                                  std::shared_ptr<WorkerPool::Serial> serial,
-                                 std::function<void(const GenerateSession*)> on_done)
+                                 std::function<void(const GenerateSession*)> on_done,
+                                 std::shared_ptr<ParentRequestMetrics> parent_metrics)
     : engine_(engine),
       tokenizer_(tokenizer),
       exchange_(std::move(exchange)),
       plan_(std::move(plan)),
       serial_(std::move(serial)),
-      on_done_(std::move(on_done)) {}
+      on_done_(std::move(on_done)),
+      parent_metrics_(std::move(parent_metrics)) {}
 
 void GenerateSession::start() {
   serial_->post([self = shared_from_this()] { self->begin(); });
@@ -157,12 +159,26 @@ void GenerateSession::add_echo_logprobs(GenerateChoice& c) const {
   c.logprobs.insert(c.logprobs.begin(), echoed.begin(), echoed.end());
 }
 
+void GenerateSession::observe_parent_if_finished(size_t index, int engine_index) {
+  if (parent_metrics_ == nullptr) return;
+  const size_t n = static_cast<size_t>(std::max(plan_.n, 1));
+  const size_t first = index / n * n;  // choices are prompt-major: n per prompt
+  int64_t most = 0;
+  for (size_t i = first; i < first + n && i < plan_.choices.size(); ++i) {
+    if (!plan_.choices[i].finished) return;
+    most = std::max(most, plan_.choices[i].completion_tokens);
+  }
+  parent_metrics_->observe(engine_index, plan_.n, most);
+}
+
 void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
   GenerateChoice& c = plan_.choices[index];
   if (c.finished) return;
   if (o.finished) {
     c.finished = true;
+    c.completion_tokens = o.num_output_tokens;
     --unfinished_;
+    observe_parent_if_finished(index, o.engine_index);
   }
   if (done_) return;  // the client left or the session was cut: only bookkeeping
   // Text: reasoning split first, then tool-call markup in the content.

@@ -15,6 +15,7 @@
 #include "api/tool_parser.h"
 #include "engine/engine_client.h"
 #include "server/http_server.h"
+#include "server/parent_request_metrics.h"
 #include "server/worker_pool.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/reasoning_parser.h"
@@ -73,10 +74,12 @@ struct GeneratePlan {
 class GenerateSession : public std::enable_shared_from_this<GenerateSession> {
  public:
   // `on_done` runs once, on the serial queue, when the session has nothing more to do.
+  // `parent_metrics` (may be null) counts each prompt's choices once they have all finished.
   GenerateSession(engine::EngineClient& engine, const tokenizer::Tokenizer& tokenizer,
                   std::shared_ptr<HttpExchange> exchange, GeneratePlan plan,
                   std::shared_ptr<WorkerPool::Serial> serial,
-                  std::function<void(const GenerateSession*)> on_done);
+                  std::function<void(const GenerateSession*)> on_done,
+                  std::shared_ptr<ParentRequestMetrics> parent_metrics = nullptr);
 
   // Submits the engine requests (and the stream's opening chunks). Call once.
   void start();
@@ -87,6 +90,9 @@ class GenerateSession : public std::enable_shared_from_this<GenerateSession> {
  private:
   void begin();
   void on_output(size_t index, const engine::RequestOutput& out);
+  // Choice `index` finished (on engine `engine_index`): when its prompt's other choices have
+  // too, counts them in parent_metrics_.
+  void observe_parent_if_finished(size_t index, int engine_index);
   void on_client_gone();
   void abort_unfinished();
   void finish_session();
@@ -114,6 +120,7 @@ class GenerateSession : public std::enable_shared_from_this<GenerateSession> {
   GeneratePlan plan_;
   const std::shared_ptr<WorkerPool::Serial> serial_;
   const std::function<void(const GenerateSession*)> on_done_;
+  const std::shared_ptr<ParentRequestMetrics> parent_metrics_;
   // Touched only on serial_.
   size_t unfinished_ = 0;
   bool done_ = false;

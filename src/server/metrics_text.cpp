@@ -3,6 +3,7 @@
 #include "server/metrics_text.h"
 
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -80,7 +81,8 @@ class Writer {
 };
 
 void render_engine(Writer& w, const engine::MetricsSnapshot& s, const std::string& model_name,
-                   const std::string& engine_index) {
+                   const std::string& engine_index,
+                   const ParentRequestMetrics::Histograms* parents) {
   w.set_labels("model_name=\"" + model_name + "\",engine=\"" + engine_index + "\"");
   const engine::Metrics& m = s.totals;
   w.gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
@@ -188,6 +190,13 @@ void render_engine(Writer& w, const engine::MetricsSnapshot& s, const std::strin
               m.request_generation_tokens);
   w.histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
               m.request_params_max_tokens);
+  if (parents) {
+    w.histogram("vllm:request_params_n", "Histogram of the n request parameter.",
+                parents->params_n);
+    w.histogram("vllm:request_max_num_generation_tokens",
+                "Histogram of maximum number of requested generation tokens.",
+                parents->max_num_generation_tokens);
+  }
   if (!s.stage_busy_seconds.empty()) {
     w.family("chunkpipe:pp_stage_busy_seconds", "Seconds each pipeline stage spent computing.",
              "counter");
@@ -217,10 +226,13 @@ void render_engine(Writer& w, const engine::MetricsSnapshot& s, const std::strin
 }  // namespace
 
 std::string render_metrics(const std::vector<engine::EngineMetrics>& engines,
-                           const std::string& model_name) {
+                           const std::string& model_name, const ParentRequestMetrics* parents) {
   Writer w;
-  for (const engine::EngineMetrics& e : engines)
-    render_engine(w, e.snapshot, model_name, std::to_string(e.engine_index));
+  for (const engine::EngineMetrics& e : engines) {
+    std::optional<ParentRequestMetrics::Histograms> p;
+    if (parents) p = parents->of_engine(e.engine_index);
+    render_engine(w, e.snapshot, model_name, std::to_string(e.engine_index), p ? &*p : nullptr);
+  }
   return w.str();
 }
 

@@ -912,15 +912,20 @@ TEST_F(ServeTest, RequestChatTemplateNeedsTrust) {
 
 // vLLM's per-request histograms: one request moves each count by one, the token sums by its
 // prompt, its output and its max_tokens, and its phases add up (queue + inference <= e2e,
-// prefill + decode = inference).
+// prefill + decode = inference). The per-parent ones count a prompt and its n choices once.
 TEST_F(ServeTest, PerRequestHistogramsCountEachFinishedRequest) {
   ASSERT_TRUE(server_->ready());
-  const std::vector<std::string> names = {
-      "vllm:e2e_request_latency_seconds",    "vllm:request_queue_time_seconds",
-      "vllm:request_inference_time_seconds", "vllm:request_prefill_time_seconds",
-      "vllm:request_decode_time_seconds",    "vllm:request_time_per_output_token_seconds",
-      "vllm:request_prompt_tokens",          "vllm:request_generation_tokens",
-      "vllm:request_params_max_tokens"};
+  const std::vector<std::string> names = {"vllm:e2e_request_latency_seconds",
+                                          "vllm:request_queue_time_seconds",
+                                          "vllm:request_inference_time_seconds",
+                                          "vllm:request_prefill_time_seconds",
+                                          "vllm:request_decode_time_seconds",
+                                          "vllm:request_time_per_output_token_seconds",
+                                          "vllm:request_prompt_tokens",
+                                          "vllm:request_generation_tokens",
+                                          "vllm:request_params_max_tokens",
+                                          "vllm:request_params_n",
+                                          "vllm:request_max_num_generation_tokens"};
   auto read = [&](const std::string& suffix) {
     std::map<std::string, double> v;
     for (const std::string& n : names) v[n] = metric(*server_, n + suffix);
@@ -949,6 +954,25 @@ TEST_F(ServeTest, PerRequestHistogramsCountEachFinishedRequest) {
       inference, 1e-6);
   EXPECT_NEAR(delta("vllm:request_time_per_output_token_seconds"),
               delta("vllm:request_decode_time_seconds") / 6, 1e-6);
+  EXPECT_EQ(delta("vllm:request_params_n"), 1.0);
+  EXPECT_EQ(delta("vllm:request_max_num_generation_tokens"), 7.0);
+  // Two prompts with n = 3: six engine requests, two parents of three choices each.
+  const json batch = {{"prompt", {"Count us", "Twice"}},
+                      {"n", 3},
+                      {"max_tokens", 5},
+                      {"ignore_eos", true},
+                      {"temperature", 1.0},
+                      {"seed", 7}};
+  ASSERT_EQ(post(*server_, "/v1/completions", batch.dump()).status, 200);
+  const auto count2 = read("_count"), sum2 = read("_sum");
+  auto moved = [](const auto& after, const auto& before, const std::string& n) {
+    return after.at(n) - before.at(n);
+  };
+  EXPECT_EQ(moved(count2, count1, "vllm:request_generation_tokens"), 6.0);
+  EXPECT_EQ(moved(count2, count1, "vllm:request_params_n"), 2.0);
+  EXPECT_EQ(moved(sum2, sum1, "vllm:request_params_n"), 6.0);
+  EXPECT_EQ(moved(count2, count1, "vllm:request_max_num_generation_tokens"), 2.0);
+  EXPECT_EQ(moved(sum2, sum1, "vllm:request_max_num_generation_tokens"), 10.0);
   // Token buckets run 1, 2, 5, ... up to max_model_len.
   auto text = server_->client().Get("/metrics");
   ASSERT_TRUE(text);
