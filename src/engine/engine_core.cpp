@@ -179,14 +179,6 @@ void EngineCore::run_planned_profiling() {
 }
 
 void EngineCore::add_request(EngineRequest request, OutputCallback callback) {
-  if (config_.engine_index != 0) {  // a finished output names its engine (RequestOutput)
-    callback = [inner = std::move(callback), index = config_.engine_index](const RequestOutput& o) {
-      if (!o.finished) return inner(o);
-      RequestOutput named = o;
-      named.engine_index = index;
-      inner(named);
-    };
-  }
   auto r = std::make_unique<sched::Request>();
   r->request_id = std::move(request.request_id);
   r->prompt_token_ids = std::move(request.prompt_token_ids);
@@ -220,6 +212,7 @@ void EngineCore::add_request(EngineRequest request, OutputCallback callback) {
   out.request_id = r->request_id;
   out.finished = true;
   out.finish_reason = sched::FinishReason::kAbort;
+  out.engine_index = config_.engine_index;
   {
     std::lock_guard<std::mutex> lock(mu_);
     out.error = fatal_error_;
@@ -402,6 +395,7 @@ void EngineCore::finish(const std::string& id, sched::FinishReason reason, Reque
   }
   out->request_id = id;
   out->finished = true;
+  out->engine_index = config_.engine_index;
   out->finish_reason = reason;
   out->num_prompt_tokens = t.num_prompt_tokens;
   out->num_output_tokens = r ? static_cast<int64_t>(r->output_token_ids.size()) : 0;
@@ -648,6 +642,7 @@ void EngineCore::finish_recomputed() {
     out.request_id = r->request_id;
     out.finished = true;
     out.finish_reason = sched::FinishReason::kStop;
+    out.engine_index = config_.engine_index;
     // No flush: a character the last tokens began is finished by the next round, whose
     // prompt ends with these tokens (IncrementalDetokenizer::seed).
     if (t.text.size() > t.sent) out.new_text = t.text.substr(t.sent);
