@@ -151,13 +151,7 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
       return bad_request("Parameter 'cache_salt' must be a non-empty string if provided.");
     out->cache_salt = salt.get<std::string>();
   }
-  // priority: only a priority scheduler honours it, and chunkpipe's is first come first served;
-  // vLLM refuses a non-zero priority under that policy.
-  int64_t priority = 0;
-  if (auto e = read(body, "priority", &priority)) return e;
-  if (priority != 0)
-    return bad_request("Got priority " + std::to_string(priority) +
-                       " but Priority scheduling is not enabled.");
+  if (auto e = read(body, "priority", &out->priority)) return e;
   // best_of: vLLM's V1 engine (the one 0.10 runs) accepts only 1 and refuses more; so does this.
   int64_t best_of = 1;
   if (auto e = read(body, "best_of", &best_of)) return e;
@@ -355,6 +349,12 @@ void truncate_prompt(int64_t keep, bool had_bos, std::vector<int32_t>* ids) {
   if (keep <= 0 || n <= keep) return;
   const int64_t first = had_bos ? 1 : 0;  // the BOS stays and counts toward keep
   ids->erase(ids->begin() + first, ids->begin() + first + (n - keep));
+}
+
+std::optional<ApiError> check_priority(int64_t priority, bool priority_scheduling) {
+  if (priority == 0 || priority_scheduling) return std::nullopt;
+  return bad_request("Got priority " + std::to_string(priority) +
+                     " but Priority scheduling is not enabled.");
 }
 
 std::optional<ApiError> resolve_max_tokens(int64_t n_prompt, int64_t max_model_len,

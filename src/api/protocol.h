@@ -51,6 +51,7 @@ struct CommonRequestFields {
   std::optional<int64_t> generation_max_tokens;
   // vLLM's cache_salt: only requests with the same salt share prefix-cache blocks (empty: none).
   std::string cache_salt;
+  int64_t priority = 0;  // vLLM's: the smaller is served first under the priority policy
 };
 
 enum class Endpoint { kCompletions, kChat };
@@ -62,6 +63,9 @@ std::optional<ApiError> parse_common_fields(const nlohmann::json& body, Endpoint
                                             int max_logprobs, int64_t vocab_size,
                                             CommonRequestFields* out,
                                             const SamplingDefaults& defaults = {});
+
+// A non-zero priority needs --scheduling-policy priority (vLLM's refusal otherwise).
+std::optional<ApiError> check_priority(int64_t priority, bool priority_scheduling);
 
 // The context-length checks of vLLM 0.10/0.11 (prompt alone, then prompt + max_tokens);
 // sets out->sampling.max_tokens. chat: a missing max_tokens fills the context.

@@ -182,6 +182,16 @@ common::Result<int64_t> ArgParser::int_option(const std::string& name, int64_t m
   return out;
 }
 
+common::Result<std::string> ArgParser::choice_option(
+    const std::string& name, const std::vector<std::string>& choices) const {
+  const std::string v = option(name).value_or("");
+  if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
+  std::string listed;
+  for (const std::string& c : choices) listed += (listed.empty() ? "'" : ", '") + c + "'";
+  return common::invalid_argument("argument --" + name + ": invalid choice: '" + v +
+                                  "' (choose from " + listed + ")");
+}
+
 common::Result<double> ArgParser::double_option(const std::string& name, double min_value) const {
   const std::string v = option(name).value_or("");
   double out = 0;

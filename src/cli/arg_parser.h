@@ -39,6 +39,10 @@ class ArgParser {
   // The option's value as an integer >= min_value; errors in argparse's wording. The option
   // must have a value (a default or one given).
   common::Result<int64_t> int_option(const std::string& name, int64_t min_value) const;
+  // The option's value, one of `choices` (argparse's "invalid choice" error otherwise, listing
+  // them as given). The option must have a value (a default or one given).
+  common::Result<std::string> choice_option(const std::string& name,
+                                            const std::vector<std::string>& choices) const;
   // The option's value as a number >= min_value, in argparse's wording for float options.
   common::Result<double> double_option(
       const std::string& name, double min_value = -std::numeric_limits<double>::infinity()) const;

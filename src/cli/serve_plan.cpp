@@ -46,6 +46,13 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("max-model-len",
                "context length (default: max_position_embeddings); accepts 1k, 2K, 1m");
   p.add_option("max-num-seqs", "maximum concurrent sequences per step", "256");
+  p.add_option("long-prefill-token-threshold",
+               "most tokens one request computes in a step (0: only the step's budget caps it)",
+               "0");
+  p.add_option("scheduling-policy",
+               "fcfs (first come, first served) or priority (a request's `priority`, the smaller "
+               "first, then arrival; preemption takes the last in that order)",
+               "fcfs");
   p.add_option("max-num-batched-tokens",
                "token budget per step (default 2048 with chunked prefill)");
   p.add_option("block-size", "KV cache block size in tokens (multiple of 16)", "128");
@@ -475,13 +482,9 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   } else if (const char* env = std::getenv("VLLM_API_KEY")) {
     s.api_key = env;
   }
-  if (const std::string level = *p.option("uvicorn-log-level");
-      level != "critical" && level != "debug" && level != "error" && level != "info" &&
-      level != "trace" && level != "warning") {
-    return common::invalid_argument("argument --uvicorn-log-level: invalid choice: '" + level +
-                                    "' (choose from 'critical', 'debug', 'error', 'info', "
-                                    "'trace', 'warning')");
-  }
+  CP_RETURN_IF_ERROR(p.choice_option("uvicorn-log-level",
+                                     {"critical", "debug", "error", "info", "trace", "warning"})
+                         .status());
   if (auto rp = p.option("reasoning-parser")) {
     if (*rp != "deepseek_v3" && *rp != "deepseek_r1") {
       return common::invalid_argument("argument --reasoning-parser: invalid choice: '" + *rp +
@@ -554,6 +557,13 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   e.seed = static_cast<uint64_t>(seed);
   CP_ASSIGN_OR_RETURN(int64_t max_num_seqs, p.int_option("max-num-seqs", 1));
   e.scheduler.max_num_seqs = static_cast<int32_t>(max_num_seqs);
+  CP_ASSIGN_OR_RETURN(e.scheduler.long_prefill_token_threshold,
+                      p.int_option("long-prefill-token-threshold", 0));
+  CP_ASSIGN_OR_RETURN(const std::string policy,
+                      p.choice_option("scheduling-policy", {"fcfs", "priority"}));
+  s.priority_scheduling = policy == "priority";
+  e.scheduler.policy =
+      s.priority_scheduling ? sched::SchedulingPolicy::kPriority : sched::SchedulingPolicy::kFcfs;
   CP_ASSIGN_OR_RETURN(int64_t block_size, p.int_option("block-size", 1));
   if (block_size % 16 != 0 && block_size != 1 && block_size != 8) {
     return common::invalid_argument(

@@ -34,6 +34,8 @@ struct EngineRequest {
   // Whether the recompute scheduler may hand it back (stop_reason "recomputed") for the proxy to
   // resume elsewhere. Not one of several choices: the proxy resumes only an answer's first.
   bool recomputable = true;
+  // vLLM's priority: under --scheduling-policy priority the smaller is served first.
+  int64_t priority = 0;
 };
 
 // A generated token with its logprob and the top alternatives (when asked for).

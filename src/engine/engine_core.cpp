@@ -186,6 +186,7 @@ void EngineCore::add_request(EngineRequest request, OutputCallback callback) {
   r->kv_transfer_params = std::move(request.kv_transfer_params);
   r->cache_salt = std::move(request.cache_salt);
   r->recomputable = request.recomputable;
+  r->priority = request.priority;
   // Logged on the caller's thread, as the client sent it (an unseeded request shows seed=None).
   if (config_.log_requests) {  // a prompt's first n ids give at most its first n characters
     const std::span<const int32_t> ids = r->prompt_token_ids;

@@ -25,6 +25,7 @@ std::vector<uint8_t> encode_request(const EngineRequest& q) {
   w.put_string(q.sampling_key);
   w.put_string(q.cache_salt);
   w.put(static_cast<uint8_t>(q.recomputable));
+  w.put(q.priority);
   return out;
 }
 
@@ -40,6 +41,7 @@ common::Result<EngineRequest> decode_request(const std::vector<uint8_t>& bytes) 
   uint8_t recomputable = 1;
   r.get(&recomputable);
   q.recomputable = recomputable != 0;
+  r.get(&q.priority);
   if (!r.ok() || !r.at_end()) return malformed("request");
   return q;
 }

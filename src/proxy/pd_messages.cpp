@@ -146,6 +146,7 @@ json next_round_request(const json& original, const json& current, bool chat,
                             "include_stop_str_in_output",
                             "spaces_between_special_tokens",
                             "cache_salt",
+                            "priority",
                             "stream"})
       if (original.contains(key)) next[key] = original[key];
     next["return_token_ids"] = true;

@@ -24,6 +24,10 @@ struct Request {
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
   double arrival_time = 0;
+  // vLLM's priority (smaller is served first under --scheduling-policy priority) and the
+  // scheduler's count of requests added before this one, which breaks priority ties.
+  int64_t priority = 0;
+  uint64_t arrival_order = 0;
   int32_t num_preemptions = 0;
   int64_t num_external_tokens = 0;  // of num_cached_tokens, those a KV connector provided
   std::string kv_transfer_params;   // the client's, for the KV connector (JSON text), if any

@@ -1,5 +1,5 @@
-// Token-budget scheduling in the vLLM v1 style: running requests first (oldest first), then
-// waiting ones while budget, sequence slots and KV blocks last.
+// Token-budget scheduling in the vLLM v1 style: running requests first (oldest first, or in
+// priority order), then waiting ones while budget, sequence slots and KV blocks last.
 #include "sched/scheduler.h"
 
 #include <algorithm>
@@ -16,8 +16,9 @@ void Scheduler::add_request(std::unique_ptr<Request> request) {
   Request* r = request.get();
   r->status = RequestStatus::kWaiting;
   CHECK(!requests_.count(r->request_id)) << "duplicate request id " << r->request_id;
+  r->arrival_order = num_added_++;
   requests_[r->request_id] = std::move(request);
-  waiting_.push_back(r);
+  enqueue_waiting(r, /*as_new=*/true);
   if (connector_ != nullptr) connector_->request_added(*r);
 }
 
@@ -79,7 +80,7 @@ void Scheduler::update_kv_transfers(const KvTransferReport& report) {
     if (config_.recompute_kv_load_failures) {  // the local prefix hits stay; the rest runs here
       r->num_cached_tokens = r->num_computed_tokens;
       r->status = RequestStatus::kWaiting;
-      waiting_.push_front(r);
+      enqueue_waiting(r, /*as_new=*/false);
       continue;
     }
     r->status = RequestStatus::kFinished;  // the load is over: the blocks may go now
@@ -102,8 +103,34 @@ void Scheduler::update_kv_transfers(const KvTransferReport& report) {
     const auto ids = r->all_token_ids();
     kv_->cache_full_blocks(r->request_id, ids, r->num_computed_tokens, r->cache_salt);
     r->status = RequestStatus::kWaiting;
-    waiting_.push_front(r);
+    enqueue_waiting(r, /*as_new=*/false);
   }
+}
+
+void Scheduler::enqueue_waiting(Request* r, bool as_new) {
+  if (as_new && config_.policy == SchedulingPolicy::kFcfs) {
+    waiting_.push_back(r);
+    return;
+  }
+  const bool holds_blocks = !kv_->block_table(r->request_id).empty();
+  const auto first_without_blocks = std::find_if(waiting_.begin(), waiting_.end(), [&](Request* w) {
+    return kv_->block_table(w->request_id).empty();
+  });
+  const auto begin = holds_blocks ? waiting_.begin() : first_without_blocks;
+  if (config_.policy == SchedulingPolicy::kFcfs) {
+    waiting_.insert(begin, r);
+    return;
+  }
+  const auto end = holds_blocks ? first_without_blocks : waiting_.end();
+  waiting_.insert(std::upper_bound(begin, end, r, served_before), r);
+}
+
+void Scheduler::add_running(Request* r) {
+  if (config_.policy == SchedulingPolicy::kFcfs) {
+    running_.push_back(r);
+    return;
+  }
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), r, served_before), r);
 }
 
 ScheduledRequest Scheduler::make_entry(Request* r, int64_t n) {
@@ -148,13 +175,7 @@ void Scheduler::preempt(Request* r) {
   r->resumed = r->known_to_workers;
   r->num_blocks_sent = 0;
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
-  // First in line, but behind the waiting requests that hold their blocks (loads that are in):
-  // they start without a new block, and ahead of them this request could wait forever for the
-  // blocks they hold while nothing runs to free any.
-  auto first_without_blocks = std::find_if(waiting_.begin(), waiting_.end(), [&](Request* w) {
-    return kv_->block_table(w->request_id).empty();
-  });
-  waiting_.insert(first_without_blocks, r);
+  enqueue_waiting(r, /*as_new=*/false);  // FCFS: first in line, behind the loaded requests
   ++num_preemptions_;
 }
 
@@ -220,6 +241,11 @@ SchedulerOutput Scheduler::schedule(bool allow_poll, bool admit_waiting) {
   double time_budget = cpp ? target : INFINITY;
   std::vector<Request*> scheduled;  // out.scheduled's requests
   std::vector<int32_t> epochs;
+  // A request's tokens this step, before the budget: at most --long-prefill-token-threshold.
+  auto capped = [&](int64_t needed) {
+    const int64_t cap = config_.long_prefill_token_threshold;
+    return cap > 0 ? std::min(needed, cap) : needed;
+  };
   auto emit = [&](Request* r, int64_t n, int64_t charged_history) {
     const int64_t before = r->num_computed_tokens;
     const bool in_prefill = before < r->num_prompt_tokens();
@@ -236,7 +262,7 @@ SchedulerOutput Scheduler::schedule(bool allow_poll, bool admit_waiting) {
     Request* r = running_[i];
     const int64_t num_tokens_with_spec =
         r->num_tokens() + static_cast<int64_t>(r->spec_token_ids.size());
-    int64_t n = std::min({num_tokens_with_spec - r->num_computed_tokens, budget,
+    int64_t n = std::min({capped(num_tokens_with_spec - r->num_computed_tokens), budget,
                           config_.max_model_len - r->num_computed_tokens});
     if (n <= 0) {
       ++i;
@@ -249,7 +275,9 @@ SchedulerOutput Scheduler::schedule(bool allow_poll, bool admit_waiting) {
     }
     bool fits = kv_->allocate_slots(r->request_id, slots_for(*r, r->num_computed_tokens + n));
     while (!fits) {
-      Request* victim = running_.back();  // newest running request
+      // The newest running request, or the one served last under the priority policy (vLLM
+      // takes the same one: the largest (priority, arrival)).
+      Request* victim = running_.back();
       const bool self = victim == r;
       // A victim scheduled earlier this step keeps its slot in `out`; only unscheduled ones go.
       if (std::find(scheduled.begin(), scheduled.end(), victim) != scheduled.end()) break;
@@ -326,7 +354,7 @@ SchedulerOutput Scheduler::schedule(bool allow_poll, bool admit_waiting) {
       continue;
     }
     hits += external;
-    int64_t n = std::min(r->num_tokens() - hits, budget);
+    int64_t n = std::min(capped(r->num_tokens() - hits), budget);
     // Prediction counts prefix hits as history; the predicate sees the request's own counter.
     auto sized = dynamic_chunk(*r, hits, n, &time_budget, target);
     if (!sized || !kv_->allocate_slots(r->request_id, slots_for(*r, hits + *sized))) {
@@ -340,12 +368,16 @@ SchedulerOutput Scheduler::schedule(bool allow_poll, bool admit_waiting) {
       r->num_external_tokens = external;
     }
     r->status = RequestStatus::kRunning;
-    running_.push_back(r);
+    add_running(r);
     r->num_computed_tokens = hits;
     r->num_cached_tokens = hits;
     emit(r, n, config_.charge_prefix_hits ? hits : 0);
   }
-  waiting_.insert(waiting_.begin(), skipped.begin(), skipped.end());  // in their order, first
+  if (config_.policy == SchedulingPolicy::kFcfs) {
+    waiting_.insert(waiting_.begin(), skipped.begin(), skipped.end());  // in their order, first
+  } else {
+    for (Request* r : skipped) enqueue_waiting(r, /*as_new=*/true);
+  }
   for (const auto& s : out.scheduled) out.total_num_scheduled_tokens += s.num_scheduled_tokens;
   // Nothing runs, but transfers are pending: a step for the connectors only.
   out.kv_connector_poll = allow_poll && out.empty() && connector_ != nullptr &&

@@ -1,6 +1,7 @@
 // Scheduler: decides each step which requests run and how many of their tokens, within
 // --max-num-batched-tokens and --max-num-seqs. No prefill/decode modes: chunked prefill is the
-// normal case. Preempts (by recompute) the newest running request when KV blocks run out.
+// normal case. Preempts (by recompute) the newest running request when KV blocks run out, or
+// under the priority policy the one served last (largest priority, then latest arrival).
 // Not thread-safe: one thread calls schedule() / update().
 #pragma once
 
@@ -19,6 +20,10 @@
 #include "sched/scheduler_output.h"
 
 namespace sched {
+
+// vLLM's --scheduling-policy. Priority: waiting and running requests are served in the order of
+// (priority, arrival), the smaller first, and preemption takes the last in that order.
+enum class SchedulingPolicy { kFcfs, kPriority };
 
 struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;
@@ -39,6 +44,10 @@ struct SchedulerConfig {
   // Speculative decoding: k, the drafts a request may carry into a step. A sampling chunk
   // reserves k lookahead slots beyond its tokens (the drafter writes there); 0: off.
   int32_t num_lookahead_tokens = 0;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  // vLLM's --long-prefill-token-threshold: a request computes at most this many tokens a step
+  // (0: no cap beyond the step's budget).
+  int64_t long_prefill_token_threshold = 0;
 };
 
 struct SchedulerStats {
@@ -114,6 +123,19 @@ class Scheduler {
 
  private:
   void preempt(Request* r);
+  // Under the priority policy, whether `a` is served before `b`: the smaller priority, then the
+  // earlier arrival (vLLM's Request ordering).
+  static bool served_before(const Request* a, const Request* b) {
+    return a->priority != b->priority ? a->priority < b->priority
+                                      : a->arrival_order < b->arrival_order;
+  }
+  // Puts `r` in the waiting queue. Requests that hold their blocks (loads that are in) stay
+  // ahead of those that do not: they start without a new block, and behind a request that
+  // needs more blocks than are free they could wait forever for the blocks they hold.
+  // FCFS: `r` goes first among its kind (as_new: last, for a new request); priority: in order.
+  void enqueue_waiting(Request* r, bool as_new);
+  // Admits `r` to the running list: last (FCFS, oldest first) or in priority order.
+  void add_running(Request* r);
   // The recompute scheduler's alternative to preempt(): r leaves with finish_reason stop.
   void recompute(Request* r);
   // Slots to allocate for `r` when its tokens up to `end` are scheduled (lookahead included).
@@ -136,8 +158,11 @@ class Scheduler {
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   // Those that hold blocks (their loads are in) come first: they start without a new block.
   std::deque<Request*> waiting_;
+  // FCFS: in admission order; priority: in served_before order. Either way the last one is
+  // preempted first.
   std::vector<Request*> running_;
   int64_t num_preemptions_ = 0;
+  uint64_t num_added_ = 0;                     // arrival_order of the next request
   std::vector<std::string> finished_req_ids_;  // for the next step's SchedulerOutput
   std::deque<Request*> waiting_for_remote_kvs_;
   std::vector<std::unique_ptr<Request>> recomputed_;

@@ -469,6 +469,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   if (auto e = api::parse_common_fields(body, endpoint, config_.max_logprobs,
                                         config_.model_vocab_size, &f, config_.sampling_defaults))
     return fail(*e);
+  if (auto e = api::check_priority(f.priority, config_.priority_scheduling)) return fail(*e);
   const auto& names = config_.served_model_names;
   if (!f.model.empty() && std::find(names.begin(), names.end(), f.model) == names.end()) {
     return fail(api::not_found_error("The model `" + f.model + "` does not exist."));
@@ -649,6 +650,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
       r.sampling.max_tokens = max_tokens_per_prompt[p];
       if (!prefill_leg || p == 0) r.kv_transfer_params = kv_transfer_params;
       r.cache_salt = f.cache_salt;
+      r.priority = f.priority;
       r.sampling_key = plan.response_id + "-" + std::to_string(i);
       if (r.sampling.seed && f.n > 1) *r.sampling.seed += k;  // distinct samples per choice
       plan.choices.push_back(std::move(c));

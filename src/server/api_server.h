@@ -49,6 +49,7 @@ struct ServerConfig {
   bool return_tokens_as_token_ids = false;    // the default of the request field of that name
   // A PD prefiller (kv_role kv_producer or kv_both): a request with do_remote_decode is P's leg.
   bool kv_producer = false;
+  bool priority_scheduling = false;  // --scheduling-policy priority: requests may set priority
   // The model's generation_config sampling defaults (--generation-config).
   api::SamplingDefaults sampling_defaults;
   CorsPolicy cors;         // --allowed-origins, --allow-credentials, --allowed-methods/-headers

@@ -1078,6 +1078,63 @@ TEST_F(ServeTest, CacheSaltSeparatesPrefixCacheHits) {
             "Parameter 'cache_salt' must be a non-empty string if provided.");
 }
 
+// Without --scheduling-policy priority a non-zero priority is refused, as vLLM refuses it.
+TEST_F(ServeTest, PriorityNeedsThePriorityPolicy) {
+  ASSERT_TRUE(server_->ready());
+  const json body = {{"prompt", "hi"}, {"max_tokens", 2}, {"priority", 0}};
+  EXPECT_EQ(post(*server_, "/v1/completions", body.dump()).status, 200);
+  json urgent = body;
+  urgent["priority"] = -1;
+  const Response r = post(*server_, "/v1/completions", urgent.dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["error"]["message"], "Got priority -1 but Priority scheduling is not enabled.");
+}
+
+// --scheduling-policy priority, one sequence at a time: of two requests queued behind a long
+// one, the later with the smaller priority runs first (first come, first served would run the
+// earlier one first).
+TEST(ServePriorityTest, ASmallerPriorityQueuedLaterRunsFirst) {
+  auto flags = base_flags();
+  flags.insert(flags.end(), {"--scheduling-policy", "priority", "--max-num-seqs", "1"});
+  e2e::ServerProcess server(model_dir(), flags, "/tmp/chunkpipe_e2e_priority.log");
+  ASSERT_TRUE(server.ready());
+  // Polls a gauge until it reads `value`, for at most 10 s.
+  auto reaches = [&](const std::string& gauge, double value) {
+    for (int i = 0; i < 2000; ++i) {
+      if (metric(server, gauge) == value) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  };
+  std::thread blocker([&] {
+    const json hold = {{"prompt", "hold the engine"}, {"max_tokens", 480}, {"ignore_eos", true}};
+    EXPECT_EQ(post(server, "/v1/completions", hold.dump(), false).status, 200);
+  });
+  ASSERT_TRUE(reaches("vllm:num_requests_running", 1)) << "the long request never ran";
+  std::mutex mu;
+  std::vector<std::string> finished;
+  auto queue = [&](const std::string& name, int priority) {
+    return std::thread([&, name, priority] {
+      const json b = {{"prompt", name}, {"max_tokens", 4}, {"priority", priority}};
+      const Response r = post(server, "/v1/completions", b.dump(), false);
+      EXPECT_EQ(r.status, 200) << r.raw;
+      std::lock_guard<std::mutex> lock(mu);
+      finished.push_back(name);
+    });
+  };
+  std::thread background = queue("background", 5);
+  const bool first_queued = reaches("vllm:num_requests_waiting", 1);
+  std::thread urgent = queue("urgent", -5);
+  // Both waiting at once: the order they start in is then the scheduler's choice.
+  const bool both_queued = first_queued && reaches("vllm:num_requests_waiting", 2);
+  blocker.join();
+  background.join();
+  urgent.join();
+  ASSERT_TRUE(both_queued) << "the long request (480 tokens) ended before both were queued";
+  EXPECT_EQ(finished, (std::vector<std::string>{"urgent", "background"}));
+  EXPECT_EQ(server.stop(), 0);
+}
+
 TEST_F(ServeTest, SixtyFourConcurrentStreamsWithDisconnects) {
   ASSERT_TRUE(server_->ready());
   std::atomic<int> correct{0}, disconnected{0};

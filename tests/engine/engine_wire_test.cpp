@@ -28,6 +28,7 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   q.sampling_key = "cmpl-abc-0";
   q.cache_salt = "tenant-7";
   q.recomputable = false;
+  q.priority = -3;
   const auto bytes = engine::encode_request(q);
   auto back = engine::decode_request(bytes);
   ASSERT_TRUE(back.ok()) << back.status().message();
@@ -45,6 +46,7 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   EXPECT_EQ(back->sampling_key, "cmpl-abc-0");
   EXPECT_EQ(back->cache_salt, "tenant-7");
   EXPECT_FALSE(back->recomputable);
+  EXPECT_EQ(back->priority, -3);
   for (size_t cut : {size_t{0}, bytes.size() / 2, bytes.size() - 1}) {
     EXPECT_FALSE(engine::decode_request({bytes.begin(), bytes.begin() + long(cut)}).ok()) << cut;
   }

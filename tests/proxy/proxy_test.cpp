@@ -212,6 +212,7 @@ TEST(NextRoundRequestTest, ContinuesFromTheExactIds) {
                      {"allowed_token_ids", {1, 2, 3}},
                      {"bad_words", {"x"}},
                      {"cache_salt", "tenant"},
+                     {"priority", -2},
                      {"stream", true},
                      {"tools", json::array()},
                      {"chat_template_kwargs", {{"thinking", true}}}};
@@ -222,8 +223,8 @@ TEST(NextRoundRequestTest, ContinuesFromTheExactIds) {
   EXPECT_FALSE(first.contains("max_completion_tokens"));
   EXPECT_FALSE(first.contains("messages") || first.contains("tools") ||
                first.contains("chat_template_kwargs"));
-  for (const char* key :
-       {"temperature", "logit_bias", "allowed_token_ids", "bad_words", "cache_salt", "stream"})
+  for (const char* key : {"temperature", "logit_bias", "allowed_token_ids", "bad_words",
+                          "cache_salt", "priority", "stream"})
     EXPECT_EQ(first[key], chat[key]) << key;
   EXPECT_EQ(first["return_token_ids"], true);
   const json second =

@@ -1,7 +1,7 @@
 // The scheduler under random traffic, as an engine drives it: arrivals, KV loads that finish or
 // fail some steps later, requests asked to come back later, sends that hold blocks, aborts,
-// handed-back and preempted requests, speculative drafts, one or two steps in flight, over
-// caches of a few blocks.
+// handed-back and preempted requests, speculative drafts, one or two steps in flight, either
+// scheduling policy (random priorities), over caches of a few blocks.
 // Every request must leave within a bounded number of steps, and every block must come back.
 #include <gtest/gtest.h>
 
@@ -112,6 +112,7 @@ void run_workload(uint32_t seed, Trace* t) {
   config.recompute_scheduler_enable = chance(0.5);
   config.recompute_kv_load_failures = chance(0.5);
   config.num_lookahead_tokens = pick(0, 2);
+  config.policy = chance(0.5) ? sched::SchedulingPolicy::kPriority : sched::SchedulingPolicy::kFcfs;
   sched::Scheduler s(config, &kv);
   RandomConnector connector(&rng);
   s.set_kv_connector(&connector);
@@ -139,6 +140,7 @@ void run_workload(uint32_t seed, Trace* t) {
       for (int i = 0; i < prompt; ++i)
         r->prompt_token_ids.push_back(pick(1, 3));  // shared prefixes
       r->recomputable = chance(0.7);
+      r->priority = pick(-2, 2);
       max_tokens[r->request_id] =
           pick(1, static_cast<int>(config.max_model_len - config.num_lookahead_tokens - prompt));
       s.add_request(std::move(r));

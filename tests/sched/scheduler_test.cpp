@@ -51,6 +51,22 @@ TEST(SchedulerTest, ChunkedPrefillThenDecodeWithinBudget) {
   EXPECT_EQ(s.stats().num_running, 2);
 }
 
+// --long-prefill-token-threshold caps each request's tokens in a step, so a long prompt leaves
+// budget for the requests behind it.
+TEST(SchedulerTest, LongPrefillTokenThresholdCapsEachRequest) {
+  kv::KvCacheManager kv(64, 4, false);
+  sched::SchedulerConfig config{/*max_num_batched_tokens=*/100, /*max_num_seqs=*/4,
+                                /*max_model_len=*/64};
+  config.long_prefill_token_threshold = 4;
+  sched::Scheduler s(config, &kv);
+  s.add_request(make_request("long", 10));
+  s.add_request(make_request("short", 3));
+  EXPECT_EQ(run_step(s), (Sched{{"long", 4}, {"short", 3}}));
+  EXPECT_EQ(run_step(s), (Sched{{"long", 4}, {"short", 1}}));
+  EXPECT_EQ(run_step(s), (Sched{{"long", 2}, {"short", 1}}));
+  EXPECT_EQ(run_step(s), (Sched{{"long", 1}, {"short", 1}}));
+}
+
 TEST(SchedulerTest, MaxNumSeqsLimitsRunning) {
   kv::KvCacheManager kv(64, 4, false);
   sched::Scheduler s({100, 2, 64}, &kv);

@@ -263,8 +263,17 @@ TEST(SamplingFieldsRequestTest, ParsedOrRefusedByName) {
   for (const json& bad : {json(""), json(5), json::array()})
     EXPECT_EQ(refusal({{"cache_salt", bad}}),
               "Parameter 'cache_salt' must be a non-empty string if provided.");
-  EXPECT_EQ(refusal({{"priority", 0}}), "accepted");
-  EXPECT_EQ(refusal({{"priority", -3}}), "Got priority -3 but Priority scheduling is not enabled.");
+  f = {};
+  ASSERT_FALSE(parse({{"priority", -3}}, &f));
+  EXPECT_EQ(f.priority, -3);
+  EXPECT_EQ(refusal({{"priority", nullptr}}), "accepted");
+  EXPECT_NE(refusal({{"priority", "high"}}).find("priority"), std::string::npos);
+  EXPECT_NE(refusal({{"priority", 1.5}}).find("priority"), std::string::npos);
+  EXPECT_FALSE(api::check_priority(0, /*priority_scheduling=*/false));
+  EXPECT_FALSE(api::check_priority(-3, /*priority_scheduling=*/true));
+  ASSERT_TRUE(api::check_priority(-3, /*priority_scheduling=*/false));
+  EXPECT_EQ(api::check_priority(-3, false)->message,
+            "Got priority -3 but Priority scheduling is not enabled.");
   EXPECT_EQ(refusal({{"best_of", 1}}), "accepted");
   EXPECT_EQ(refusal({{"best_of", nullptr}}), "accepted");
   EXPECT_EQ(refusal({{"best_of", 3}}),

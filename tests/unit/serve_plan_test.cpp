@@ -213,7 +213,12 @@ TEST(ServePlanTest, MistakesAreNamed) {
       {{"m", "--override-generation-config", "1"}, "--override-generation-config: invalid JSON"},
       {{"m", "--h11-max-incomplete-event-size", "0"}, "--h11-max-incomplete-event-size"},
       {{"m", "--uvicorn-log-level", "loud"},
-       "argument --uvicorn-log-level: invalid choice: 'loud'"},
+       "argument --uvicorn-log-level: invalid choice: 'loud' (choose from 'critical', 'debug', "
+       "'error', 'info', 'trace', 'warning')"},
+      {{"m", "--scheduling-policy", "sjf"},
+       "argument --scheduling-policy: invalid choice: 'sjf' (choose from 'fcfs', 'priority')"},
+      {{"m", "--long-prefill-token-threshold", "-1"},
+       "argument --long-prefill-token-threshold: must be at least 0"},
   };
   for (const Case& c : cases) {
     const Parsed r = plan_of(c.args);
@@ -263,6 +268,19 @@ TEST(ServePlanTest, VllmFlagsWithoutEffectAreAcceptedAndServerFlagsApply) {
   ASSERT_TRUE(plain.status.ok());
   EXPECT_FALSE(plain.plan.server.enable_server_load_tracking);
   EXPECT_EQ(plain.plan.server.response_role, "assistant");
+  EXPECT_FALSE(plain.plan.server.priority_scheduling);
+  EXPECT_EQ(plain.plan.engine.scheduler.policy, sched::SchedulingPolicy::kFcfs);
+  EXPECT_EQ(plain.plan.engine.scheduler.long_prefill_token_threshold, 0);
+}
+
+// vLLM's scheduling flags, with their values.
+TEST(ServePlanTest, SchedulingPolicyAndPrefillThreshold) {
+  const Parsed r =
+      plan_of({"m", "--scheduling-policy", "priority", "--long-prefill-token-threshold", "256"});
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_TRUE(r.plan.server.priority_scheduling);
+  EXPECT_EQ(r.plan.engine.scheduler.policy, sched::SchedulingPolicy::kPriority);
+  EXPECT_EQ(r.plan.engine.scheduler.long_prefill_token_threshold, 256);
 }
 
 }  // namespace
