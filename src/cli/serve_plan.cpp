@@ -99,6 +99,11 @@ void add_serve_flags(ArgParser& p) {
                std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   p.add_option("tokenizer", "tokenizer directory (default: the model directory)");
   p.add_option("max-logprobs", "maximum logprobs / top_logprobs per token", "20");
+  p.add_option("logprobs-mode",
+               "what generated-token logprobs hold: raw_logprobs (before logit_bias, penalties "
+               "and the other processors), raw_logits, processed_logprobs or processed_logits "
+               "(of the distribution the token was drawn from)",
+               "raw_logprobs");
   p.add_option("swap-space", "CPU swap space in GiB (no meaning on CPU)");
   add_dtype_option(p);
   p.add_option("generation-config",
@@ -557,6 +562,14 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   e.seed = static_cast<uint64_t>(seed);
   CP_ASSIGN_OR_RETURN(int64_t max_num_seqs, p.int_option("max-num-seqs", 1));
   e.scheduler.max_num_seqs = static_cast<int32_t>(max_num_seqs);
+  CP_ASSIGN_OR_RETURN(const std::string logprobs_mode,
+                      p.choice_option("logprobs-mode", {"raw_logprobs", "raw_logits",
+                                                        "processed_logprobs", "processed_logits"}));
+  e.logprobs_mode = logprobs_mode == "raw_logits" ? sched::LogprobsMode::kRawLogits
+                    : logprobs_mode == "processed_logprobs"
+                        ? sched::LogprobsMode::kProcessedLogprobs
+                    : logprobs_mode == "processed_logits" ? sched::LogprobsMode::kProcessedLogits
+                                                          : sched::LogprobsMode::kRawLogprobs;
   CP_ASSIGN_OR_RETURN(e.scheduler.long_prefill_token_threshold,
                       p.int_option("long-prefill-token-threshold", 0));
   CP_ASSIGN_OR_RETURN(const std::string policy,

@@ -11,6 +11,7 @@
 #include "dist/process_group.h"
 #include "sched/kv_connector.h"
 #include "sched/profiling_chunk_config.h"
+#include "sched/sampling_params.h"
 #include "sched/scheduler.h"
 
 namespace engine {
@@ -22,6 +23,8 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   int num_threads = 1;
   uint64_t seed = 0;
+  // --logprobs-mode: what every request's generated-token logprobs hold.
+  sched::LogprobsMode logprobs_mode = sched::LogprobsMode::kRawLogprobs;
   // --enable-log-requests: a line when the engine takes a request (prompt, parameters, ids) and
   // one when it finishes (counts, timings); log_outputs adds the output text and ids.
   bool log_requests = false;

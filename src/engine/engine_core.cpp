@@ -298,6 +298,7 @@ void EngineCore::loop() {
       // The workers sample: they get the request's generator seed and every id that min_tokens
       // holds back.
       sched::SamplingParams& sp = req->sampling;
+      sp.logprobs_mode = config_.logprobs_mode;
       sp.all_stop_token_ids = sp.stop_token_ids;
       if (!sp.ignore_eos)
         sp.all_stop_token_ids.insert(sp.all_stop_token_ids.end(), eos_ids_.begin(), eos_ids_.end());

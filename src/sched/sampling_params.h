@@ -10,6 +10,18 @@
 
 namespace sched {
 
+// vLLM's --logprobs-mode: what a generated token's logprobs hold. Raw: from the model's logits
+// before any processor (allowed_token_ids, bad words, logit_bias, min_tokens, penalties);
+// processed: from the logits the token was drawn from (after those, then temperature, min-p,
+// top-k and top-p, tokens outside the support at -inf; a greedy request's stop at the
+// processors). *Logits modes give the values themselves instead of their log-softmax.
+enum class LogprobsMode : uint8_t {
+  kRawLogprobs,
+  kRawLogits,
+  kProcessedLogprobs,
+  kProcessedLogits
+};
+
 struct SamplingParams {
   double temperature = 1.0;  // < 1e-5 means greedy
   double top_p = 1.0;
@@ -25,7 +37,8 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool include_stop_str_in_output = false;
   bool ignore_eos = false;
-  std::optional<int32_t> logprobs;  // top-N logprobs per generated token
+  std::optional<int32_t> logprobs;                          // top-N logprobs per generated token
+  LogprobsMode logprobs_mode = LogprobsMode::kRawLogprobs;  // the engine's --logprobs-mode
   // Top-N logprobs per prompt token after the first, from the model's raw logits (vLLM's
   // prompt_logprobs). Such a request reads no prefix-cache hits: every position is computed.
   std::optional<int32_t> prompt_logprobs;

@@ -31,6 +31,7 @@ void write_sampling_params(Writer& w, const SamplingParams& p) {
   w.template put<uint8_t>((p.include_stop_str_in_output ? 1 : 0) | (p.ignore_eos ? 2 : 0) |
                           (p.skip_special_tokens ? 4 : 0));
   w.template put<int32_t>(p.logprobs.value_or(-1));
+  w.template put<uint8_t>(static_cast<uint8_t>(p.logprobs_mode));
   w.template put<int32_t>(p.prompt_logprobs.value_or(-1));
   w.put_pairs(p.logit_bias);
   w.put_vector(p.all_stop_token_ids);
@@ -48,7 +49,7 @@ void write_sampling_params(Writer& w, const SamplingParams& p) {
 // False when the bytes run out or do not fit together.
 template <typename Reader>
 bool read_sampling_params(Reader& r, SamplingParams* p) {
-  uint8_t has_seed = 0, flags = 0;
+  uint8_t has_seed = 0, flags = 0, logprobs_mode = 0;
   uint64_t seed = 0;
   int32_t logprobs = -1, prompt_logprobs = -1;
   r.get(&p->temperature);
@@ -73,6 +74,9 @@ bool read_sampling_params(Reader& r, SamplingParams* p) {
   r.get(&logprobs);
   p->logprobs.reset();
   if (logprobs >= 0) p->logprobs = logprobs;
+  r.get(&logprobs_mode);
+  if (logprobs_mode > static_cast<uint8_t>(LogprobsMode::kProcessedLogits)) return false;
+  p->logprobs_mode = static_cast<LogprobsMode>(logprobs_mode);
   r.get(&prompt_logprobs);
   p->prompt_logprobs.reset();
   if (prompt_logprobs >= 0) p->prompt_logprobs = prompt_logprobs;

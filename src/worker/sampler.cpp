@@ -305,10 +305,11 @@ int32_t argmax(std::span<const float> logits) {
   return it == logits.end() ? 0 : static_cast<int32_t>(it - logits.begin());
 }
 
-// out->token's logprob and the top `num_top` alternatives (ties: the lower id first). A bounded
-// heap over one pass: neither a logprob per token nor a sort of the vocabulary is kept.
-void score(std::span<const float> logits, int32_t num_top, SampledToken* out) {
-  const LogSoftmax logprob(logits);
+// out->token's value(logit) and the top `num_top` alternatives by it (ties: the lower id first).
+// A bounded heap over one pass: neither a value per token nor a sort of the vocabulary is kept.
+template <typename Value>
+void score_by(std::span<const float> logits, int32_t num_top, const Value& logprob,
+              SampledToken* out) {
   out->logprob = logprob(logits[out->token]);
   if (num_top <= 0) return;
   using Entry = std::pair<float, int32_t>;  // (logprob, id)
@@ -337,21 +338,93 @@ void score(std::span<const float> logits, int32_t num_top, SampledToken* out) {
   for (const auto& [lp, id] : heap) out->top_logprobs.emplace_back(id, lp);
 }
 
-// Logprobs come from the processed logits, before temperature (vLLM's default).
-void add_logprobs(std::span<const float> logits, const sched::SamplingParams& p,
-                  SampledToken* out) {
+// By logprob (the row's log-softmax).
+void score(std::span<const float> logits, int32_t num_top, SampledToken* out) {
+  score_by(logits, num_top, LogSoftmax(logits), out);
+}
+
+// By the logit itself (the *_logits modes); NaN counts as -inf, as in the log-softmax.
+void score_logits(std::span<const float> logits, int32_t num_top, SampledToken* out) {
+  score_by(
+      logits, num_top,
+      [](float l) { return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l; }, out);
+}
+
+using sched::LogprobsMode;
+
+// Whether the logits processors may change a row under `p` (apply_logits_processors' list).
+bool processors_may_change(const sched::SamplingParams& p, const TokenHistory& history) {
+  return !p.allowed_token_ids.empty() || !p.bad_words_token_ids.empty() || !p.logit_bias.empty() ||
+         p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 ||
+         (static_cast<int64_t>(history.output_token_ids.size()) < p.min_tokens &&
+          !p.all_stop_token_ids.empty());
+}
+
+// The row as the model gave it, kept for the raw modes when the processors may change it
+// (empty otherwise: the processed row scores the same). raw_logits always keeps it: the
+// processors also settle non-finite logits.
+std::vector<float> keep_raw_logits(std::span<const float> logits, const sched::SamplingParams& p,
+                                   const TokenHistory& history) {
+  if (!p.logprobs) return {};
+  const bool keep =
+      p.logprobs_mode == LogprobsMode::kRawLogits ||
+      (p.logprobs_mode == LogprobsMode::kRawLogprobs && processors_may_change(p, history));
+  return keep ? std::vector<float>(logits.begin(), logits.end()) : std::vector<float>();
+}
+
+// The logits a random draw was made from, as vLLM's processed modes report them: each
+// candidate's logit / temperature, -inf outside the support that min-p, top-k and top-p left.
+std::vector<float> drawn_logits(std::span<const float> logits, const Candidates& c,
+                                double temperature) {
+  std::vector<float> out(logits.size(), -std::numeric_limits<float>::infinity());
+  const double inv_t = 1.0 / temperature;
+  for (size_t i = 0; i < c.weights.size(); ++i) {
+    if (c.weights[i] <= 0) continue;
+    const size_t id = static_cast<size_t>(c.id(i));
+    out[id] = static_cast<float>(logits[id] * inv_t);
+  }
+  return out;
+}
+
+// Logprobs per the request's logprobs_mode. `raw`: keep_raw_logits' row (empty: `logits`);
+// `logits`: after the processors; `drawn`: the random draw's candidates (null: greedy, whose
+// processed row is `logits`).
+void add_logprobs(std::span<const float> raw, std::span<const float> logits,
+                  const Candidates* drawn, const sched::SamplingParams& p, SampledToken* out) {
   if (!p.logprobs) return;  // logprobs cost a pass over the vocabulary: only on request
-  score(logits, *p.logprobs, out);
+  const int32_t n = *p.logprobs;
+  const std::span<const float> before = raw.empty() ? logits : raw;
+  switch (p.logprobs_mode) {
+    case LogprobsMode::kRawLogprobs:
+      return score(before, n, out);
+    case LogprobsMode::kRawLogits:
+      return score_logits(before, n, out);
+    case LogprobsMode::kProcessedLogprobs:
+    case LogprobsMode::kProcessedLogits: {
+      std::vector<float> row;
+      if (drawn != nullptr) row = drawn_logits(logits, *drawn, p.temperature);
+      const std::span<const float> after = drawn != nullptr ? std::span<const float>(row) : logits;
+      if (p.logprobs_mode == LogprobsMode::kProcessedLogprobs) return score(after, n, out);
+      return score_logits(after, n, out);
+    }
+  }
 }
 
 }  // namespace
 
 SampledToken sample_token(std::span<float> logits, const sched::SamplingParams& p,
                           const TokenHistory& history, std::mt19937_64& rng) {
+  const std::vector<float> raw = keep_raw_logits(logits, p, history);
   apply_logits_processors(logits, p, history);
   SampledToken out;
-  out.token = p.greedy() ? argmax(logits) : draw(random_candidates(logits, p), rng);
-  add_logprobs(logits, p, &out);
+  if (p.greedy()) {
+    out.token = argmax(logits);
+    add_logprobs(raw, logits, nullptr, p, &out);
+    return out;
+  }
+  const Candidates c = random_candidates(logits, p);
+  out.token = draw(c, rng);
+  add_logprobs(raw, logits, &c, p, &out);
   return out;
 }
 
@@ -367,7 +440,7 @@ std::vector<double> sampling_weights(std::span<const float> logits,
 SampledToken score_token(std::span<const float> logits, int32_t token, int32_t num_top) {
   SampledToken out;
   out.token = token;
-  score(logits, num_top, &out);
+  score(logits, num_top, &out);  // prompt logprobs are raw logprobs in every mode, as in vLLM
   const float mine = std::isnan(logits[token]) ? -std::numeric_limits<float>::infinity()
                                                : logits[token];  // NaN ranks with -inf
   const auto higher =
@@ -378,11 +451,13 @@ SampledToken score_token(std::span<const float> logits, int32_t token, int32_t n
 
 VerifiedToken verify_draft(std::span<float> logits, const sched::SamplingParams& p,
                            const TokenHistory& history, int32_t draft, std::mt19937_64& rng) {
+  const std::vector<float> raw = keep_raw_logits(logits, p, history);
   apply_logits_processors(logits, p, history);
   VerifiedToken out;
   if (p.greedy()) {
     out.sampled.token = argmax(logits);
     out.accepted = out.sampled.token == draft;
+    add_logprobs(raw, logits, nullptr, p, &out.sampled);
   } else {
     // The draft distribution q is one-hot on the draft: accept with probability
     // min(1, p(d) / q(d)) = p(d); otherwise draw from max(0, p - q), which is p without d.
@@ -391,8 +466,8 @@ VerifiedToken verify_draft(std::span<float> logits, const sched::SamplingParams&
     const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
     out.accepted = u < p_draft;
     out.sampled.token = out.accepted ? draft : draw(c, rng, draft);
+    add_logprobs(raw, logits, &c, p, &out.sampled);
   }
-  add_logprobs(logits, p, &out.sampled);
   return out;
 }
 

@@ -1,6 +1,7 @@
 // Sampler: turns one request's logits into the next token: penalties (repetition on prompt and
 // output; presence and frequency on output), logit_bias, min_tokens masking of stop tokens, greedy
-// or temperature / top-k / top-p / min-p sampling, and top-N logprobs; and the verification of
+// or temperature / top-k / top-p / min-p sampling, and top-N logprobs in the request's
+// logprobs_mode (sched/sampling_params.h); and the verification of
 // a speculative draft token. Pure function of its inputs
 // and the RNG; thread-compatible.
 #pragma once

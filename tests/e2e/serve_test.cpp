@@ -1078,6 +1078,38 @@ TEST_F(ServeTest, CacheSaltSeparatesPrefixCacheHits) {
             "Parameter 'cache_salt' must be a non-empty string if provided.");
 }
 
+// vLLM's default --logprobs-mode raw_logprobs: logprobs come from the model's logits before
+// logit_bias and the other processors, so a token forced by a bias reports the logprob it had
+// without it (not ~0, its probability after the bias).
+TEST_F(ServeTest, LogprobsAreRawBeforeLogitBias) {
+  ASSERT_TRUE(server_->ready());
+  json body = {{"prompt", "The capital of France is"},
+               {"max_tokens", 1},
+               {"temperature", 0},
+               {"logprobs", 3},
+               {"return_tokens_as_token_ids", true}};
+  const Response plain = post(*server_, "/v1/completions", body.dump());
+  ASSERT_EQ(plain.status, 200) << plain.raw;
+  const json& top = plain.body["choices"][0]["logprobs"]["top_logprobs"][0];
+  ASSERT_EQ(top.size(), 3u) << top;
+  std::string third;  // the least likely of the three: never the greedy choice
+  double third_logprob = 0;
+  for (const auto& [token, logprob] : top.items()) {
+    if (third.empty() || logprob.get<double>() < third_logprob) {
+      third = token;
+      third_logprob = logprob.get<double>();
+    }
+  }
+  ASSERT_EQ(third.rfind("token_id:", 0), 0u) << third;
+  ASSERT_LT(third_logprob, -0.01);
+  body["logit_bias"] = {{third.substr(9), 100}};
+  const Response biased = post(*server_, "/v1/completions", body.dump());
+  ASSERT_EQ(biased.status, 200) << biased.raw;
+  const json& lp = biased.body["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"][0], third);
+  EXPECT_NEAR(lp["token_logprobs"][0].get<double>(), third_logprob, 1e-4);
+}
+
 // Without --scheduling-policy priority a non-zero priority is refused, as vLLM refuses it.
 TEST_F(ServeTest, PriorityNeedsThePriorityPolicy) {
   ASSERT_TRUE(server_->ready());

@@ -21,6 +21,7 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   q.sampling.ignore_eos = true;
   q.sampling.skip_special_tokens = false;
   q.sampling.logprobs = 2;
+  q.sampling.logprobs_mode = sched::LogprobsMode::kProcessedLogits;
   q.sampling.prompt_logprobs = 0;
   q.sampling.logit_bias = {{5, -100.0f}};
   q.sampling.allowed_token_ids = {4, 9};
@@ -39,6 +40,7 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   EXPECT_TRUE(back->sampling.ignore_eos);
   EXPECT_FALSE(back->sampling.skip_special_tokens);
   EXPECT_EQ(back->sampling.logprobs, std::optional<int32_t>(2));
+  EXPECT_EQ(back->sampling.logprobs_mode, sched::LogprobsMode::kProcessedLogits);
   EXPECT_EQ(back->sampling.prompt_logprobs, std::optional<int32_t>(0));
   EXPECT_EQ(back->sampling.logit_bias, q.sampling.logit_bias);
   EXPECT_EQ(back->sampling.allowed_token_ids, q.sampling.allowed_token_ids);

@@ -252,6 +252,79 @@ TEST(SamplerTest, TopLogprobsAreNormalizedAndSorted) {
   EXPECT_NEAR(s.logprob, std::log(0.5), 1e-6);
 }
 
+// --logprobs-mode, against log-softmax by hand. Raw modes ignore the processors (here
+// logit_bias); processed ones report the distribution the token came from: a greedy request's
+// processed logits, a random one's logits / temperature with -inf outside top-k.
+TEST(SamplerTest, LogprobsModesFollowVllm) {
+  using Mode = sched::LogprobsMode;
+  const std::vector<float> raw = {1.0f, 2.0f, 3.0f, 0.0f};
+  auto log_softmax = [](const std::vector<double>& v, size_t i) {
+    double z = 0;
+    for (double x : v) z += std::exp(x);
+    return v[i] - std::log(z);
+  };
+  const std::vector<double> raw_d(raw.begin(), raw.end());
+  const std::vector<double> biased = {11.0, 2.0, 3.0, 0.0};
+  auto run = [&](Mode mode, double temperature, int32_t top_k) {
+    sched::SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = top_k;
+    p.logprobs = 2;
+    p.logprobs_mode = mode;
+    p.logit_bias = {{0, 10.0f}};
+    std::vector<float> logits = raw;
+    std::mt19937_64 rng(5);
+    return sample(logits, request_with(p), {}, rng);
+  };
+  auto top_ids = [](const sched::SampledToken& s) {
+    std::vector<int32_t> ids;
+    for (const auto& [id, lp] : s.top_logprobs) ids.push_back(id);
+    return ids;
+  };
+  // Greedy: token 0 (biased to 11) is chosen in every mode.
+  sched::SampledToken s = run(Mode::kRawLogprobs, 0, 0);
+  ASSERT_EQ(s.token, 0);
+  EXPECT_NEAR(s.logprob, log_softmax(raw_d, 0), 1e-5);
+  EXPECT_EQ(top_ids(s), (std::vector<int32_t>{2, 1}));
+  EXPECT_NEAR(s.top_logprobs[0].second, log_softmax(raw_d, 2), 1e-5);
+  s = run(Mode::kRawLogits, 0, 0);
+  EXPECT_EQ(s.logprob, 1.0f);
+  EXPECT_EQ(top_ids(s), (std::vector<int32_t>{2, 1}));
+  EXPECT_EQ(s.top_logprobs[0].second, 3.0f);
+  s = run(Mode::kProcessedLogprobs, 0, 0);
+  EXPECT_NEAR(s.logprob, log_softmax(biased, 0), 1e-5);
+  EXPECT_EQ(top_ids(s), (std::vector<int32_t>{0, 2}));
+  EXPECT_NEAR(s.top_logprobs[1].second, log_softmax(biased, 2), 1e-5);
+  s = run(Mode::kProcessedLogits, 0, 0);
+  EXPECT_EQ(s.logprob, 11.0f);
+  EXPECT_EQ(s.top_logprobs[1].second, 3.0f);
+  // Random at temperature 0.5 with top_k 2: the support is {0, 2}, as logit / 0.5.
+  for (int trial = 0; trial < 2; ++trial) {
+    s = run(Mode::kProcessedLogits, 0.5, 2);
+    ASSERT_TRUE(s.token == 0 || s.token == 2) << s.token;
+    EXPECT_EQ(s.logprob, s.token == 0 ? 22.0f : 6.0f);
+    EXPECT_EQ(top_ids(s), (std::vector<int32_t>{0, 2}));
+    EXPECT_EQ(s.top_logprobs[1].second, 6.0f);
+  }
+  s = run(Mode::kProcessedLogprobs, 0.5, 2);
+  const std::vector<double> drawn = {22.0, -INFINITY, 6.0, -INFINITY};
+  EXPECT_NEAR(s.logprob, log_softmax(drawn, size_t(s.token)), 1e-5);
+  const sched::SampledToken wide = run(Mode::kProcessedLogprobs, 0.5, 0);  // no top_k: 4 tokens
+  EXPECT_GT(wide.top_logprobs[1].second, -INFINITY);
+  sched::SamplingParams three;
+  three.logprobs = 3;
+  three.top_k = 2;
+  three.logprobs_mode = Mode::kProcessedLogprobs;
+  std::vector<float> logits = raw;
+  std::mt19937_64 rng(5);
+  s = sample(logits, request_with(three), {}, rng);
+  ASSERT_EQ(s.top_logprobs.size(), 3u);
+  EXPECT_EQ(s.top_logprobs[2].second, -INFINITY) << "outside top_k";
+  // Raw modes at temperature 1: the token's raw logprob, whatever was drawn.
+  s = run(Mode::kRawLogprobs, 1.0, 0);
+  EXPECT_NEAR(s.logprob, log_softmax(raw_d, size_t(s.token)), 1e-5);
+}
+
 // Prompt scoring against a naive reference: softmax in double, rank by counting, top by sort.
 TEST(SamplerTest, ScoreTokenMatchesTheNaiveReference) {
   const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 0.25f, -3.0f, 1.0f};

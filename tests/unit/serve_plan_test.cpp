@@ -217,6 +217,7 @@ TEST(ServePlanTest, MistakesAreNamed) {
        "'error', 'info', 'trace', 'warning')"},
       {{"m", "--scheduling-policy", "sjf"},
        "argument --scheduling-policy: invalid choice: 'sjf' (choose from 'fcfs', 'priority')"},
+      {{"m", "--logprobs-mode", "logits"}, "argument --logprobs-mode: invalid choice: 'logits'"},
       {{"m", "--long-prefill-token-threshold", "-1"},
        "argument --long-prefill-token-threshold: must be at least 0"},
   };
@@ -270,17 +271,28 @@ TEST(ServePlanTest, VllmFlagsWithoutEffectAreAcceptedAndServerFlagsApply) {
   EXPECT_EQ(plain.plan.server.response_role, "assistant");
   EXPECT_FALSE(plain.plan.server.priority_scheduling);
   EXPECT_EQ(plain.plan.engine.scheduler.policy, sched::SchedulingPolicy::kFcfs);
+  EXPECT_EQ(plain.plan.engine.logprobs_mode, sched::LogprobsMode::kRawLogprobs);
   EXPECT_EQ(plain.plan.engine.scheduler.long_prefill_token_threshold, 0);
 }
 
-// vLLM's scheduling flags, with their values.
-TEST(ServePlanTest, SchedulingPolicyAndPrefillThreshold) {
-  const Parsed r =
-      plan_of({"m", "--scheduling-policy", "priority", "--long-prefill-token-threshold", "256"});
+// Scheduling and sampling flags vLLM has, with their values.
+TEST(ServePlanTest, SchedulingPolicyLogprobsModeAndPrefillThreshold) {
+  const Parsed r = plan_of({"m", "--scheduling-policy", "priority", "--logprobs-mode",
+                            "processed_logits", "--long-prefill-token-threshold", "256"});
   ASSERT_TRUE(r.status.ok()) << r.status.message();
   EXPECT_TRUE(r.plan.server.priority_scheduling);
   EXPECT_EQ(r.plan.engine.scheduler.policy, sched::SchedulingPolicy::kPriority);
+  EXPECT_EQ(r.plan.engine.logprobs_mode, sched::LogprobsMode::kProcessedLogits);
   EXPECT_EQ(r.plan.engine.scheduler.long_prefill_token_threshold, 256);
+  const std::pair<const char*, sched::LogprobsMode> modes[] = {
+      {"raw_logprobs", sched::LogprobsMode::kRawLogprobs},
+      {"raw_logits", sched::LogprobsMode::kRawLogits},
+      {"processed_logprobs", sched::LogprobsMode::kProcessedLogprobs}};
+  for (const auto& [name, mode] : modes) {
+    const Parsed m = plan_of({"m", "--logprobs-mode", name});
+    ASSERT_TRUE(m.status.ok()) << name;
+    EXPECT_EQ(m.plan.engine.logprobs_mode, mode) << name;
+  }
 }
 
 }  // namespace
