@@ -91,8 +91,11 @@ TEST(MoeDispatchTest, GroupedMatchesPerTokenReference) {
 }
 
 // Decode-sized batches run one expert per thread; prefill-sized ones one parallel region per
-// projection. Both give the bits of a one-thread pool (F32, BF16 and W8A8 experts), and match the
-// reference.
+// projection. Decode-sized ones give the bits of a one-thread pool (F32, BF16 and W8A8 experts:
+// chunkpipe's own kernels). Prefill-sized ones (T 40, 20 tokens an expert) reach OpenBLAS for
+// the F32 experts, whose bits may depend on the rows one call covers (its Haswell kernels, which
+// OpenBLAS 0.3.21 also picks on Zen 5, do), so a two-thread pool's split can move the last bits
+// there. Every batch matches the reference.
 TEST(MoeDispatchTest, ExpertPerThreadFormGivesTheSameBits) {
   const int64_t H = 40, inter = 12;
   const int E = 8, k = 4;
@@ -129,8 +132,11 @@ TEST(MoeDispatchTest, ExpertPerThreadFormGivesTheSameBits) {
     kernels::moe_dispatch(x.data(), T, H, ids.data(), w.data(), k, experts, two.data(), pool2);
     kernels::moe_dispatch(x.data(), T, H, ids.data(), w.data(), k, experts, one.data(), pool1);
     kernels::moe_dispatch_reference(x.data(), T, H, ids.data(), w.data(), k, experts, ref.data());
-    EXPECT_EQ(two, one) << "T=" << T;
+    if (T < 40) {
+      EXPECT_EQ(two, one) << "T=" << T;
+    }
     EXPECT_LT(testutil::max_rel_error(two, ref), 1e-5) << "T=" << T;
+    EXPECT_LT(testutil::max_rel_error(one, ref), 1e-5) << "T=" << T;
   }
 }
 
