@@ -41,6 +41,25 @@ common::Result<Sizing> plan_sizing(const SizingInput& in) {
       in.weight_bytes);
   const int64_t per_block = std::max<int64_t>(in.kv_bytes_per_block, 1);
   const int64_t blocks_per_seq = (s.max_model_len + in.block_size - 1) / in.block_size;
+  if (in.num_blocks_override) {
+    const int64_t n = *in.num_blocks_override;
+    if (n < blocks_per_seq) {
+      return common::invalid_argument(
+          "--num-gpu-blocks-override " + std::to_string(n) + " holds " +
+          std::to_string(n * in.block_size) + " tokens, fewer than one request of max_model_len (" +
+          std::to_string(s.max_model_len) + ", " + std::to_string(blocks_per_seq) +
+          " blocks): raise it or lower --max-model-len");
+    }
+    if (n > INT32_MAX || n > in.host_memory_bytes / per_block) {
+      std::ostringstream m;
+      m << "--num-gpu-blocks-override " << n << " needs "
+        << double(n) * double(per_block) / (1 << 30) << " GiB of KV cache, more than this host's "
+        << double(in.host_memory_bytes) / (1 << 30) << " GiB of memory";
+      return common::invalid_argument(m.str());
+    }
+    s.num_kv_blocks = n;
+    return s;
+  }
   int64_t blocks = kv_bytes / per_block;
   blocks = std::min<int64_t>({blocks, blocks_per_seq * in.max_num_seqs, INT32_MAX});
   if (blocks < blocks_per_seq) {

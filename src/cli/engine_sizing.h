@@ -24,13 +24,17 @@ struct SizingInput {
   double memory_utilization = 0.9;
   int64_t host_memory_bytes = 0;
   int64_t weight_bytes = 0;
+  // --num-gpu-blocks-override: exactly this many KV blocks, whatever the memory says (vLLM's,
+  // for testing preemption); it must still hold one max_model_len sequence and fit the host.
+  std::optional<int64_t> num_blocks_override;
 };
 
 struct Sizing {
   int64_t max_model_len = 0;
   int64_t max_num_batched_tokens = 0;
   bool chunked_prefill = true;
-  int64_t num_kv_blocks = 0;  // at most what max_num_seqs sequences of max_model_len can use
+  // At most what max_num_seqs sequences of max_model_len can use, unless overridden.
+  int64_t num_kv_blocks = 0;
 };
 
 common::Result<Sizing> plan_sizing(const SizingInput& in);

@@ -600,6 +600,7 @@ int run_serve_command(int argc, char** argv) {
       mc, plan.engine.block_size, plan.engine.expanded_kv_cache,
       plan.engine.scheduler.num_lookahead_tokens > 0);
   if (plan.kv_cache_bytes >= 0) sizing_in.kv_cache_bytes = plan.kv_cache_bytes;
+  sizing_in.num_blocks_override = plan.num_blocks_override;
   sizing_in.memory_utilization = plan.memory_utilization;
   sizing_in.host_memory_bytes = host_memory_bytes();
   sizing_in.weight_bytes = checkpoint_bytes(plan.model_dir);

@@ -58,6 +58,9 @@ void add_serve_flags(ArgParser& p) {
   p.add_option("block-size", "KV cache block size in tokens (multiple of 16)", "128");
   p.add_option("gpu-memory-utilization", "fraction of host memory for weights + KV cache", "0.9");
   p.add_option("kv-cache-memory", "KV cache size in bytes (overrides --gpu-memory-utilization)");
+  p.add_option("num-gpu-blocks-override",
+               "exactly this many KV cache blocks, whatever the memory (vLLM's; e.g. to test "
+               "preemption)");
   p.add_flag("enable-chunked-prefill",
              "chunked prefill (on by default; --no-enable-chunked-prefill)");
   p.add_flag("enable-prefix-caching", "prefix caching (on by default; --no-enable-prefix-caching)");
@@ -607,6 +610,9 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   e.engine_index = std::max(0, plan->dp.rank);
   if (p.given("kv-cache-memory")) {
     CP_ASSIGN_OR_RETURN(plan->kv_cache_bytes, p.int_option("kv-cache-memory", 1));
+  }
+  if (p.given("num-gpu-blocks-override")) {
+    CP_ASSIGN_OR_RETURN(plan->num_blocks_override, p.int_option("num-gpu-blocks-override", 1));
   }
   try {
     plan->memory_utilization = std::stod(*p.option("gpu-memory-utilization"));

@@ -28,6 +28,7 @@ struct ServePlan {
   server::ServerConfig server;
   engine::EngineConfig engine;
   int64_t kv_cache_bytes = -1;
+  std::optional<int64_t> num_blocks_override;  // --num-gpu-blocks-override
   double memory_utilization = 0.9;
   std::string chat_template_file;
   std::string tokenizer_dir;

@@ -66,4 +66,24 @@ TEST(EngineSizingTest, ErrorsUseVllmWording) {
             std::string::npos);
 }
 
+// --num-gpu-blocks-override: exactly that many blocks, past the memory's count and the
+// max_num_seqs cap, but never fewer than one max_model_len request nor more than the host holds.
+TEST(EngineSizingTest, BlockCountOverride) {
+  auto in = input();
+  in.max_model_len = 1024;  // 64 blocks a request
+  in.host_memory_bytes = int64_t{1} << 30;
+  in.num_blocks_override = 70;
+  EXPECT_EQ(cli::plan_sizing(in)->num_kv_blocks, 70);
+  in.num_blocks_override = 5000;  // above the memory's 1000 and the cap of 4 x 64
+  EXPECT_EQ(cli::plan_sizing(in)->num_kv_blocks, 5000);
+  in.num_blocks_override = 63;
+  EXPECT_EQ(cli::plan_sizing(in).status().message(),
+            "--num-gpu-blocks-override 63 holds 1008 tokens, fewer than one request of "
+            "max_model_len (1024, 64 blocks): raise it or lower --max-model-len");
+  in.num_blocks_override = int64_t{2} << 20;  // 2 GiB of 1000-byte blocks on a 1 GiB host
+  EXPECT_NE(cli::plan_sizing(in).status().message().find("more than this host's 1 GiB"),
+            std::string::npos)
+      << cli::plan_sizing(in).status().message();
+}
+
 }  // namespace
