@@ -816,17 +816,19 @@ TEST_F(PdTest, ProxySurvivesMalformedBodiesAndAnswers) {
 }
 
 // SIGTERM to the proxy mid-stream, as serve handles it: a request that ends within the drain
-// timeout completes, a longer stream gets an error event, [DONE] and the chunked terminator,
-// the proxy exits 0, and P and D are left with nothing running and no block held.
+// timeout (1 s, more under a sanitizer) completes, a longer stream gets an error event, [DONE] and
+// the chunked terminator, the proxy exits 0, and P and D are left with nothing running and no block
+// held.
 TEST_F(PdTest, ProxySigtermDrainsThenEndsStreamsCleanly) {
   const int kv_p = kv_port_base() + 2;
   ServerProcess p(e2e::model_dir(), prefiller_flags(kv_p, 1), "/tmp/chunkpipe_pd_term_p.log");
   ServerProcess d(e2e::model_dir(), decoder_flags(kv_p + 4, 1), "/tmp/chunkpipe_pd_term_d.log");
   ASSERT_TRUE(p.ready() && d.ready());
-  ServerProcess proxy({"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-ports",
-                       std::to_string(p.port()), "--decoder-hosts", "127.0.0.1", "--decoder-ports",
-                       std::to_string(d.port()), "--shutdown-drain-timeout", "1"},
-                      "/tmp/chunkpipe_pd_term_proxy.log", "/healthcheck");
+  ServerProcess proxy(
+      {"proxy", "--prefiller-hosts", "127.0.0.1", "--prefiller-ports", std::to_string(p.port()),
+       "--decoder-hosts", "127.0.0.1", "--decoder-ports", std::to_string(d.port()),
+       "--shutdown-drain-timeout", std::to_string(e2e::sanitizer_slowdown())},
+      "/tmp/chunkpipe_pd_term_proxy.log", "/healthcheck");
   ASSERT_TRUE(proxy.ready());
   auto start = [&](int max_tokens, bool stream) {
     json body = complete_body(words(20), max_tokens);
