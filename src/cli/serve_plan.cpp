@@ -1,6 +1,7 @@
 // The serve flags, and their parsing and validation into a ServePlan.
 #include "cli/serve_plan.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -565,14 +566,14 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
   e.seed = static_cast<uint64_t>(seed);
   CP_ASSIGN_OR_RETURN(int64_t max_num_seqs, p.int_option("max-num-seqs", 1));
   e.scheduler.max_num_seqs = static_cast<int32_t>(max_num_seqs);
+  // --logprobs-mode's choices, in sched::LogprobsMode's order.
+  const std::vector<std::string> logprobs_modes = {"raw_logprobs", "raw_logits",
+                                                   "processed_logprobs", "processed_logits"};
   CP_ASSIGN_OR_RETURN(const std::string logprobs_mode,
-                      p.choice_option("logprobs-mode", {"raw_logprobs", "raw_logits",
-                                                        "processed_logprobs", "processed_logits"}));
-  e.logprobs_mode = logprobs_mode == "raw_logits" ? sched::LogprobsMode::kRawLogits
-                    : logprobs_mode == "processed_logprobs"
-                        ? sched::LogprobsMode::kProcessedLogprobs
-                    : logprobs_mode == "processed_logits" ? sched::LogprobsMode::kProcessedLogits
-                                                          : sched::LogprobsMode::kRawLogprobs;
+                      p.choice_option("logprobs-mode", logprobs_modes));
+  e.logprobs_mode = static_cast<sched::LogprobsMode>(
+      std::find(logprobs_modes.begin(), logprobs_modes.end(), logprobs_mode) -
+      logprobs_modes.begin());
   CP_ASSIGN_OR_RETURN(e.scheduler.long_prefill_token_threshold,
                       p.int_option("long-prefill-token-threshold", 0));
   CP_ASSIGN_OR_RETURN(const std::string policy,
