@@ -2,6 +2,7 @@
 // AVX-512 register state (XCR0), CPUID for the newer features, and the CHUNKPIPE_ISA cap.
 #include "kernels/cpu_features.h"
 
+#include <cblas.h>
 #include <cpuid.h>
 
 #include <cstdlib>
@@ -87,10 +88,14 @@ std::string kernel_paths_line() {
   const CpuFeatures& f = cpu_features();
   std::string s = "kernel paths (CHUNKPIPE_ISA caps them): linear f32/bf16 streaming ";
   s += f.avx512 ? "avx512" : "avx2";
+  // OpenBLAS picks its kernels by CPUID or by OPENBLAS_CORETYPE, which some machines set to an
+  // older core (Haswell: AVX2 sgemm at half an AVX-512 core's FMA rate): name the ones it runs.
+  const std::string openblas = std::string("openblas (") + openblas_get_corename() + " kernels)";
   s += ", linear f32/bf16 tiles ";
   s += f.amx_bf16 ? "amx_bf16 (bf16 weights, f32 activations as three exact bf16 terms, weights "
-                    "read in place from 8 to 256 tokens; f32 weights openblas)"
-                  : "openblas";
+                    "read in place from 8 to 256 tokens; f32 weights " +
+                        openblas + ")"
+                  : openblas;
   s += ", linear bf16 activations (--dtype bfloat16) ";
   s += f.amx_bf16      ? std::string("amx_bf16")
        : f.avx512_bf16 ? "avx512_bf16 from " + std::to_string(kBf16DotMinRows) + " tokens"
