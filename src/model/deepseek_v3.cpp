@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "common/check.h"
@@ -18,14 +19,30 @@
 namespace model {
 namespace {
 
-// Per-thread scratch that only grows: the expanded form's context-sized buffers (the history's
-// k/v, latent and k_pe) would otherwise be fresh, zero-filled mappings on every layer of every
-// chunk, and their page faults and zeroing were a fifth of a long-history chunk's time. They
-// grow by half again at least, since the history grows every chunk and each growth is a fresh
-// mapping to fault in.
-float* context_scratch(int slot, size_t size) {
-  thread_local tensor::AlignedBuffer<float> buffers[4];
-  auto& b = buffers[slot];
+// Per-thread scratch that only grows, one buffer per use. The expanded form's context-sized
+// buffers (the history's k/v, latent and k_pe) were fresh, zero-filled mappings on every layer
+// of every chunk, and their page faults and zeroing were a fifth of a long-history chunk's time;
+// they grow by half again at least, since the history grows every chunk. The layer's
+// token-sized buffers (normed input, sublayer output, queries, latents, attention output) cost
+// the same on long chunks: 7-8% of a 4096-token prefill zeroed them and as much again faulted
+// their pages in. Contents are left as they were: every user writes each element it reads. A
+// thread keeps its largest buffers until it ends (the peak a forward needed anyway).
+enum class Scratch {
+  kKtPe,
+  kKt,
+  kKv,
+  kLatent,
+  kNormed,
+  kSublayer,
+  kQuery,
+  kQueryLatent,
+  kKvA,
+  kAttention,
+  kCount
+};
+float* scratch(Scratch use, size_t size) {
+  thread_local tensor::AlignedBuffer<float> buffers[static_cast<size_t>(Scratch::kCount)];
+  auto& b = buffers[static_cast<size_t>(use)];
   if (b.size() < size) b.resize(std::max(size, b.size() + b.size() / 2));
   return b.data();
 }
@@ -152,14 +169,15 @@ common::Status DeepseekV3Model::decoder_layer(const DecoderLayerWeights& w, int 
   CHECK(!w.input_layernorm.empty()) << "decoder layer " << cache_layer << " not loaded";
   const int64_t T = layout.num_tokens, H = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  std::vector<float> x(T * H), delta(T * H);
-  kernels::rms_norm(hidden, T, H, H, w.input_layernorm.data(), eps, x.data(), H);
-  add_norm_bias(x.data(), T, H, w.input_layernorm_bias);
-  CP_RETURN_IF_ERROR(attention(w.attn, cache_layer, layout, x.data(), delta.data(), cache, pool));
+  float* x = scratch(Scratch::kNormed, size_t(T * H));
+  float* delta = scratch(Scratch::kSublayer, size_t(T * H));
+  kernels::rms_norm(hidden, T, H, H, w.input_layernorm.data(), eps, x, H);
+  add_norm_bias(x, T, H, w.input_layernorm_bias);
+  CP_RETURN_IF_ERROR(attention(w.attn, cache_layer, layout, x, delta, cache, pool));
   for (int64_t i = 0; i < T * H; ++i) hidden[i] += delta[i];
-  kernels::rms_norm(hidden, T, H, H, w.post_attention_layernorm.data(), eps, x.data(), H);
-  add_norm_bias(x.data(), T, H, w.post_attention_layernorm_bias);
-  CP_RETURN_IF_ERROR(feed_forward(w, T, x.data(), delta.data(), pool));
+  kernels::rms_norm(hidden, T, H, H, w.post_attention_layernorm.data(), eps, x, H);
+  add_norm_bias(x, T, H, w.post_attention_layernorm_bias);
+  CP_RETURN_IF_ERROR(feed_forward(w, T, x, delta, pool));
   for (int64_t i = 0; i < T * H; ++i) hidden[i] += delta[i];
   return {};
 }
@@ -182,10 +200,10 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
     if (observer_) observer_->observe(prefix + proj + ".weight", input, T, cols);
   };
   // Queries [T, nh, dn + dr], RoPE on the q_pe part of every head.
-  std::vector<float> q(T * nh * qk);
+  const std::span<float> q(scratch(Scratch::kQuery, size_t(T * nh * qk)), size_t(T * nh * qk));
   if (c.q_lora_rank) {
     const int64_t rq = *c.q_lora_rank;
-    std::vector<float> cq(T * rq);
+    const std::span<float> cq(scratch(Scratch::kQueryLatent, size_t(T * rq)), size_t(T * rq));
     observe("q_a_proj", x, c.hidden_size);
     kernels::linear(x, T, w.q_a_proj.view(), cq.data(), pool);
     kernels::rms_norm(cq.data(), T, rq, rq, w.q_a_layernorm.data(), eps, cq.data(), rq);
@@ -199,7 +217,7 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
   kernels::apply_rope(q.data() + dn, T, nh, int64_t{nh} * qk, qk, layout.positions.data(), rope_);
 
   // Latent [T, r + dr] = RMSNorm(c_kv) ‖ RoPE(k_pe), written to the cache before attending.
-  std::vector<float> kv_a(T * row);
+  const std::span<float> kv_a(scratch(Scratch::kKvA, size_t(T * row)), size_t(T * row));
   observe("kv_a_proj_with_mqa", x, c.hidden_size);
   kernels::linear(x, T, w.kv_a_proj.view(), kv_a.data(), pool);
   kernels::rms_norm(kv_a.data(), T, r, row, w.kv_a_layernorm.data(), eps, kv_a.data(), row);
@@ -226,7 +244,7 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
 
   const float* kv_b = w.kv_b_proj.view().f32();  // [nh, dn + dv, r]
   const int64_t kv_b_head = int64_t{dn + dv} * r;
-  std::vector<float> o(T * nh * dv);
+  const std::span<float> o(scratch(Scratch::kAttention, size_t(T * nh * dv)), size_t(T * nh * dv));
   const int bs = cache.block_size();
   const float* layer_cache = cache.layer(cache_layer);
   for (size_t si = 0; si < layout.batch->sequences.size(); ++si) {
@@ -322,10 +340,10 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       // every key through memory (at 16k keys, 64 MB per layer on the CPP model).
       const int64_t segment = segmented ? std::min(ctx, expansion_segment_keys(n)) : ctx;
       const int64_t seg_ld = ((segment + 15) / 16 | 1) * 16;
-      float* kt_pe = context_scratch(0, size_t(kt_ld * dr));
-      float* kt = context_scratch(1, size_t(int64_t{nh} * dn * (segmented ? seg_ld : kt_ld)));
-      float* kv = context_scratch(2, size_t(segment * (ex_dim > 0 ? ex_dim : int64_t{nh} * dv)));
-      float* c_kv = ex_dim > 0 ? nullptr : context_scratch(3, size_t(ctx * r));
+      float* kt_pe = scratch(Scratch::kKtPe, size_t(kt_ld * dr));
+      float* kt = scratch(Scratch::kKt, size_t(int64_t{nh} * dn * (segmented ? seg_ld : kt_ld)));
+      float* kv = scratch(Scratch::kKv, size_t(segment * (ex_dim > 0 ? ex_dim : int64_t{nh} * dv)));
+      float* c_kv = ex_dim > 0 ? nullptr : scratch(Scratch::kLatent, size_t(ctx * r));
       for (int64_t j = 0; j < ctx; ++j) {
         const int64_t slot = int64_t{s.block_table[j / bs]} * bs + j % bs;
         const float* src = layer_cache + slot * row;
