@@ -9,7 +9,11 @@
 # llama.cpp Q8_0, prefill pp512, decode tg128 and prefill of 4096 tokens, ROUNDS interleaved
 # rounds. Prints the CPU line, each figure and the ratios.
 # Needs a llama.cpp checkout built with llama-bench and llama-quantize (LLAMA_CPP_DIR, default
-# /tmp/llama.cpp; its commit is printed) and python3 with numpy and sentencepiece.
+# /tmp/llama.cpp; its commit is printed) and python3 with numpy and sentencepiece. Where GitHub
+# is out of reach, npm's node-llama-cpp package carries llama.cpp's source as a git bundle
+# (llama/gitRelease.bundle: git clone it, then build with GGML_NATIVE=ON). The kernel paths line
+# names OpenBLAS's kernels: a machine that sets OPENBLAS_CORETYPE to an older core than its own
+# (see README) runs the f32-activation rows on them unless the variable is unset for the run.
 #   bench/llama_cpp_side_by_side.sh [ROUNDS=2] [THREADS=2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
