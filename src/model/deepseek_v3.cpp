@@ -46,6 +46,9 @@ float* scratch(Scratch use, size_t size) {
   if (b.size() < size) b.resize(std::max(size, b.size() + b.size() / 2));
   return b.data();
 }
+std::span<float> scratch_span(Scratch use, int64_t size) {
+  return {scratch(use, size_t(size)), size_t(size)};
+}
 
 // Keys per segment of the history expansion: a quarter of the chunk's queries, at least 256.
 // A segment's kᵀ and v (4 KiB per key on the CPP model) stay in cache while the attention reads
@@ -200,10 +203,10 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
     if (observer_) observer_->observe(prefix + proj + ".weight", input, T, cols);
   };
   // Queries [T, nh, dn + dr], RoPE on the q_pe part of every head.
-  const std::span<float> q(scratch(Scratch::kQuery, size_t(T * nh * qk)), size_t(T * nh * qk));
+  const std::span<float> q = scratch_span(Scratch::kQuery, T * nh * qk);
   if (c.q_lora_rank) {
     const int64_t rq = *c.q_lora_rank;
-    const std::span<float> cq(scratch(Scratch::kQueryLatent, size_t(T * rq)), size_t(T * rq));
+    const std::span<float> cq = scratch_span(Scratch::kQueryLatent, T * rq);
     observe("q_a_proj", x, c.hidden_size);
     kernels::linear(x, T, w.q_a_proj.view(), cq.data(), pool);
     kernels::rms_norm(cq.data(), T, rq, rq, w.q_a_layernorm.data(), eps, cq.data(), rq);
@@ -217,7 +220,7 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
   kernels::apply_rope(q.data() + dn, T, nh, int64_t{nh} * qk, qk, layout.positions.data(), rope_);
 
   // Latent [T, r + dr] = RMSNorm(c_kv) ‖ RoPE(k_pe), written to the cache before attending.
-  const std::span<float> kv_a(scratch(Scratch::kKvA, size_t(T * row)), size_t(T * row));
+  const std::span<float> kv_a = scratch_span(Scratch::kKvA, T * row);
   observe("kv_a_proj_with_mqa", x, c.hidden_size);
   kernels::linear(x, T, w.kv_a_proj.view(), kv_a.data(), pool);
   kernels::rms_norm(kv_a.data(), T, r, row, w.kv_a_layernorm.data(), eps, kv_a.data(), row);
@@ -244,7 +247,7 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
 
   const float* kv_b = w.kv_b_proj.view().f32();  // [nh, dn + dv, r]
   const int64_t kv_b_head = int64_t{dn + dv} * r;
-  const std::span<float> o(scratch(Scratch::kAttention, size_t(T * nh * dv)), size_t(T * nh * dv));
+  const std::span<float> o = scratch_span(Scratch::kAttention, T * nh * dv);
   const int bs = cache.block_size();
   const float* layer_cache = cache.layer(cache_layer);
   for (size_t si = 0; si < layout.batch->sequences.size(); ++si) {
