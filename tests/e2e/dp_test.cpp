@@ -434,14 +434,19 @@ TEST(DataParallelServeTest, BalanceSchedulingHoldsWaitingRequestsWhileARankIsFul
   e2e::ServerProcess& r1 = *p.r1;
   using Clock = std::chrono::steady_clock;
   std::vector<Clock::time_point> long_done(3);
+  std::atomic<int> longs_finished{0};
   std::vector<std::thread> longs;
   for (int i = 0; i < 3; ++i)
     longs.emplace_back([&, i] {
       complete(i < 2 ? r0 : r1, greedy(i, 900), false);
       long_done[size_t(i)] = Clock::now();
+      ++longs_finished;
     });
+  // Wait for all three to be admitted; under a sanitizer on a loaded machine that can take
+  // seconds, so the bound is a deadline (or the first long request ending), not a poll count.
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(120);
   bool full = false;
-  for (int i = 0; i < 200 && !full; ++i) {
+  while (!full && longs_finished == 0 && Clock::now() < deadline) {
     full = e2e::metric(r0, "vllm:num_requests_running") == 2 &&
            e2e::metric(r1, "vllm:num_requests_running") == 1;
     if (!full) std::this_thread::sleep_for(std::chrono::milliseconds(5));
