@@ -193,10 +193,10 @@ double best_seconds(Fn fn, double min_total = 0.3, int min_reps = 3) {
   return best;
 }
 
-// Decode's GEMV from memory: one activation row through linear() against 512 MB of BF16
-// matrices of one shape laid end to end (far past any last-level cache, on huge pages as the
-// weights are), each read once per pass. Prints the weight bytes read per second and their
-// percentage of the read roof; the best of three passes.
+// Decode's GEMV from memory: one activation row through linear() (BF16) or linear_int8() (W8A8)
+// against 512 MB of matrices of one shape laid end to end (far past any last-level cache, on
+// huge pages as the weights are), each read once per pass. Prints the weight bytes read per
+// second and their percentage of the read roof; the best of three passes.
 void bench_gemv_from_memory(const std::vector<int>& thread_counts,
                             const std::vector<double>& bandwidths) {
   struct Shape {
@@ -207,33 +207,47 @@ void bench_gemv_from_memory(const std::vector<int>& thread_counts,
                           {"small expert gate_up", 1024, 2048},
                           {"small o_proj", 2048, 2048}};
   const int64_t total_bytes = int64_t{512} << 20;
-  std::printf(
-      "\n== decode GEMV from memory: 1 activation row, 512 MB of BF16 weights per pass ==\n");
-  std::printf("%-22s %6s %6s | %7s %26s\n", "shape", "N", "K", "threads", "GB/s (% of read roof)");
+  std::printf("\n== decode GEMV from memory: 1 activation row, 512 MB of weights per pass ==\n");
+  std::printf("%-22s %-5s %6s %6s | %7s %26s\n", "shape", "W", "N", "K", "threads",
+              "GB/s (% of read roof)");
   for (const Shape& shape : shapes) {
-    const int64_t per = shape.n * shape.k, count = total_bytes / (per * 2);
-    tensor::AlignedBuffer<uint16_t> weights(static_cast<size_t>(count * per));
-    for (size_t i = 0; i < weights.size(); ++i)
-      weights[i] = static_cast<uint16_t>(0x3f80 + (i & 7));
-    std::vector<float> x(shape.k, 0.5f), y(shape.n);
-    for (size_t ti = 0; ti < thread_counts.size(); ++ti) {
-      common::ThreadPool pool(thread_counts[ti]);
-      const double seconds = best_seconds(
-          [&] {
-            for (int64_t j = 0; j < count; ++j) {
-              tensor::WeightView w;
-              w.dtype = tensor::DType::kBF16;
-              w.rows = shape.n;
-              w.cols = shape.k;
-              w.data = weights.data() + j * per;
-              kernels::linear(x.data(), 1, w, y.data(), pool);
-            }
-          },
-          0.0, 3);
-      const double gbs = double(count * per * 2) / seconds / 1e9;
-      std::printf("%-22s %6lld %6lld | %7d %14.1f (%3.0f%%)\n", shape.name,
-                  static_cast<long long>(shape.n), static_cast<long long>(shape.k),
-                  thread_counts[ti], gbs, 100 * gbs / bandwidths[ti]);
+    for (const tensor::DType dt : {tensor::DType::kBF16, tensor::DType::kI8}) {
+      const int64_t per = shape.n * shape.k, elem = tensor::dtype_size_bytes(dt);
+      const int64_t count = total_bytes / (per * elem);
+      tensor::AlignedBuffer<uint8_t> weights(static_cast<size_t>(count * per * elem));
+      for (size_t i = 0; i < weights.size(); ++i)
+        weights[i] = dt == tensor::DType::kI8 ? static_cast<uint8_t>(i * 37 + 11)
+                                              : static_cast<uint8_t>(i & 1 ? 0x3f : 0x80 + (i & 6));
+      // Per-row parameters shared by every int8 matrix (the GEMV reads them once per row).
+      std::vector<float> row_scale(static_cast<size_t>(shape.n), 0.01f);
+      std::vector<int32_t> row_sum(static_cast<size_t>(shape.n), 0);
+      std::vector<float> x(shape.k, 0.5f), y(shape.n);
+      for (size_t ti = 0; ti < thread_counts.size(); ++ti) {
+        common::ThreadPool pool(thread_counts[ti]);
+        const double seconds = best_seconds(
+            [&] {
+              for (int64_t j = 0; j < count; ++j) {
+                tensor::WeightView w;
+                w.dtype = dt;
+                w.rows = shape.n;
+                w.cols = shape.k;
+                w.data = weights.data() + j * per * elem;
+                if (dt == tensor::DType::kI8) {
+                  w.quant.row_scale = row_scale.data();
+                  w.quant.row_sum = row_sum.data();
+                  kernels::linear_int8(x.data(), 1, w, y.data(), shape.n, pool);
+                } else {
+                  kernels::linear(x.data(), 1, w, y.data(), pool);
+                }
+              }
+            },
+            0.0, 3);
+        const double gbs = double(count * per * elem) / seconds / 1e9;
+        std::printf("%-22s %-5s %6lld %6lld | %7d %14.1f (%3.0f%%)\n", shape.name,
+                    std::string(tensor::dtype_name(dt)).c_str(), static_cast<long long>(shape.n),
+                    static_cast<long long>(shape.k), thread_counts[ti], gbs,
+                    100 * gbs / bandwidths[ti]);
+      }
     }
   }
 }
@@ -500,7 +514,7 @@ int main(int argc, char** argv) {
   std::string model_name = "small", dtype_name = "bf16", activations = "f32";
   std::vector<int> threads = {1, 2};
   int prefill = 512, decode = 128, long_prefill = 0;
-  bool skip_gemm = false, skip_model = false, lm_head_int8 = false;
+  bool skip_gemm = false, skip_model = false, lm_head_int8 = false, gemv_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -526,6 +540,8 @@ int main(int argc, char** argv) {
       activations = next();
     else if (a == "--skip-gemm")
       skip_gemm = true;
+    else if (a == "--gemv-only")
+      gemv_only = skip_model = true;
     else if (a == "--skip-model")
       skip_model = true;
     else if (a == "--lm-head-int8")
@@ -578,10 +594,8 @@ int main(int argc, char** argv) {
       "(prefill percentages are of the f32 FMA peak, or for BF16 weights on AMX of a third of "
       "the AMX-BF16 peak, or with --activations bf16 without AMX of the vdpbf16ps peak; int8 dot "
       "products can pass them)\n");
-  if (!skip_gemm) {
-    bench_gemm(threads, peaks, dpbf16_peaks);
-    bench_gemv_from_memory(threads, bandwidths);
-  }
+  if (!skip_gemm && !gemv_only) bench_gemm(threads, peaks, dpbf16_peaks);
+  if (!skip_gemm) bench_gemv_from_memory(threads, bandwidths);
   if (!skip_model) {
     const tensor::DType dtype = dtype_name == "bf16"   ? tensor::DType::kBF16
                                 : dtype_name == "w8a8" ? tensor::DType::kI8
