@@ -815,14 +815,19 @@ TEST_F(ServeTest, LoadTrackingRequestIdsRoleAndGenerationOverrides) {
 
   // A long stream: /load says 1 while it runs and 0 once it has ended.
   int stream_status = 0;
+  std::atomic<bool> stream_done{false};
   std::thread stream([&] {
     stream_status =
         post(s, "/v1/completions",
              R"({"prompt": "Count", "max_tokens": 500, "ignore_eos": true, "stream": true})")
             .status;
+    stream_done = true;
   });
+  // Until the stream is seen or has ended; the bound is time, as a loaded machine (sanitizers)
+  // may take seconds to connect.
   int seen = 0;
-  for (int i = 0; i < 500 && seen != 1; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (seen != 1 && !stream_done && std::chrono::steady_clock::now() < deadline) {
     seen = load();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
