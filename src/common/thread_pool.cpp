@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace common {
 namespace {
@@ -70,11 +71,29 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const RangeFn& fn) {
 void ThreadPool::parallel_for_dynamic(int64_t n, int64_t piece, const RangeFn& fn) {
   if (n <= 0) return;
   piece = std::max<int64_t>(1, piece);
-  std::atomic<int64_t> next{0};
+  // Each thread owns a contiguous share of the pieces and takes them in order, so that a GEMV
+  // split this way reads one continuous stream per thread (pieces handed out round-robin made
+  // every piece a new stream for the hardware prefetcher: 2-thread decode GEMVs of 1-4 MB read
+  // 7-25% slower on a 2-core Zen 5). A thread done with its share then takes the pieces left in
+  // the others', from their fronts, with the same counters, so each piece runs exactly once.
+  struct alignas(64) Share {
+    std::atomic<int64_t> next;
+    int64_t end;
+  };
   const int64_t pieces = (n + piece - 1) / piece;
-  parallel_for(std::min<int64_t>(pieces, num_threads_), 1, [&](int64_t, int64_t, int thread) {
-    for (int64_t begin; (begin = next.fetch_add(piece, std::memory_order_relaxed)) < n;)
-      fn(begin, std::min(n, begin + piece), thread);
+  const int parts = static_cast<int>(std::min<int64_t>(pieces, num_threads_));
+  std::vector<Share> shares(static_cast<size_t>(parts));
+  for (int t = 0; t < parts; ++t) {
+    shares[size_t(t)].next.store(pieces * t / parts * piece, std::memory_order_relaxed);
+    shares[size_t(t)].end = std::min(n, pieces * (t + 1) / parts * piece);
+  }
+  parallel_for(parts, 1, [&](int64_t, int64_t, int thread) {
+    for (int k = 0; k < parts; ++k) {
+      Share& share = shares[size_t((thread + k) % parts)];
+      for (int64_t begin;
+           (begin = share.next.fetch_add(piece, std::memory_order_relaxed)) < share.end;)
+        fn(begin, std::min(share.end, begin + piece), thread);
+    }
   });
 }
 

@@ -1,6 +1,6 @@
 // ThreadPool: a fixed set of worker threads for fork-join data parallelism inside one forward.
 // parallel_for splits [0, n) into one contiguous range per thread; the caller runs range 0.
-// parallel_for_dynamic hands out fixed-size pieces in order instead.
+// parallel_for_dynamic hands out fixed-size pieces instead: each thread's own share first.
 // Not reentrant: one parallel_for at a time per pool (the owning worker thread calls it).
 #pragma once
 
@@ -30,10 +30,11 @@ class ThreadPool {
 
   // Runs fn over [0, n) split into at most num_threads() ranges of at least `grain` items.
   void parallel_for(int64_t n, int64_t grain, const RangeFn& fn);
-  // Runs fn over [0, n) in pieces of `piece` items (the last may be shorter) that the threads
-  // claim in order from a shared counter, so that a thread slowed down (a busy core, a slower
-  // share of the memory bandwidth) takes fewer pieces instead of holding the others at the
-  // join. fn runs once per piece, possibly many times on one thread.
+  // Runs fn over [0, n) in pieces of `piece` items (the last may be shorter, every other starts
+  // on a multiple of `piece`). Each thread takes the pieces of its own contiguous share in order,
+  // then those still left in the others' shares, so that a thread slowed down (a busy core, a
+  // slower share of the memory bandwidth) is helped instead of holding the others at the join.
+  // fn runs once per piece, possibly many times on one thread.
   void parallel_for_dynamic(int64_t n, int64_t piece, const RangeFn& fn);
 
  private:

@@ -23,11 +23,11 @@ void streaming_range_avx512(const float* x, int64_t m, const tensor::WeightView&
 // 10-20 GB/s on one core against 30-33 for one stream, with a 30 GB/s read roof. Each output's
 // sum is formed the same way in both orders, so results do not depend on this choice.
 inline constexpr int64_t kSequentialMaxRows = 2;
-// Those GEMVs are split into pieces that the threads claim in turn
-// (ThreadPool::parallel_for_dynamic), about eight per thread and a multiple of 16 rows: with
-// one fixed half each, the thread that got the smaller share of a noisy machine's bandwidth
-// held the other at every join (6.7% of a decode step was spent waiting there on the 2-core
-// Zen 4). A piece is still one sequential stream of at least 16 rows.
+// Those GEMVs are split into pieces (ThreadPool::parallel_for_dynamic), about eight per thread
+// and a multiple of 16 rows: each thread streams through its own contiguous share, and one that
+// finishes early takes the pieces the others have left. With one fixed half each and no such
+// help, the thread that got the smaller share of a noisy machine's bandwidth held the other at
+// every join (6.7% of a decode step was spent waiting there on the 2-core Zen 4).
 inline int64_t decode_piece_rows(int64_t rows, int threads) {
   const int64_t pieces = int64_t{8} * std::max(threads, 1);
   return std::max<int64_t>(16, ((rows + pieces - 1) / pieces + 15) / 16 * 16);

@@ -1,10 +1,12 @@
 // ThreadPool: every index is visited exactly once (contiguous ranges and dynamic pieces), across
-// many back-to-back regions.
+// many back-to-back regions, and a held thread's dynamic pieces are taken over.
 #include "common/thread_pool.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -61,6 +63,32 @@ TEST(ThreadPoolTest, ManyShortRegionsDoNotLoseWork) {
     });
   }
   EXPECT_EQ(sum.load(), 20000 * 10);
+}
+
+// A thread held up on its first piece: the other runs its own share and then every piece left
+// in the held one's, so the held thread ends with that one piece. The hold is bounded, so a
+// pool that does not help fails the count instead of hanging.
+TEST(ThreadPoolTest, DynamicPiecesOfAHeldThreadAreTakenOver) {
+  common::ThreadPool pool(2);
+  constexpr int64_t kPieces = 16;
+  std::atomic<int64_t> done_by_caller{0}, done_by_worker{0};
+  std::atomic<bool> worker_started{false};
+  auto wait_for = [](auto&& condition) {
+    for (int i = 0; i < 10000 && !condition(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  pool.parallel_for_dynamic(kPieces, 1, [&](int64_t, int64_t, int tid) {
+    if (tid == 0) {  // the caller: not before the worker holds a piece
+      wait_for([&] { return worker_started.load(); });
+      done_by_caller.fetch_add(1);
+      return;
+    }
+    worker_started = true;
+    wait_for([&] { return done_by_caller.load() >= kPieces - 1; });
+    done_by_worker.fetch_add(1);
+  });
+  EXPECT_EQ(done_by_caller.load(), kPieces - 1);
+  EXPECT_EQ(done_by_worker.load(), 1);
 }
 
 }  // namespace
