@@ -90,12 +90,15 @@ TEST_P(GemmBf16ActivationsTest, EveryPathMatchesTheReferenceOnRoundedActivations
   }
 }
 
-// M around the 16-token blocks and kBf16DotMinRows, N around the six-row tiles, K around the
-// 32-value packing step (odd K takes the rounded-f32 path); 100 × 4096 spans two L2 passes.
+// M around the 16-token blocks and kBf16DotMinRows, N around the six-row tiles and the 48-row
+// chunks (a last chunk of 1, 4 and 47 rows), K around the 32-value packing step (odd K takes the
+// rounded-f32 path); 100 × 4096 spans two L2 passes.
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmBf16ActivationsTest,
                          ::testing::Values(Shape{1, 37, 64}, Shape{7, 13, 34}, Shape{8, 6, 32},
                                            Shape{17, 19, 66}, Shape{33, 64, 130}, Shape{64, 7, 2},
-                                           Shape{70, 25, 31}, Shape{100, 13, 4096}));
+                                           Shape{70, 25, 31}, Shape{100, 13, 4096},
+                                           Shape{20, 49, 64}, Shape{81, 100, 34},
+                                           Shape{130, 95, 66}));
 
 TEST(GemmBf16ActivationsTest, RoundingMatchesTheScalarConversion) {
   std::vector<float> x = testutil::random_vector(1000, 9, 100.0f);
