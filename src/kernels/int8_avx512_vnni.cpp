@@ -15,6 +15,8 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #endif
 
+#include "kernels/dpbusd_avx512.h"
+
 namespace kernels::detail {
 namespace {
 
@@ -38,7 +40,7 @@ inline void dot_tile(const int8_t* xq, const float* act_scale, int64_t k,
       xv[mb] = _mm512_xor_si512(_mm512_loadu_si512(xq + mb * k + i), flip);
     for (int nb = 0; nb < NB; ++nb) {
       const __m512i wv = _mm512_loadu_si512(rows[nb] + i);
-      for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm512_dpbusd_epi32(acc[nb][mb], xv[mb], wv);
+      for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = dpbusd(acc[nb][mb], xv[mb], wv);
     }
   }
   if (i < k) {
@@ -48,7 +50,7 @@ inline void dot_tile(const int8_t* xq, const float* act_scale, int64_t k,
       xv[mb] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, xq + mb * k + i), flip);
     for (int nb = 0; nb < NB; ++nb) {
       const __m512i wv = _mm512_maskz_loadu_epi8(mask, rows[nb] + i);
-      for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm512_dpbusd_epi32(acc[nb][mb], xv[mb], wv);
+      for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = dpbusd(acc[nb][mb], xv[mb], wv);
     }
   }
   for (int nb = 0; nb < NB; ++nb) {

@@ -29,6 +29,17 @@ void int8_range_avx512_vnni(const int8_t* xq, const float* act_scale, int64_t m,
                             const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
                             int64_t n_end);
 
+// AVX512-VNNI tiles for many tokens (int8_tiles_avx512_vnni.cpp; call only when
+// cpu_features().avx512_vnni). Quantized rows [16 · block_begin, 16 · block_end) of xq [m, k]
+// packed as blocks of [ceil(k / 4)][16 tokens] 32-bit quad words, each byte offset by 128 and
+// bytes past k (and rows at or past m) zero; block b at out + b · 16 · ceil(k / 4).
+void pack_int8_quads_avx512(const int8_t* xq, int64_t m, int64_t k, int64_t block_begin,
+                            int64_t block_end, uint32_t* out);
+// y (row stride ldy) for weight rows [n_begin, n_end) from the packed blocks.
+void int8_tiles_range_avx512_vnni(const uint32_t* blocks, const float* act_scale, int64_t m,
+                                  const tensor::WeightView& w, float* y, int64_t ldy,
+                                  int64_t n_begin, int64_t n_end);
+
 // AMX-INT8 (many tokens): xq padded to a multiple of 32 rows, each of kp bytes (K rounded up
 // to 64, zeros after K). Call only when amx_tiles_usable(), which asks the OS for the tile
 // state once per process.

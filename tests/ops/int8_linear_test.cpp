@@ -70,6 +70,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{32, 32, 64}, Shape{33, 50, 130}, Shape{96, 70, 257},
                                          Shape{64, 16, 3}, Shape{130, 33, 65}, Shape{16, 24, 100},
                                          Shape{17, 5, 64},
+                                         // the VNNI tiles: 48-row chunks with tails, K % 4
+                                         Shape{40, 100, 66}, Shape{36, 97, 13}, Shape{50, 130, 7},
+                                         Shape{32, 9, 4},
                                          // decode shapes through the prefetching 64-byte passes
                                          // and both tails
                                          Shape{1, 9, 2069}, Shape{2, 6, 150}, Shape{1, 4, 64})));
