@@ -10,6 +10,7 @@
 
 #include "common/logging.h"
 #include "kernels/gemm.h"
+#include "kernels/int8_paths.h"
 
 namespace kernels {
 namespace {
@@ -104,7 +105,9 @@ std::string kernel_paths_line() {
   s += f.avx512 && f.amx_bf16 ? "amx_bf16 (f32 operands as three exact bf16 terms)"
                               : (f.avx512 ? "avx512" : "avx2");
   s += ", linear int8 ";
-  s += f.avx512_vnni ? "avx512_vnni" : (f.avx_vnni ? "avx_vnni" : "avx2");
+  s += f.avx512_vnni
+           ? "avx512_vnni (tiles from " + std::to_string(detail::kInt8TilesMinTokens) + " tokens)"
+           : (f.avx_vnni ? "avx_vnni" : "avx2");
   if (f.amx_int8) s += " (amx_int8 from 16 tokens)";
   s += ", sampler exp ";
   s += f.avx512 ? "avx512" : "avx2";

@@ -25,10 +25,6 @@ using tensor::WeightView;
 // Tokens from which the AMX tiles (32 tokens per pass, weights packed per call) beat the VNNI
 // dot products: chunkpipe_bench gives 1.1x at 16 tokens, 2x at 32, 3-4x from 64.
 constexpr int64_t kAmxMinTokens = 16;
-// Tokens from which the AVX512-VNNI tiles (16-token vectors, no horizontal sums) beat its dot
-// products: one core of a Zen 5 ran them at 0.9x at 16-24 tokens (a tile of one or two token
-// vectors has too few accumulators), 1.0-1.2x from 32 at K 512-2048, 1.7x at K 7168.
-constexpr int64_t kVnniTilesMinTokens = 32;
 
 inline int8_t quantize_value(float x, float inv_scale, float offset) {
   const float v = std::nearbyint(x * inv_scale + offset);
@@ -204,7 +200,7 @@ void linear_int8(const float* x, int64_t m, const WeightView& w, float* y, int64
     });
     return;
   }
-  if (m >= kVnniTilesMinTokens && cpu_features().avx512_vnni) {
+  if (m >= detail::kInt8TilesMinTokens && cpu_features().avx512_vnni) {
     const int64_t blocks = (m + 15) / 16, quads = (k + 3) / 4;
     thread_local tensor::AlignedBuffer<uint32_t> packed_scratch;
     if (packed_scratch.size() < size_t(blocks * 16 * quads))

@@ -29,6 +29,10 @@ void int8_range_avx512_vnni(const int8_t* xq, const float* act_scale, int64_t m,
                             const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
                             int64_t n_end);
 
+// Tokens from which the AVX512-VNNI tiles (16-token vectors, no horizontal sums) beat its dot
+// products: one core of a Zen 5 ran them at 0.9x at 16-24 tokens (a tile of one or two token
+// vectors has too few accumulators), 1.0-1.2x from 32 at K 512-2048, 1.7x at K 7168.
+inline constexpr int64_t kInt8TilesMinTokens = 32;
 // AVX512-VNNI tiles for many tokens (int8_tiles_avx512_vnni.cpp; call only when
 // cpu_features().avx512_vnni). Quantized rows [16 · block_begin, 16 · block_end) of xq [m, k]
 // packed as blocks of [ceil(k / 4)][16 tokens] 32-bit quad words, each byte offset by 128 and
