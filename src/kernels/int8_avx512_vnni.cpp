@@ -24,7 +24,14 @@ inline int32_t hsum(__m512i v) {
   return simd::hsum(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
-template <int NB, int MB>
+// Decode (m <= kSequentialMaxRows) reads each weight row once, in address order; the line
+// kPrefetchBytes ahead is asked for as each line is read. The hardware prefetchers alone held one
+// core to 20-22 GB/s on 512-byte rows (the experts' down projections of the `small` model) where
+// the same rows in BF16 stream at 27; with the prefetch 24-27, and 2048-byte rows 23-28 against
+// 14-22 (one Zen 5 core, 512 MB of matrices per pass).
+constexpr int64_t kPrefetchBytes = 4096;
+
+template <int NB, int MB, bool kStream = false>
 inline void dot_tile(const int8_t* xq, const float* act_scale, int64_t k,
                      const tensor::WeightView& w, int64_t n0, float* y, int64_t ldy) {
   const int8_t* rows[NB];
@@ -35,6 +42,10 @@ inline void dot_tile(const int8_t* xq, const float* act_scale, int64_t k,
     for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm512_setzero_si512();
   int64_t i = 0;
   for (; i + 64 <= k; i += 64) {
+    if constexpr (kStream) {
+      for (int nb = 0; nb < NB; ++nb)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[nb] + i + kPrefetchBytes), _MM_HINT_T0);
+    }
     __m512i xv[MB];
     for (int mb = 0; mb < MB; ++mb)
       xv[mb] = _mm512_xor_si512(_mm512_loadu_si512(xq + mb * k + i), flip);
@@ -66,6 +77,9 @@ template <int NB>
 inline void tokens_for_weight_block(const int8_t* xq, const float* act_scale, int64_t m,
                                     const tensor::WeightView& w, int64_t n, float* y, int64_t ldy) {
   const int64_t k = w.cols;
+  static_assert(kSequentialMaxRows == 2);
+  if (m == 1) return dot_tile<NB, 1, true>(xq, act_scale, k, w, n, y, ldy);
+  if (m == 2) return dot_tile<NB, 2, true>(xq, act_scale, k, w, n, y, ldy);
   int64_t r = 0;
   for (; r + 4 <= m; r += 4) dot_tile<NB, 4>(xq + r * k, act_scale + r, k, w, n, y + r * ldy, ldy);
   switch (m - r) {
