@@ -15,19 +15,10 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
 #endif
 
+#include "kernels/staged_tiles.h"
+
 namespace kernels::detail {
 namespace {
-
-// Weight rows per tile; with four 16-token vectors that is 24 accumulators, 4 activation
-// registers and one broadcast of the 32 zmm registers.
-constexpr int kTileRows = 6;
-constexpr int kMaxTokenVectors = 4;
-// Output rows per chunk. A chunk's tiles write their outputs transposed into a stage of
-// [64 tokens][48 rows] (12 KiB, in L1), which then goes to y in whole vectors. Written straight
-// into y, a tile's 64 token rows are ldy apart, and at ldy a multiple of 4 KiB (N 1024, 2048,
-// 3072) they all fall in one L1 set: every tile missed on every row, and one core ran N 2048 at
-// K 512 at 141 GFLOP/s instead of 365, and at K 2048 at 282 instead of 400.
-constexpr int64_t kChunkRows = 8 * kTileRows;
 
 // One token row's 32 values from i (masked past k), rounded to bf16 to nearest even by
 // vcvtne2ps2bf16, as 16 pair words: values (i+2j, i+2j+1), the even one in the low half. The
@@ -71,21 +62,6 @@ inline void tile(const uint32_t* xt, int64_t block_words, int64_t kp2, const uin
   }
 }
 
-template <int NR>
-inline void tile_any(int tv, const uint32_t* xt, int64_t block_words, int64_t kp2,
-                     const uint16_t* w, int64_t k, float* stage, int64_t ld) {
-  switch (tv) {
-    case 4:
-      return tile<NR, 4>(xt, block_words, kp2, w, k, stage, ld);
-    case 3:
-      return tile<NR, 3>(xt, block_words, kp2, w, k, stage, ld);
-    case 2:
-      return tile<NR, 2>(xt, block_words, kp2, w, k, stage, ld);
-    default:
-      return tile<NR, 1>(xt, block_words, kp2, w, k, stage, ld);
-  }
-}
-
 }  // namespace
 
 void pack_bf16_pairs_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin,
@@ -112,38 +88,23 @@ void bf16_pairs_range_avx512(const uint32_t* blocks, int64_t m, const uint16_t* 
                              float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
   const int64_t kp2 = k / 2;
   const int64_t block_words = kp2 * 16;
-  const int64_t num_blocks = (m + 15) / 16;
-  // Token blocks per pass: their packed pairs (32 · k bytes a block) stay in L2 while every
-  // weight row of the range streams past them once, a chunk of rows at a time (the chunk's rows
-  // stay in L2 while its tiles run over the pass's blocks).
-  const int64_t pass_blocks = std::max<int64_t>(
-      kMaxTokenVectors, (int64_t{512} << 10) / (32 * k) / kMaxTokenVectors * kMaxTokenVectors);
-  for (int64_t pb = 0; pb < num_blocks; pb += pass_blocks) {
-    const int64_t pe = std::min(num_blocks, pb + pass_blocks);
-    for (int64_t nc = n_begin; nc < n_end; nc += kChunkRows) {
-      const int64_t ce = std::min(n_end, nc + kChunkRows), cols = ce - nc;
-      const __mmask16 tail = __mmask16((1u << (cols % 16 ? cols % 16 : 16)) - 1u);
-      for (int64_t b = pb; b < pe; b += kMaxTokenVectors) {
-        const int tv = static_cast<int>(std::min<int64_t>(kMaxTokenVectors, pe - b));
-        const uint32_t* xt = blocks + b * block_words;
-        alignas(64) float stage[kMaxTokenVectors * 16 * kChunkRows];
-        int64_t n = nc;
-        for (; n + kTileRows <= ce; n += kTileRows)
-          tile_any<kTileRows>(tv, xt, block_words, kp2, w + n * k, k, stage + (n - nc), kChunkRows);
-        for (; n < ce; ++n)
-          tile_any<1>(tv, xt, block_words, kp2, w + n * k, k, stage + (n - nc), kChunkRows);
-        // The chunk's outputs go to y a token row at a time, in whole vectors.
-        const int64_t tokens = std::min<int64_t>(16 * tv, m - b * 16);
-        for (int64_t t = 0; t < tokens; ++t) {
-          const float* src = stage + t * kChunkRows;
-          float* dst = y + (b * 16 + t) * ldy + nc;
-          int64_t c = 0;
-          for (; c + 16 < cols; c += 16) _mm512_storeu_ps(dst + c, _mm512_load_ps(src + c));
-          _mm512_mask_storeu_ps(dst + c, tail, _mm512_maskz_loadu_ps(tail, src + c));
-        }
-      }
+  auto run_tile = [&](auto rows, auto vectors, int64_t b, int64_t n, float* stage) {
+    tile<rows(), vectors()>(blocks + b * block_words, block_words, kp2, w + n * k, k, stage,
+                            kChunkRows);
+  };
+  // The chunk's outputs go to y a token row at a time, in whole vectors.
+  auto flush = [&](int64_t b, int tv, int64_t nc, int64_t cols, const float* stage) {
+    const __mmask16 tail = __mmask16((1u << (cols % 16 ? cols % 16 : 16)) - 1u);
+    const int64_t tokens = std::min<int64_t>(16 * tv, m - b * 16);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float* src = stage + t * kChunkRows;
+      float* dst = y + (b * 16 + t) * ldy + nc;
+      int64_t c = 0;
+      for (; c + 16 < cols; c += 16) _mm512_storeu_ps(dst + c, _mm512_load_ps(src + c));
+      _mm512_mask_storeu_ps(dst + c, tail, _mm512_maskz_loadu_ps(tail, src + c));
     }
-  }
+  };
+  staged_tiles<float>((m + 15) / 16, l2_pass_blocks(32 * k), n_begin, n_end, run_tile, flush);
 }
 
 }  // namespace kernels::detail

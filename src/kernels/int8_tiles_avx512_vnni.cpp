@@ -19,16 +19,10 @@
 #endif
 
 #include "kernels/dpbusd_avx512.h"
+#include "kernels/staged_tiles.h"
 
 namespace kernels::detail {
 namespace {
-
-constexpr int kTileRows = 6;
-constexpr int kMaxTokenVectors = 4;
-// A chunk's tiles write their dots into a [64 tokens][48 rows] stage in L1, finished and copied
-// to y a token row at a time (see gemm_avx512_bf16.cpp: tiles writing y directly miss L1 on
-// every token row when ldy is a multiple of 4 KiB).
-constexpr int64_t kChunkRows = 8 * kTileRows;
 
 // Row r's quad q as one word; the last quad of a row with K % 4 != 0 is read byte by byte (the
 // bytes past K, which a word load would take from the next row or past the weight, face zero
@@ -76,21 +70,6 @@ inline void tile(const uint32_t* xt, int64_t block_words, int64_t k, const int8_
       _mm512_store_si512(out, acc[r][v]);
       for (int t = 0; t < 16; ++t) stage[(v * 16 + t) * ld + r] = out[t];
     }
-  }
-}
-
-template <int NR>
-inline void tile_any(int tv, const uint32_t* xt, int64_t block_words, int64_t k, const int8_t* w,
-                     int32_t* stage, int64_t ld) {
-  switch (tv) {
-    case 4:
-      return tile<NR, 4>(xt, block_words, k, w, stage, ld);
-    case 3:
-      return tile<NR, 3>(xt, block_words, k, w, stage, ld);
-    case 2:
-      return tile<NR, 2>(xt, block_words, k, w, stage, ld);
-    default:
-      return tile<NR, 1>(xt, block_words, k, w, stage, ld);
   }
 }
 
@@ -153,33 +132,18 @@ void int8_tiles_range_avx512_vnni(const uint32_t* blocks, const float* act_scale
                                   int64_t n_begin, int64_t n_end) {
   const int64_t k = w.cols, quads = (k + 3) / 4;
   const int64_t block_words = quads * 16;
-  const int64_t num_blocks = (m + 15) / 16;
-  // Token blocks per pass whose packed quads (64 · quads bytes a block) stay in L2 while the
-  // range's weight rows stream past them once, a chunk of rows at a time.
-  const int64_t pass_blocks = std::max<int64_t>(
-      kMaxTokenVectors, (int64_t{512} << 10) / (64 * quads) / kMaxTokenVectors * kMaxTokenVectors);
-  for (int64_t pb = 0; pb < num_blocks; pb += pass_blocks) {
-    const int64_t pe = std::min(num_blocks, pb + pass_blocks);
-    for (int64_t nc = n_begin; nc < n_end; nc += kChunkRows) {
-      const int64_t ce = std::min(n_end, nc + kChunkRows), cols = ce - nc;
-      for (int64_t b = pb; b < pe; b += kMaxTokenVectors) {
-        const int tv = static_cast<int>(std::min<int64_t>(kMaxTokenVectors, pe - b));
-        const uint32_t* xt = blocks + b * block_words;
-        alignas(64) int32_t stage[kMaxTokenVectors * 16 * kChunkRows];
-        int64_t n = nc;
-        for (; n + kTileRows <= ce; n += kTileRows)
-          tile_any<kTileRows>(tv, xt, block_words, k, w.i8() + n * k, stage + (n - nc), kChunkRows);
-        for (; n < ce; ++n)
-          tile_any<1>(tv, xt, block_words, k, w.i8() + n * k, stage + (n - nc), kChunkRows);
-        const int64_t tokens = std::min<int64_t>(16 * tv, m - b * 16);
-        for (int64_t t = 0; t < tokens; ++t) {
-          const int64_t token = b * 16 + t;
-          finish_row(stage + t * kChunkRows, nc, cols, act_scale[token], w.quant,
-                     y + token * ldy + nc);
-        }
-      }
+  auto run_tile = [&](auto rows, auto vectors, int64_t b, int64_t n, int32_t* stage) {
+    tile<rows(), vectors()>(blocks + b * block_words, block_words, k, w.i8() + n * k, stage,
+                            kChunkRows);
+  };
+  auto flush = [&](int64_t b, int tv, int64_t nc, int64_t cols, const int32_t* stage) {
+    const int64_t tokens = std::min<int64_t>(16 * tv, m - b * 16);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t token = b * 16 + t;
+      finish_row(stage + t * kChunkRows, nc, cols, act_scale[token], w.quant, y + token * ldy + nc);
     }
-  }
+  };
+  staged_tiles<int32_t>((m + 15) / 16, l2_pass_blocks(64 * quads), n_begin, n_end, run_tile, flush);
 }
 
 }  // namespace kernels::detail
