@@ -10,7 +10,9 @@
 //   chunkpipe_bench [--model small|tiny] [--threads 1,2] [--prefill 512] [--decode 128]
 //                   [--long-prefill 4096] [--skip-gemm] [--skip-model] [--dtype bf16|f32|w8a8]
 //                   [--lm-head-int8]  (the lm_head in int8, model::LoadOptions::lm_head_int8)
-//                   [--activations f32|bf16]  (kernels::ActivationPrecision of the model run)
+//                   [--activations auto|f32|bf16]  (kernels::ActivationPrecision of the model
+//                   run; auto is what `serve --dtype auto` picks for these weights: bf16 for
+//                   BF16 and W8A8 checkpoints, whose torch_dtype is bfloat16, f32 for f32)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -541,7 +543,7 @@ std::vector<int> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_name = "small", dtype_name = "bf16", activations = "f32";
+  std::string model_name = "small", dtype_name = "bf16", activations = "auto";
   std::vector<int> threads = {1, 2};
   int prefill = 512, decode = 128, long_prefill = 0;
   bool skip_gemm = false, skip_model = false, lm_head_int8 = false, gemv_only = false;
@@ -583,11 +585,12 @@ int main(int argc, char** argv) {
   }
   if ((model_name != "small" && model_name != "tiny") ||
       (dtype_name != "bf16" && dtype_name != "f32" && dtype_name != "w8a8") ||
-      (activations != "f32" && activations != "bf16")) {
+      (activations != "auto" && activations != "f32" && activations != "bf16")) {
     std::fprintf(stderr,
-                 "error: --model small|tiny, --dtype bf16|f32|w8a8, --activations f32|bf16\n");
+                 "error: --model small|tiny, --dtype bf16|f32|w8a8, --activations auto|f32|bf16\n");
     return 2;
   }
+  if (activations == "auto") activations = dtype_name == "f32" ? "f32" : "bf16";
   bench::print_cpu_line();
   std::printf("%s\n", kernels::kernel_paths_line().c_str());
   const bool avx512 = kernels::cpu_features().avx512;

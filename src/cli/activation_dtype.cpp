@@ -1,22 +1,48 @@
 // --dtype parsing shared by the commands that build an engine.
 #include "cli/activation_dtype.h"
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace cli {
+namespace {
+
+// The checkpoint's torch_dtype, or "" when config.json is missing, malformed or silent. Only
+// this one key is read: a config the model loader would refuse is refused there, by name.
+std::string checkpoint_torch_dtype(const std::string& model_dir) {
+  std::ifstream in(model_dir + "/config.json");
+  if (!in) return "";
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json config =
+      nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return "";
+  const auto it = config.find("torch_dtype");
+  return it != config.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace
 
 void add_dtype_option(ArgParser& p) {
   p.add_option("dtype",
-               "activation dtype: auto and float32 keep f32 activations (exact to the reference); "
-               "bfloat16 rounds the activations entering BF16-weight linears to bf16",
+               "activation dtype: auto follows the checkpoint's torch_dtype (a bfloat16 checkpoint "
+               "runs bfloat16); bfloat16 rounds the activations entering BF16-weight linears to "
+               "bf16; float32 keeps f32 activations, exact to the reference",
                "auto");
 }
 
-common::Result<kernels::ActivationPrecision> parse_dtype_option(const ArgParser& p) {
+common::Result<kernels::ActivationPrecision> parse_dtype_option(const ArgParser& p,
+                                                                const std::string& model_dir) {
   const std::string dtype = p.option("dtype").value_or("auto");
   if (dtype == "bfloat16") return kernels::ActivationPrecision::kBf16;
-  if (dtype == "auto" || dtype == "float" || dtype == "float32")
-    return kernels::ActivationPrecision::kF32;
+  if (dtype == "float" || dtype == "float32") return kernels::ActivationPrecision::kF32;
+  if (dtype == "auto") {
+    return checkpoint_torch_dtype(model_dir) == "bfloat16" ? kernels::ActivationPrecision::kBf16
+                                                           : kernels::ActivationPrecision::kF32;
+  }
   if (dtype == "half" || dtype == "float16") {
     return common::invalid_argument("--dtype " + dtype +
                                     " is not supported on CPU; use bfloat16 or float32");

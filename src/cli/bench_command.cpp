@@ -515,7 +515,7 @@ int run_bench_latency(int argc, char** argv) {
   for (const auto* r : {&in, &out, &batch, &warm, &iters}) {
     if (!r->ok()) return fail(p, "latency", r->status(), true);
   }
-  auto precision = parse_dtype_option(p);
+  auto precision = parse_dtype_option(p, p.positional("MODEL"));
   if (!precision.ok()) return fail(p, "latency", precision.status(), true);
   auto e = start_engine(p, *precision);
   if (!e.ok()) return fail(p, "latency", e.status(), false);
@@ -569,7 +569,7 @@ int run_bench_throughput(int argc, char** argv) {
   for (const auto* r : {&in, &out, &n}) {
     if (!r->ok()) return fail(p, "throughput", r->status(), true);
   }
-  auto precision = parse_dtype_option(p);
+  auto precision = parse_dtype_option(p, p.positional("MODEL"));
   if (!precision.ok()) return fail(p, "throughput", precision.status(), true);
   auto e = start_engine(p, *precision);
   if (!e.ok()) return fail(p, "throughput", e.status(), false);

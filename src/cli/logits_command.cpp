@@ -96,7 +96,7 @@ int run_logits_command(int argc, char** argv) {
   if (!chunk.ok()) return fail(chunk.status(), 2);
   if (!threads.ok()) return fail(threads.status(), 2);
   if (!block_size.ok()) return fail(block_size.status(), 2);
-  auto precision = parse_dtype_option(p);
+  auto precision = parse_dtype_option(p, p.positional("MODEL"));
   if (!precision.ok()) return fail(precision.status(), 2);
   kernels::set_activation_precision(*precision);
   model::SequenceLogitsOptions opts;

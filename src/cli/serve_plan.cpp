@@ -464,11 +464,13 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     }
   }
   {
-    CP_ASSIGN_OR_RETURN(const kernels::ActivationPrecision precision, parse_dtype_option(p));
+    CP_ASSIGN_OR_RETURN(const kernels::ActivationPrecision precision,
+                        parse_dtype_option(p, plan->model_dir));
     plan->bf16_activations = precision == kernels::ActivationPrecision::kBf16;
     if (plan->bf16_activations) {
-      LOG(INFO) << "--dtype bfloat16: activations are rounded to bf16 before every BF16-weight "
-                   "linear layer (attention and norms stay float32)";
+      LOG(INFO) << "--dtype " << p.option("dtype").value_or("auto")
+                << " -> bfloat16: activations are rounded to bf16 before every BF16-weight linear "
+                   "layer (attention and norms stay float32; --dtype float32 keeps them f32)";
     }
   }
 

@@ -25,7 +25,8 @@ CommandResult run(const std::string& args) {
 const std::string kModel = std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16";
 
 TEST(LogitsCommandTest, WritesReferenceKeys) {
-  CommandResult r = run("logits " + kModel + " --ids 0,5,17,42 --all --mtp --chunk 3 --threads 2");
+  CommandResult r = run("logits " + kModel +
+                        " --ids 0,5,17,42 --all --mtp --chunk 3 --threads 2 --dtype float32");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["n_tokens"], 4);
@@ -60,16 +61,26 @@ TEST(LogitsCommandTest, UsageErrorsNameTheProblem) {
   EXPECT_NE(r.out.find("unknown command 'serve-nothing'"), std::string::npos);
 }
 
-// --dtype means the same on every command that builds an engine: bfloat16 rounds what enters
-// the BF16 checkpoint's linears (the logits move, a little), float16 is refused by name.
+// --dtype means the same on every command that builds an engine: auto follows the checkpoint's
+// torch_dtype (bfloat16 for tiny-bf16, float32 for tiny-noq-f32), bfloat16 rounds what enters the
+// BF16 checkpoint's linears (the logits move, a little), float16 is refused by name.
 TEST(LogitsCommandTest, DtypeIsSharedWithServe) {
-  CommandResult f32 = run("logits " + kModel + " --ids 0,5,17,42 --threads 1");
-  CommandResult bf16 = run("logits " + kModel + " --ids 0,5,17,42 --threads 1 --dtype bfloat16");
-  ASSERT_EQ(f32.exit_code, 0) << f32.out;
-  ASSERT_EQ(bf16.exit_code, 0) << bf16.out;
+  const std::string ids = " --ids 0,5,17,42 --threads 1";
+  CommandResult f32 = run("logits " + kModel + ids + " --dtype float32");
+  CommandResult bf16 = run("logits " + kModel + ids + " --dtype bfloat16");
+  CommandResult automatic = run("logits " + kModel + ids);
+  CommandResult f32_checkpoint =
+      run("logits " + std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-noq-f32" + ids);
+  for (const CommandResult* r : {&f32, &bf16, &automatic, &f32_checkpoint})
+    ASSERT_EQ(r->exit_code, 0) << r->out;
   const auto a = nlohmann::json::parse(f32.out), b = nlohmann::json::parse(bf16.out);
+  const auto c = nlohmann::json::parse(automatic.out);
   EXPECT_EQ(a["dtype"], "float32");
   EXPECT_EQ(b["dtype"], "bfloat16");
+  EXPECT_EQ(c["dtype"], "bfloat16") << "auto must follow tiny-bf16's torch_dtype";
+  EXPECT_EQ(c["last_logits"], b["last_logits"]);
+  EXPECT_EQ(nlohmann::json::parse(f32_checkpoint.out)["dtype"], "float32")
+      << "auto must follow tiny-noq-f32's torch_dtype";
   double moved = 0;
   for (size_t i = 0; i < a["last_logits"].size(); ++i) {
     moved = std::max(

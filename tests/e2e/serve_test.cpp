@@ -556,11 +556,11 @@ TEST_F(ServeTest, PromptLogprobsScoreThePromptAsGenerationDid) {
   }
 }
 
-// --dtype bfloat16 rounds the activations of every BF16-weight linear, in the serving process
-// and in each pipeline stage's process: the prompt's scores must move off the float32 server's,
-// and two stages must score exactly as one process does (same chunks, same kernels). float16 is
-// refused by name.
-TEST_F(ServeTest, Bf16DtypeReachesEveryStage) {
+// --dtype auto follows the checkpoint's torch_dtype (this one is bfloat16), as vLLM's does:
+// the shared server must score exactly as an explicit --dtype bfloat16 pipeline of two stages
+// (same chunks, same kernels, rounding in each stage's process), and --dtype float32 must move
+// the scores off both. float16 is refused by name.
+TEST_F(ServeTest, DtypeAutoFollowsTheCheckpointIntoEveryStage) {
   ASSERT_TRUE(server_->ready());
   json prompt = json::array();
   for (int i = 0; i < 100; ++i) prompt.push_back(500 + (i * 53) % 4000);
@@ -575,27 +575,30 @@ TEST_F(ServeTest, Bf16DtypeReachesEveryStage) {
     for (size_t p = 1; p < lps.size(); ++p) out.push_back(lps[p].get<double>());
     return out;
   };
-  const std::vector<double> f32 = scores(*server_, "float32");
-  std::vector<std::vector<double>> bf16;
-  for (const char* pp : {"1", "2"}) {
+  const std::vector<double> automatic = scores(*server_, "auto");
+  std::vector<std::vector<double>> explicit_scores;  // float32 with one stage, bfloat16 with two
+  for (const auto& [dtype, pp] : {std::pair{"float32", "1"}, std::pair{"bfloat16", "2"}}) {
     auto flags = base_flags();
     flags.insert(flags.end(),
-                 {"--api-key", kKey, "--dtype", "bfloat16", "--pipeline-parallel-size", pp});
+                 {"--api-key", kKey, "--dtype", dtype, "--pipeline-parallel-size", pp});
     e2e::ServerProcess s(model_dir(), flags,
-                         std::string("/tmp/chunkpipe_e2e_bf16_pp") + pp + ".log");
+                         std::string("/tmp/chunkpipe_e2e_") + dtype + "_pp" + pp + ".log");
     ASSERT_TRUE(s.ready());
-    bf16.push_back(scores(s, pp));
+    explicit_scores.push_back(scores(s, dtype));
     EXPECT_EQ(s.stop(), 0);
   }
+  const std::vector<double>& f32 = explicit_scores[0];
+  const std::vector<std::vector<double>> bf16 = {automatic, explicit_scores[1]};
   ASSERT_EQ(f32.size(), prompt.size() - 1);
   ASSERT_EQ(bf16[0].size(), f32.size());
   ASSERT_EQ(bf16[1].size(), f32.size());
   double moved = 0;
   for (size_t p = 0; p < f32.size(); ++p) {
     moved = std::max(moved, std::abs(bf16[0][p] - f32[p]));
-    EXPECT_EQ(bf16[1][p], bf16[0][p]) << "position " << p + 1 << ": two stages differ";
+    EXPECT_EQ(bf16[1][p], bf16[0][p])
+        << "position " << p + 1 << ": auto with one stage differs from bfloat16 with two";
   }
-  EXPECT_GT(moved, 1e-4) << "--dtype bfloat16 did not change the arithmetic";
+  EXPECT_GT(moved, 1e-4) << "--dtype float32 and auto (bfloat16) did not differ";
   const auto refused = e2e::run_shell("timeout 60 " + std::string(CHUNKPIPE_BINARY) + " serve " +
                                       model_dir() + " --dtype float16");
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
@@ -1585,7 +1588,7 @@ TEST(ServeGoldenTest, FirstTokenIsTheArgmaxOfTheGoldenLogits) {
   e2e::ServerProcess s(
       data + "/tiny-bf16",
       {"--tokenizer", CHUNKPIPE_TOKENIZER_DIR, "--block-size", "16", "--max-model-len", "1024",
-       "--kv-cache-memory", "8000000", "--threads", "1"},
+       "--kv-cache-memory", "8000000", "--threads", "1", "--dtype", "float32"},
       "/tmp/chunkpipe_e2e_golden.log");
   ASSERT_TRUE(s.ready()) << "see /tmp/chunkpipe_e2e_golden.log";
   for (const char* seq : {"short", "s64", "s200"}) {
