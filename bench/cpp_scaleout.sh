@@ -5,6 +5,7 @@
 # chunks and with CPP (default settings). Prints the CPU, each TTFT and the scale-out efficiency
 # TTFT(PP1, 1 core) / (2 · TTFT(PP2, 1 core each)). Needs root (namespaces) and a build.
 #   bench/cpp_scaleout.sh [PRESET=seed] [WARMUP=1]     PRESET: seed | long (as bench/cpp_ttft.sh)
+# DTYPE passes --dtype to every server (default auto: bf16 activations for the bfloat16 model);
 # CHUNKPIPE_BIN runs another build (A/B runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ source tests/e2e/two_hosts.sh
 
 common=(--served-model-name m --max-model-len $((prompt + 64)) --block-size 128
         --max-num-batched-tokens "$chunk" --max-num-seqs 4 --no-enable-prefix-caching
-        --kv-cache-memory $((prompt * 50000)) --threads 1)
+        --kv-cache-memory $((prompt * 50000)) --threads 1 --dtype "${DTYPE:-auto}")
 cpp='{"scheduler_config": {"profiling_chunk_config": {"enabled": true, "min_chunk": '$min_chunk'}}}'
 
 ttft() {  # PORT SEED: one prompt's TTFT in ms, through namespace A's loopback
@@ -43,7 +44,7 @@ wait_up() {  # PORT: bounded wait for /health (profiling can take a minute)
 }
 
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); flags: $(grep -m1 flags /proc/cpuinfo | grep -o 'avx512[a-z_0-9]*\|avx2\|amx[a-z_0-9]*\|avx_vnni' | sort -u | xargs); cores: $(nproc)"
-echo "prompt $prompt tokens, B $chunk, min_chunk $min_chunk; PP1 on core 0; PP2: node 0 ($addr_a) on core 0, node 1 ($addr_b) on core 1"
+echo "prompt $prompt tokens, B $chunk, min_chunk $min_chunk, --dtype ${DTYPE:-auto}; PP1 on core 0; PP2: node 0 ($addr_a) on core 0, node 1 ($addr_b) on core 1"
 
 ip netns exec "$ns_a" taskset -c 0 "$bin" serve "$model" "${common[@]}" --host 127.0.0.1 \
   --port 8301 > "$work/pp1.log" 2>&1 &
