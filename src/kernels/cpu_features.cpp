@@ -97,7 +97,7 @@ std::string kernel_paths_line() {
                     "read in place from 8 to 256 tokens; f32 weights " +
                         openblas + ")"
                   : openblas;
-  s += ", linear bf16 activations (--dtype bfloat16) ";
+  s += ", linear bf16 activations (--dtype bfloat16, or auto on a bfloat16 checkpoint) ";
   s += f.amx_bf16      ? std::string("amx_bf16")
        : f.avx512_bf16 ? "avx512_bf16 from " + std::to_string(kBf16DotMinRows) + " tokens"
                        : std::string("rounded, then as f32");
