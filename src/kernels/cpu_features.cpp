@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "kernels/gemm.h"
 #include "kernels/int8_paths.h"
+#include "kernels/mla_attention.h"
 
 namespace kernels {
 namespace {
@@ -104,6 +105,10 @@ std::string kernel_paths_line() {
   s += ", mla prefill attention ";
   s += f.avx512 && f.amx_bf16 ? "amx_bf16 (f32 operands as three exact bf16 terms)"
                               : (f.avx512 ? "avx512" : "avx2");
+  if (bf16_prefill_attention()) {
+    s += f.avx512_bf16 && !f.amx_bf16 ? " with bf16 products (CHUNKPIPE_ATTENTION=bf16)"
+                                      : " (CHUNKPIPE_ATTENTION=bf16 needs AVX512_BF16 without AMX)";
+  }
   s += ", linear int8 ";
   s += f.avx512_vnni
            ? "avx512_vnni (tiles from " + std::to_string(detail::kInt8TilesMinTokens) + " tokens)"

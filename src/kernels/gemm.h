@@ -40,7 +40,8 @@ inline constexpr int64_t kAmxRowMajorMaxRows = 256;
 // f32, so that the forward matches the f32 reference. kBf16 rounds them to bf16 first (round to
 // nearest even), as serving in bfloat16 on a GPU and llama.cpp's BF16 path do: every product is
 // then exact in f32, and AVX512_BF16's vdpbf16ps runs them at twice the f32 FMA rate. F32 and I8
-// weights (the MoE router is F32 in memory) and the attention itself are not affected.
+// weights (the MoE router is F32 in memory) and the attention are not affected (the attention's
+// own switch is CHUNKPIPE_ATTENTION, mla_attention.h).
 // Process-wide: set it before forwards run on other threads (serve's --dtype bfloat16 does, at
 // start-up).
 enum class ActivationPrecision { kF32, kBf16 };

@@ -1,14 +1,16 @@
 // MLA attention. Prefill: the blocked online-softmax pass of mla_flash.h, instantiated here for
-// AVX2 (the AVX-512 one is in mla_attention_avx512.cpp). Decode: sgemm on cache blocks with the
+// AVX2 (the AVX-512 ones are in mla_attention_avx512*.cpp). Decode: sgemm on cache blocks with the
 // whole score row materialized, softmax exact in f32.
 #include "kernels/mla_attention.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
 #include "common/check.h"
+#include "common/logging.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "kernels/mla_flash.h"
@@ -56,6 +58,7 @@ struct Avx2 {
   using Vec = __m256;
   static constexpr int kWidth = 8;
   static constexpr int kRows = 3;
+  static constexpr bool kBf16Pairs = false;
   static Vec zero() { return _mm256_setzero_ps(); }
   static Vec set1(float x) { return _mm256_set1_ps(x); }
   static Vec load(const float* p) { return _mm256_loadu_ps(p); }
@@ -107,6 +110,25 @@ void mla_prefill_items_avx2(const MlaPrefillArgs& a, int64_t key_begin, int64_t 
 
 }  // namespace detail
 
+std::optional<bool> parse_attention_precision(std::string_view value) {
+  if (value == "bf16") return true;
+  if (value.empty() || value == "f32") return false;
+  return std::nullopt;
+}
+
+bool bf16_prefill_attention() {
+  static const bool bf16 = [] {
+    const char* env = std::getenv("CHUNKPIPE_ATTENTION");
+    const std::optional<bool> v = parse_attention_precision(env ? env : "");
+    if (!v) {
+      LOG(WARNING) << "CHUNKPIPE_ATTENTION=" << env
+                   << " is not one of f32, bf16; the attention stays f32";
+    }
+    return v.value_or(false);
+  }();
+  return bf16;
+}
+
 void mla_prefill_attention(const MlaPrefillArgs& a, common::ThreadPool& pool) {
   thread_local MlaPrefillState state;
   MlaPrefillArgs whole = a;
@@ -122,6 +144,7 @@ void mla_prefill_attention_keys(const MlaPrefillArgs& a, int64_t key_begin, int6
       << a.context_len;
   const bool avx512 = cpu_features().avx512;
   const bool amx = avx512 && amx_bf16_active();
+  const bool bf16 = a.bf16 && !amx && cpu_features().avx512_bf16;
   if (key_begin == 0) {
     // Grows only: every item starts its own rows when it runs the first keys.
     state.query_block =
@@ -132,6 +155,19 @@ void mla_prefill_attention_keys(const MlaPrefillArgs& a, int64_t key_begin, int6
     if (state.l.size() < rows) state.l.resize(rows);
     if (state.o.size() < o_size) state.o.resize(o_size);
   }
+  if (bf16) {
+    const auto grow = [](tensor::AlignedBuffer<uint32_t>& b, int64_t n) {
+      if (b.size() < size_t(n)) b.resize(size_t(n));
+    };
+    const int64_t pairs = detail::flash_qk_pairs(a);
+    const int64_t blocks = a.num_heads * detail::flash_key_blocks(key_begin, key_end);
+    if (key_begin == 0) grow(state.q_pairs, a.num_heads * a.num_queries * pairs);
+    grow(state.k_pairs, blocks * pairs * detail::kFlashPairKeys);
+    grow(state.v_pairs, blocks * detail::kFlashPairKeys / 2 * detail::flash_o_stride(a.v_dim));
+    pool.parallel_for(a.num_heads, 1, [&](int64_t h0, int64_t h1, int) {
+      detail::mla_prefill_pack_avx512_bf16(a, key_begin, key_end, state, h0, h1);
+    });
+  }
   const int64_t items = a.num_heads * ((a.num_queries + state.query_block - 1) / state.query_block);
   const int64_t parts = std::min<int64_t>(pool.num_threads(), items);
   std::atomic<int64_t> next{0};
@@ -139,6 +175,8 @@ void mla_prefill_attention_keys(const MlaPrefillArgs& a, int64_t key_begin, int6
   pool.parallel_for(parts, 1, [&](int64_t, int64_t, int) {
     if (amx) {
       detail::mla_prefill_items_amx(a, key_begin, key_end, state, next);
+    } else if (bf16) {
+      detail::mla_prefill_items_avx512_bf16(a, key_begin, key_end, state, next);
     } else if (avx512) {
       detail::mla_prefill_items_avx512(a, key_begin, key_end, state, next);
     } else {

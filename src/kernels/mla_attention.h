@@ -5,9 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "common/thread_pool.h"
+#include "tensor/aligned_buffer.h"
 
 namespace kernels {
 
@@ -38,7 +41,20 @@ struct MlaPrefillArgs {
   // kt_nope, kt_pe and v hold keys from this one on (key j at index j - key_base): a segment of
   // the context, for mla_prefill_attention_keys.
   int64_t key_base = 0;
+  // bf16 attention (bf16_prefill_attention()): where the CPU has AVX512_BF16 and no AMX, q, k, v
+  // and the softmax weights are rounded to bf16 and multiplied by vdpbf16ps, summed in f32. Other
+  // paths ignore it and stay f32 (AMX's three-term tiles included).
+  bool bf16 = false;
 };
+
+// The process's choice for MlaPrefillArgs::bf16, from CHUNKPIPE_ATTENTION (read once, like
+// CHUNKPIPE_ISA): "bf16" turns it on; unset, "" or "f32" leave the attention f32, whose result
+// is the same whatever form (expanded or absorbed), chunk or batch a token's attention runs in.
+// Under bf16 the forms differ by the rounding, so outputs then depend on chunking and batching,
+// as bf16 attention does on GPUs. Any other value is logged and leaves f32.
+bool bf16_prefill_attention();
+// The value's meaning: true for "bf16"; false for "", "f32"; nullopt for anything else.
+std::optional<bool> parse_attention_precision(std::string_view value);
 
 // One blocked pass per (head, block of queries) with an online softmax, on the best ISA path
 // (cpu_features()); a query's output does not depend on how the prompt was chunked.
@@ -56,6 +72,9 @@ inline constexpr int64_t kMlaPrefillKeyAlign = 64;
 struct MlaPrefillState {
   int64_t query_block = 0;
   std::vector<float> m, l, o;  // per head and query: max, sum, unnormalized output row
+  // The bf16 path's operands as bf16 pairs: every query's (per head), and the current segment's
+  // keys and values (per head and block of keys).
+  tensor::AlignedBuffer<uint32_t> q_pairs, k_pairs, v_pairs;
 };
 void mla_prefill_attention_keys(const MlaPrefillArgs& args, int64_t key_begin, int64_t key_end,
                                 MlaPrefillState& state, common::ThreadPool& pool);

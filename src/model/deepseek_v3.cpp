@@ -376,6 +376,7 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       args.kt_pe = kt_pe;
       args.kt_pe_stride = kt_ld;
       args.out = os;
+      args.bf16 = kernels::bf16_prefill_attention();
       if (segmented) {
         // Per segment: kᵀ_h = W_UK[h] · c_kvᵀ and v_h = c_kv · W_UV[h]ᵀ for every head, W_UK
         // and W_UV read in place from kv_b_proj. Keys land per head in kᵀ, values per head as

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "command.h"
+#include "kernels/cpu_features.h"
+#include "kernels/gemm.h"
 
 #include <algorithm>
 #include <array>
@@ -100,6 +102,39 @@ TEST(LogitsCommandTest, DtypeIsSharedWithServe) {
     EXPECT_NE(r.out.find("argument --dtype: invalid choice: 'fp64'"), std::string::npos)
         << cmd << ": " << r.out;
   }
+}
+
+// bf16 attention is opt-in through CHUNKPIPE_ATTENTION: unset, "f32" and a bad value (logged)
+// give the same logits; "bf16" moves them by its rounding where the CPU runs it (AVX512_BF16
+// without AMX) and changes nothing elsewhere. 48 prompt tokens take the expanded form.
+TEST(LogitsCommandTest, Bf16AttentionIsOptIn) {
+  std::string ids = " --ids 0";
+  for (int i = 1; i < 48; ++i) ids += "," + std::to_string(i * 7);
+  const std::string cmd =
+      std::string(CHUNKPIPE_BINARY) + " logits " + kModel + ids + " --threads 1";
+  const auto logits = [&](const std::string& env) {
+    CommandResult r = e2e::run_shell("(" + env + " " + cmd + " 2>/dev/null)");
+    EXPECT_EQ(r.exit_code, 0) << env << ": " << r.out;
+    return nlohmann::json::parse(r.out, nullptr, false)["last_logits"];
+  };
+  const auto unset = logits("env -u CHUNKPIPE_ATTENTION"), f32 = logits("CHUNKPIPE_ATTENTION=f32");
+  const auto bad = logits("CHUNKPIPE_ATTENTION=fp16"), bf16 = logits("CHUNKPIPE_ATTENTION=bf16");
+  ASSERT_TRUE(unset.is_array() && unset.size() > 0);
+  EXPECT_EQ(f32, unset);
+  EXPECT_EQ(bad, unset);
+  const CommandResult warned = e2e::run_shell("CHUNKPIPE_ATTENTION=fp16 " + cmd);
+  EXPECT_NE(warned.out.find("CHUNKPIPE_ATTENTION=fp16 is not one of f32, bf16"), std::string::npos)
+      << warned.out;
+  if (!(kernels::cpu_features().avx512_bf16 && !kernels::amx_bf16_active())) {
+    EXPECT_EQ(bf16, unset) << "no AVX512_BF16 attention here: the flag changes nothing";
+    return;
+  }
+  ASSERT_TRUE(bf16.is_array() && bf16.size() == unset.size());
+  double moved = 0;
+  for (size_t i = 0; i < bf16.size(); ++i)
+    moved = std::max(moved, std::abs(bf16[i].get<double>() - unset[i].get<double>()));
+  EXPECT_GT(moved, 1e-5) << "CHUNKPIPE_ATTENTION=bf16 did not reach the attention";
+  EXPECT_LT(moved, 0.1) << "bf16 rounding moves logits by far less than this";
 }
 
 // `input` is piped to the command's stdin (printf %s keeps it byte-exact).

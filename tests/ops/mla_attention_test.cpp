@@ -10,6 +10,7 @@
 #include "kernels/cpu_features.h"
 
 #include "kernels/gemm.h"
+#include "tensor/dtype.h"
 #include "test_util.h"
 
 namespace {
@@ -24,6 +25,7 @@ struct Dims {
 struct PrefillInputs {
   Dims d;
   std::vector<float> q, kt, kt_pe, v;
+  bool bf16 = false;  // MlaPrefillArgs::bf16 of every args()
   PrefillInputs(const Dims& dims, uint32_t seed) : d(dims) {
     q = testutil::random_vector(d.T * d.heads * (d.dn + d.dr), seed);
     kt = testutil::random_vector(d.heads * d.dn * (d.ctx + 5) + 1, seed + 1);
@@ -50,9 +52,23 @@ struct PrefillInputs {
     a.v_row_stride = d.heads * (d.dv + 2);
     a.v_head_stride = d.dv + 2;
     a.out = out;
+    a.bf16 = bf16;
     return a;
   }
+  // The same inputs rounded to bf16, as the bf16 path multiplies them.
+  PrefillInputs rounded() const {
+    PrefillInputs r = *this;
+    for (auto* x : {&r.q, &r.kt, &r.kt_pe, &r.v}) {
+      for (float& f : *x) f = tensor::bf16_to_f32(tensor::f32_to_bf16(f));
+    }
+    return r;
+  }
 };
+
+// Whether the active features run MlaPrefillArgs::bf16 on vdpbf16ps (AVX512_BF16 without AMX).
+bool bf16_attention_active() {
+  return kernels::cpu_features().avx512_bf16 && !kernels::amx_bf16_active();
+}
 
 class MlaPrefillTest : public ::testing::TestWithParam<Dims> {};
 
@@ -70,6 +86,44 @@ TEST_P(MlaPrefillTest, MatchesReferenceOnEveryPath) {
   }
 }
 
+// bf16 attention: where it runs, the output is the exact attention of the bf16-rounded q, k and v
+// up to the softmax weights' own bf16 rounding (relative 2^-9 each), and differs from the f32
+// path's; elsewhere the flag is ignored and the f32 result holds.
+TEST_P(MlaPrefillTest, Bf16MatchesTheRoundedReference) {
+  const Dims d = GetParam();
+  PrefillInputs in(d, 3);
+  std::vector<float> ref(d.T * d.heads * d.dv), ref_rounded(ref.size());
+  kernels::mla_prefill_attention_reference(in.args(0, d.T, d.ctx, ref.data()));
+  kernels::mla_prefill_attention_reference(in.rounded().args(0, d.T, d.ctx, ref_rounded.data()));
+  in.bf16 = true;
+  common::ThreadPool pool(2);
+  int bf16_paths = 0;
+  for (const auto& path : testutil::supported_isa_paths()) {
+    kernels::ScopedCpuFeatures isa(path.features);
+    std::vector<float> out(ref.size(), -1.0f);
+    kernels::mla_prefill_attention(in.args(0, d.T, d.ctx, out.data()), pool);
+    if (!bf16_attention_active()) {
+      EXPECT_LT(testutil::max_rel_error(out, ref), 1e-5) << path.name;
+      continue;
+    }
+    ++bf16_paths;
+    EXPECT_LT(testutil::max_rel_error(out, ref_rounded), 4e-3) << path.name;
+    EXPECT_GT(testutil::max_rel_error(out, ref), 1e-5) << path.name << ": f32 numerics";
+  }
+  if (bf16_paths == 0 && !kernels::detected_cpu_features().amx_bf16 &&
+      kernels::detected_cpu_features().avx512_bf16) {
+    ADD_FAILURE() << "no path ran the AVX512_BF16 attention";
+  }
+}
+
+TEST(MlaPrefillChoiceTest, AttentionPrecisionValues) {
+  EXPECT_EQ(kernels::parse_attention_precision("bf16"), true);
+  EXPECT_EQ(kernels::parse_attention_precision("f32"), false);
+  EXPECT_EQ(kernels::parse_attention_precision(""), false);
+  EXPECT_EQ(kernels::parse_attention_precision("fp16"), std::nullopt);
+  EXPECT_EQ(kernels::parse_attention_precision("BF16"), std::nullopt);
+}
+
 // A query's output must not depend on the chunk it came in: the prompt in one chunk and in
 // uneven chunks (each attending over its own prefix) give the same floats, on every path.
 TEST_P(MlaPrefillTest, ChunkingDoesNotChangeOutputs) {
@@ -78,19 +132,22 @@ TEST_P(MlaPrefillTest, ChunkingDoesNotChangeOutputs) {
   PrefillInputs in(d, 7);
   common::ThreadPool pool(2);
   for (const auto& path : testutil::supported_isa_paths()) {
-    kernels::ScopedCpuFeatures isa(path.features);
-    std::vector<float> whole(d.T * d.heads * d.dv), chunked(whole.size());
-    kernels::mla_prefill_attention(in.args(0, d.T, d.T, whole.data()), pool);
-    const int64_t sizes[] = {1, 17, 64, 95, 3, 200};
-    int64_t t0 = 0;
-    for (int i = 0; t0 < d.T; i = (i + 1) % 6) {
-      const int64_t n = std::min(sizes[i], d.T - t0);
-      kernels::mla_prefill_attention(in.args(t0, n, t0 + n, chunked.data() + t0 * d.heads * d.dv),
-                                     pool);
-      t0 += n;
-    }
-    for (size_t i = 0; i < whole.size(); ++i) {
-      ASSERT_EQ(whole[i], chunked[i]) << path.name << " output " << i;
+    for (bool bf16 : {false, true}) {
+      in.bf16 = bf16;
+      kernels::ScopedCpuFeatures isa(path.features);
+      std::vector<float> whole(d.T * d.heads * d.dv), chunked(whole.size());
+      kernels::mla_prefill_attention(in.args(0, d.T, d.T, whole.data()), pool);
+      const int64_t sizes[] = {1, 17, 64, 95, 3, 200};
+      int64_t t0 = 0;
+      for (int i = 0; t0 < d.T; i = (i + 1) % 6) {
+        const int64_t n = std::min(sizes[i], d.T - t0);
+        kernels::mla_prefill_attention(in.args(t0, n, t0 + n, chunked.data() + t0 * d.heads * d.dv),
+                                       pool);
+        t0 += n;
+      }
+      for (size_t i = 0; i < whole.size(); ++i) {
+        ASSERT_EQ(whole[i], chunked[i]) << path.name << (bf16 ? " bf16" : "") << " output " << i;
+      }
     }
   }
 }
@@ -104,42 +161,46 @@ TEST_P(MlaPrefillTest, KeySegmentsGiveTheSameOutputs) {
   common::ThreadPool pool(2);
   kernels::MlaPrefillState state;
   for (const auto& path : testutil::supported_isa_paths()) {
-    kernels::ScopedCpuFeatures isa(path.features);
-    std::vector<float> whole(d.T * d.heads * d.dv);
-    const kernels::MlaPrefillArgs full = in.args(0, d.T, d.ctx, whole.data());
-    kernels::mla_prefill_attention(full, pool);
-    for (int64_t segment : {int64_t{64}, int64_t{128}, int64_t{320}}) {
-      std::vector<float> out(whole.size(), -1.0f), kt, kt_pe, v;
-      for (int64_t s0 = 0; s0 < d.ctx; s0 += segment) {
-        const int64_t s1 = std::min(d.ctx, s0 + segment), n = s1 - s0;
-        kt.assign(size_t(d.heads * d.dn * n), 0.0f);
-        kt_pe.assign(size_t(d.dr * n), 0.0f);
-        v.assign(size_t(d.heads * n * d.dv), 0.0f);
-        for (int64_t j = s0; j < s1; ++j) {
-          for (int64_t hd = 0; hd < d.heads * d.dn; ++hd)
-            kt[hd * n + j - s0] =
-                full.kt_nope[hd / d.dn * full.kt_head_stride + hd % d.dn * full.kt_stride + j];
-          for (int64_t r = 0; r < d.dr; ++r)
-            kt_pe[r * n + j - s0] = full.kt_pe[r * full.kt_pe_stride + j];
-          for (int64_t h = 0; h < d.heads; ++h)
-            for (int64_t c = 0; c < d.dv; ++c)
-              v[(h * n + j - s0) * d.dv + c] =
-                  full.v[j * full.v_row_stride + h * full.v_head_stride + c];
+    for (bool bf16 : {false, true}) {
+      in.bf16 = bf16;
+      kernels::ScopedCpuFeatures isa(path.features);
+      std::vector<float> whole(d.T * d.heads * d.dv);
+      const kernels::MlaPrefillArgs full = in.args(0, d.T, d.ctx, whole.data());
+      kernels::mla_prefill_attention(full, pool);
+      for (int64_t segment : {int64_t{64}, int64_t{128}, int64_t{320}}) {
+        std::vector<float> out(whole.size(), -1.0f), kt, kt_pe, v;
+        for (int64_t s0 = 0; s0 < d.ctx; s0 += segment) {
+          const int64_t s1 = std::min(d.ctx, s0 + segment), n = s1 - s0;
+          kt.assign(size_t(d.heads * d.dn * n), 0.0f);
+          kt_pe.assign(size_t(d.dr * n), 0.0f);
+          v.assign(size_t(d.heads * n * d.dv), 0.0f);
+          for (int64_t j = s0; j < s1; ++j) {
+            for (int64_t hd = 0; hd < d.heads * d.dn; ++hd)
+              kt[hd * n + j - s0] =
+                  full.kt_nope[hd / d.dn * full.kt_head_stride + hd % d.dn * full.kt_stride + j];
+            for (int64_t r = 0; r < d.dr; ++r)
+              kt_pe[r * n + j - s0] = full.kt_pe[r * full.kt_pe_stride + j];
+            for (int64_t h = 0; h < d.heads; ++h)
+              for (int64_t c = 0; c < d.dv; ++c)
+                v[(h * n + j - s0) * d.dv + c] =
+                    full.v[j * full.v_row_stride + h * full.v_head_stride + c];
+          }
+          kernels::MlaPrefillArgs a = in.args(0, d.T, d.ctx, out.data());
+          a.kt_nope = kt.data();
+          a.kt_stride = n;
+          a.kt_head_stride = d.dn * n;
+          a.kt_pe = kt_pe.data();
+          a.kt_pe_stride = n;
+          a.v = v.data();
+          a.v_row_stride = d.dv;
+          a.v_head_stride = n * d.dv;
+          a.key_base = s0;
+          kernels::mla_prefill_attention_keys(a, s0, s1, state, pool);
         }
-        kernels::MlaPrefillArgs a = in.args(0, d.T, d.ctx, out.data());
-        a.kt_nope = kt.data();
-        a.kt_stride = n;
-        a.kt_head_stride = d.dn * n;
-        a.kt_pe = kt_pe.data();
-        a.kt_pe_stride = n;
-        a.v = v.data();
-        a.v_row_stride = d.dv;
-        a.v_head_stride = n * d.dv;
-        a.key_base = s0;
-        kernels::mla_prefill_attention_keys(a, s0, s1, state, pool);
-      }
-      for (size_t i = 0; i < whole.size(); ++i) {
-        ASSERT_EQ(whole[i], out[i]) << path.name << " segment " << segment << " output " << i;
+        for (size_t i = 0; i < whole.size(); ++i) {
+          ASSERT_EQ(whole[i], out[i])
+              << path.name << (bf16 ? " bf16" : "") << " segment " << segment << " output " << i;
+        }
       }
     }
   }
