@@ -14,8 +14,9 @@
 # benchmark model. EXPANDED_KV=1 turns on the expanded k/v cache in every run; CPP_EXTRA adds
 # keys to profiling_chunk_config (e.g. CPP_EXTRA='"chunk_align": 64, '); WARMUP sets the
 # warm-up prompts per server (default 1); DTYPE passes --dtype to every server (the default,
-# auto, runs the bfloat16 checkpoints with bf16 activations); CHUNKPIPE_BIN runs another build
-# (A/B runs).
+# auto, runs the bfloat16 checkpoints with bf16 activations); CHUNKPIPE_ATTENTION=bf16 reaches
+# every server through the environment (bf16 attention products); CHUNKPIPE_BIN runs another
+# build (A/B runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${CHUNKPIPE_BIN:-./build/chunkpipe}

@@ -3,8 +3,9 @@
 # (random weights; chunkpipe_bench builds it in memory, llama.cpp reads the same dims as a GGUF
 # made by bench/deepseek_to_gguf.py from a `chunkpipe make-model` checkpoint), BF16 against
 # llama.cpp BF16 (chunkpipe as `serve --dtype auto` runs a bfloat16 checkpoint: activations
-# rounded to bf16, as llama.cpp's BF16 path rounds them; and with --dtype float32's f32
-# activations, exact to the reference) and W8A8 (msmodelslim's layout:
+# rounded to bf16, as llama.cpp's BF16 path rounds them; with CHUNKPIPE_ATTENTION=bf16 also
+# for the prefill attention's products; and with --dtype float32's f32 activations, exact to the
+# reference) and W8A8 (msmodelslim's layout:
 # lm_head BF16; and with additional_config.lm_head_int8, whose head bytes match Q8_0's int8
 # output tensor) against
 # llama.cpp Q8_0, prefill pp512, decode tg128 and prefill of 4096 tokens, ROUNDS interleaved
@@ -38,11 +39,12 @@ echo "llama.cpp: $(git -C "$llama" log -1 --format="%h %cs" 2>/dev/null || cat "
 declare -A sum cnt
 note() { sum[$1]=$(awk -v a="${sum[$1]:-0}" -v b="$2" 'BEGIN {print a + b}'); cnt[$1]=$(( ${cnt[$1]:-0} + 1 )); }
 for round in $(seq 1 "$rounds"); do
-  for dtype in bf16 bf16f w8a8 w8a8h; do
-    flags=(--dtype "${dtype%[fh]}")
+  for dtype in bf16 bf16a bf16f w8a8 w8a8h; do
+    flags=(--dtype "${dtype%[fha]}")
+    attention=f32; [ "$dtype" = bf16a ] && attention=bf16
     [ "$dtype" = w8a8h ] && flags+=(--lm-head-int8)
     [ "$dtype" = bf16f ] && flags+=(--activations f32)
-    out=$(./build/chunkpipe_bench --threads "$threads" --model small "${flags[@]}" --skip-gemm \
+    out=$(CHUNKPIPE_ATTENTION=$attention ./build/chunkpipe_bench --threads "$threads" --model small "${flags[@]}" --skip-gemm \
       --long-prefill 4096)
     [ "$round" = 1 ] && [ "$dtype" = bf16 ] && echo "$out" | grep -E '^cpu:|^kernel paths|read bandwidth'
     line=$(echo "$out" | awk -v t="$threads" '$1 == t && NF >= 6')
@@ -51,7 +53,7 @@ for round in $(seq 1 "$rounds"); do
     echo "round $round chunkpipe $dtype: pp512 $pp, tg128 $tg, pp4096 $long"
     note "cp_${dtype}_pp" "$pp"; note "cp_${dtype}_tg" "$tg"; note "cp_${dtype}_long" "$long"
     # llama.cpp's BF16 and Q8_0 ran once this round each.
-    [ "$dtype" = w8a8h ] || [ "$dtype" = bf16f ] && continue
+    [ "$dtype" = w8a8h ] || [ "$dtype" = bf16f ] || [ "$dtype" = bf16a ] && continue
     gguf=$work/small-bf16.gguf; [ "$dtype" = w8a8 ] && gguf=$work/small-q8_0.gguf
     res=$("$llama/build/bin/llama-bench" -m "$gguf" -p 512,4096 -n 128 -t "$threads" -r 2 -o csv 2>/dev/null)
     lpp=$(echo "$res" | awk -F, 'NR > 1 && $0 ~ /"512","0"/ {gsub(/"/, "", $(NF-1)); print $(NF-1)}')
@@ -66,10 +68,11 @@ mean() { awk -v s="${sum[$1]}" -v n="${cnt[$1]}" 'BEGIN {printf "%.1f", s / n}';
 ratio() { awk -v a="$(mean "$1")" -v b="$(mean "$2")" 'BEGIN {printf "%.2f", a / b}'; }
 echo "means over $rounds round(s), tokens/s:"
 printf '%-22s %10s %10s %10s\n' "" pp512 tg128 pp4096
-for k in cp_bf16 cp_bf16f ll_bf16 cp_w8a8 cp_w8a8h ll_w8a8; do
+for k in cp_bf16 cp_bf16a cp_bf16f ll_bf16 cp_w8a8 cp_w8a8h ll_w8a8; do
   printf '%-22s %10s %10s %10s\n' "$k" "$(mean ${k}_pp)" "$(mean ${k}_tg)" "$(mean ${k}_long)"
 done
 echo "chunkpipe BF16 (--dtype auto: bf16 activations) / llama.cpp BF16: pp512 $(ratio cp_bf16_pp ll_bf16_pp)x, tg128 $(ratio cp_bf16_tg ll_bf16_tg)x, pp4096 $(ratio cp_bf16_long ll_bf16_long)x"
+echo "chunkpipe BF16 with CHUNKPIPE_ATTENTION=bf16 / llama.cpp BF16: pp512 $(ratio cp_bf16a_pp ll_bf16_pp)x, tg128 $(ratio cp_bf16a_tg ll_bf16_tg)x, pp4096 $(ratio cp_bf16a_long ll_bf16_long)x"
 echo "chunkpipe BF16 with f32 activations (--dtype float32) / llama.cpp BF16: pp512 $(ratio cp_bf16f_pp ll_bf16_pp)x, tg128 $(ratio cp_bf16f_tg ll_bf16_tg)x, pp4096 $(ratio cp_bf16f_long ll_bf16_long)x"
 echo "chunkpipe W8A8 / llama.cpp Q8_0: pp512 $(ratio cp_w8a8_pp ll_w8a8_pp)x, tg128 $(ratio cp_w8a8_tg ll_w8a8_tg)x, pp4096 $(ratio cp_w8a8_long ll_w8a8_long)x"
 echo "chunkpipe W8A8 + int8 lm_head / llama.cpp Q8_0: pp512 $(ratio cp_w8a8h_pp ll_w8a8_pp)x, tg128 $(ratio cp_w8a8h_tg ll_w8a8_tg)x, pp4096 $(ratio cp_w8a8h_long ll_w8a8_long)x"
