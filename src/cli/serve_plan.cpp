@@ -470,7 +470,8 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     if (plan->bf16_activations) {
       LOG(INFO) << "--dtype " << p.option("dtype").value_or("auto")
                 << " -> bfloat16: activations are rounded to bf16 before every BF16-weight linear "
-                   "layer (attention and norms stay float32; --dtype float32 keeps them f32)";
+                   "layer (attention and norms stay float32, unless CHUNKPIPE_ATTENTION=bf16; "
+                   "--dtype float32 keeps the activations f32)";
     }
   }
 
