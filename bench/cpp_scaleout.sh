@@ -2,7 +2,8 @@
 # Scale-out of pipeline parallelism, as the seed uses it: does a second host's core make one
 # long prompt faster? TTFT of PP=1 on one core against PP=2 with one core per stage, the two
 # stages on two "hosts" (network namespaces joined by veth, tests/e2e/two_hosts.sh), with fixed
-# chunks and with CPP (default settings). Prints the CPU, each TTFT and the scale-out efficiency
+# chunks and with CPP (default settings). Prints the CPU, each TTFT, the PP2 runs' bubble (from
+# node 0's trace, /tmp/cpp_scaleout_{fixed,cpp}.trace.json) and the scale-out efficiency
 # TTFT(PP1, 1 core) / (2 · TTFT(PP2, 1 core each)). Needs root (namespaces) and a build.
 #   bench/cpp_scaleout.sh [PRESET=seed] [WARMUP=1]     PRESET: seed | long (as bench/cpp_ttft.sh)
 # DTYPE passes --dtype to every server (default auto: bf16 activations for the bfloat16 model);
@@ -58,8 +59,10 @@ run_pp2() {  # NAME PORT [extra flags]
   local name=$1 port=$2 mp=$((30000 + RANDOM % 20000))
   shift 2
   local pp2=(--pipeline-parallel-size 2 --nnodes 2 --master-addr "$addr_a" --master-port "$mp")
+  rm -f "/tmp/cpp_scaleout_$name.trace.json"
   ip netns exec "$ns_a" taskset -c 0 "$bin" serve "$model" "${common[@]}" "${pp2[@]}" \
-    --node-rank 0 --host 127.0.0.1 --port "$port" "$@" > "$work/${name}0.log" 2>&1 &
+    --node-rank 0 --host 127.0.0.1 --port "$port" --trace-file "/tmp/cpp_scaleout_$name.trace.json" \
+    "$@" > "$work/${name}0.log" 2>&1 &
   local n0=$!
   ip netns exec "$ns_b" taskset -c 1 "$bin" serve "$model" "${common[@]}" "${pp2[@]}" \
     --node-rank 1 --headless "$@" > "$work/${name}1.log" 2>&1 &
@@ -71,10 +74,14 @@ run_pp2() {  # NAME PORT [extra flags]
   kill -TERM "$n0"; wait "$n0" || true; wait "$n1" || true
   echo "$t"
 }
+bubble() {  # NAME: the timed prompt's bubble from node 0's trace (bench/trace_bubble.mjs)
+  local trace="/tmp/cpp_scaleout_$1.trace.json"
+  [ -f "$trace" ] && node bench/trace_bubble.mjs "$trace" 1 || echo n/a
+}
 fixed=$(run_pp2 fixed 8302)
-echo "PP2 fixed, 1 core per stage on two hosts: TTFT $fixed ms"
+echo "PP2 fixed, 1 core per stage on two hosts: TTFT $fixed ms; bubble (trace) $(bubble fixed)"
 dyn=$(run_pp2 cpp 8303 --additional-config "$cpp")
-echo "PP2 CPP, 1 core per stage on two hosts: TTFT $dyn ms"
+echo "PP2 CPP, 1 core per stage on two hosts: TTFT $dyn ms; bubble (trace) $(bubble cpp)"
 grep -h "\[ProfilingChunk\] Cost model" "$work/cpp0.log" | tail -1 || true
 awk -v a="$pp1" -v f="$fixed" -v c="$dyn" 'BEGIN {
   printf "scale-out efficiency TTFT(PP1) / (2 TTFT(PP2)): fixed %.1f%%, CPP %.1f%%\n", 100 * a / (2 * f), 100 * a / (2 * c)
