@@ -1,7 +1,7 @@
-// AVX512_BF16 instantiation of the blocked MLA prefill attention (mla_flash.h) for bf16
-// activations (MlaPrefillArgs::bf16): q, kᵀ, v and the softmax weights p are rounded to bf16
-// (nearest even) and multiplied in pairs by vdpbf16ps, summed in f32, as bf16 attention runs on
-// GPUs; the softmax itself stays f32. Compiled for AVX512_BF16 by a target pragma over this
+// AVX512_BF16 instantiation of the blocked MLA prefill attention (mla_flash.h) for
+// CHUNKPIPE_ATTENTION=bf16 (MlaPrefillArgs::bf16): q, kᵀ, v and the softmax weights p are rounded
+// to bf16 (nearest even) and multiplied in pairs by vdpbf16ps, summed in f32, as bf16 attention
+// runs on GPUs; the softmax itself stays f32. Compiled for AVX512_BF16 by a target pragma over this
 // file's own functions; runs only when cpu_features().avx512_bf16 is set. Thread-safe.
 #include <cstdint>
 

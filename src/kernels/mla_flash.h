@@ -283,12 +283,12 @@ class FlashPrefill {
     }
   }
 
-  // bf16 pairs (S::kBf16Pairs), in MlaPrefillState (sized by the caller, flash_pair_words). A
-  // query's pairs: nope dims (2d, 2d + 1), then rope dims, each part padded with a zero to whole
-  // pairs, one row per head and query (state.q_pairs, packed by the item on the pass's first
-  // keys). Per head and key block of the segment (state.k_pairs, state.v_pairs): the kᵀ pairs in
-  // the same order, kKeys words per pair row; the v pairs of keys (2j, 2j + 1) per value column,
-  // o_stride_ words per row; keys past the segment are 0.
+  // bf16 pairs (S::kBf16Pairs), in MlaPrefillState (sized by the caller from flash_qk_pairs and
+  // flash_key_blocks). A query's pairs: nope dims (2d, 2d + 1), then rope dims, each part padded
+  // with a zero to whole pairs, one row per head and query (state.q_pairs, packed by the item on
+  // the pass's first keys). Per head and key block of the segment (state.k_pairs,
+  // state.v_pairs): the kᵀ pairs in the same order, kKeys words per pair row; the v pairs of
+  // keys (2j, 2j + 1) per value column, o_stride_ words per row; keys past the segment are 0.
   uint32_t* key_block_pairs(int h, int64_t k0) const {
     const int64_t blocks = (key_end_ - key_begin_ + kKeys - 1) / kKeys;
     return state_.k_pairs.data() + (h * blocks + (k0 - key_begin_) / kKeys) * qk_pairs_ * kKeys;
