@@ -279,11 +279,11 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
                           {512, 512, "expert gate_up (cpp)"},
                           {2048, 7168, "K=7168"}};
   std::printf(
-      "\n== GEMM y[M,N] = x[M,K]·W[N,K]^T, f32 activations (GFLOP/s, %% of FMA peak; bf16-act-dot: "
-      "activations rounded to bf16, %% of the vdpbf16ps peak) ==\n");
+      "\n== GEMM y[M,N] = x[M,K]·W[N,K]^T, f32 activations (GFLOP/s, %% of FMA peak; bf16-act-dot "
+      "and -gemv: activations rounded to bf16, %% of the vdpbf16ps peak) ==\n");
   std::printf("%-24s %-5s %5s %7s %7s | %-8s", "shape", "W", "M", "N", "K", "threads");
-  std::printf(" %17s %17s %17s %17s %17s %17s\n", "streaming(ours)", "openblas-tiles", "amx-packed",
-              "amx-row-major", "linear()", "bf16-act-dot");
+  std::printf(" %17s %17s %17s %17s %17s %17s %17s\n", "streaming(ours)", "openblas-tiles",
+              "amx-packed", "amx-row-major", "linear()", "bf16-act-dot", "bf16-act-gemv");
   for (const Shape& s : shapes) {
     for (tensor::DType dt : {tensor::DType::kBF16, tensor::DType::kF32, tensor::DType::kI8}) {
       tensor::WeightMatrix w(dt == tensor::DType::kI8 ? tensor::DType::kF32 : dt, s.n, s.k);
@@ -334,6 +334,13 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
                 kernels::linear_bf16_dot(x.data(), m, w.view(), y.data(), s.n, pool);
               })
                                                                                 : 0;
+          // Its GEMV form, which linear() takes below kBf16DotMinRows rows.
+          const double g_gemv =
+              dt == tensor::DType::kBF16 && kernels::cpu_features().avx512_bf16 && m <= 32
+                  ? run([&] {
+                      kernels::linear_bf16_gemv(x.data(), m, w.view(), y.data(), s.n, pool);
+                    })
+                  : 0;
           auto cell = [&](double g, double peak) {
             char buf[32];
             if (g == 0) return std::string("-");
@@ -341,12 +348,13 @@ void bench_gemm(const std::vector<int>& thread_counts, const std::vector<double>
             return std::string(buf);
           };
           const double p = peaks[ti];
-          std::printf("%-24s %-5s %5lld %7lld %7lld | %-8d %17s %17s %17s %17s %17s %17s\n", s.what,
-                      std::string(tensor::dtype_name(dt)).c_str(), static_cast<long long>(m),
-                      static_cast<long long>(s.n), static_cast<long long>(s.k), thread_counts[ti],
-                      cell(g_stream, p).c_str(), cell(g_blas, p).c_str(),
-                      cell(g_amx_packed, p).c_str(), cell(g_amx_row_major, p).c_str(),
-                      cell(g_auto, p).c_str(), cell(g_dot, dpbf16_peaks[ti]).c_str());
+          std::printf(
+              "%-24s %-5s %5lld %7lld %7lld | %-8d %17s %17s %17s %17s %17s %17s %17s\n", s.what,
+              std::string(tensor::dtype_name(dt)).c_str(), static_cast<long long>(m),
+              static_cast<long long>(s.n), static_cast<long long>(s.k), thread_counts[ti],
+              cell(g_stream, p).c_str(), cell(g_blas, p).c_str(), cell(g_amx_packed, p).c_str(),
+              cell(g_amx_row_major, p).c_str(), cell(g_auto, p).c_str(),
+              cell(g_dot, dpbf16_peaks[ti]).c_str(), cell(g_gemv, dpbf16_peaks[ti]).c_str());
         }
       }
     }

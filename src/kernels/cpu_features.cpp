@@ -100,7 +100,7 @@ std::string kernel_paths_line() {
                   : openblas;
   s += ", linear bf16 activations (--dtype bfloat16, or auto on a bfloat16 checkpoint) ";
   s += f.amx_bf16      ? std::string("amx_bf16")
-       : f.avx512_bf16 ? "avx512_bf16 from " + std::to_string(kBf16DotMinRows) + " tokens"
+       : f.avx512_bf16 ? "avx512_bf16 (gemv below " + std::to_string(kBf16DotMinRows) + " tokens)"
                        : std::string("rounded, then as f32");
   s += ", mla prefill attention ";
   s += f.avx512 && f.amx_bf16 ? "amx_bf16 (f32 operands as three exact bf16 terms)"

@@ -163,6 +163,27 @@ void linear_bf16_dot(const float* x, int64_t m, const WeightView& w, float* y, i
   });
 }
 
+void linear_bf16_gemv(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
+                      common::ThreadPool& pool) {
+  CHECK(w.dtype == DType::kBF16 && cpu_features().avx512_bf16)
+      << "linear_bf16_gemv: needs BF16 weights and AVX512_BF16";
+  if (m <= 0 || w.rows == 0) return;
+  const int64_t k = w.cols;
+  // The caller's scratch, reached by the workers through a pointer (see linear_amx_row_major).
+  thread_local tensor::AlignedBuffer<uint16_t> rounded_scratch;
+  if (rounded_scratch.size() < size_t(m * k)) rounded_scratch.resize(size_t(m * k));
+  uint16_t* xb = rounded_scratch.data();
+  detail::round_bf16_rows_avx512(x, m * k, xb);
+  auto body = [&](int64_t b, int64_t e, int) {
+    detail::bf16_gemv_range_avx512(xb, m, w.bf16(), k, y, ldy, b, e);
+  };
+  if (m <= detail::kSequentialMaxRows) {
+    pool.parallel_for_dynamic(w.rows, detail::decode_piece_rows(w.rows, pool.num_threads()), body);
+  } else {
+    pool.parallel_for(w.rows, 16, body);
+  }
+}
+
 void detail::streaming_range_avx2(const float* x, int64_t m, const WeightView& w, float* y,
                                   int64_t ldy, int64_t n_begin, int64_t n_end) {
   if (w.dtype == DType::kBF16) {
@@ -294,8 +315,10 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
   CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear: unsupported weight dtype";
   if (m <= 0 || w.rows == 0) return;
   if (w.dtype == DType::kBF16 && g_activation_precision == ActivationPrecision::kBf16) {
-    if (m >= kBf16DotMinRows && w.cols % 2 == 0 && cpu_features().avx512_bf16 && !amx_bf16_active())
-      return linear_bf16_dot(x, m, w, y, ldy, pool);
+    if (cpu_features().avx512_bf16 && !amx_bf16_active()) {
+      if (m < kBf16DotMinRows) return linear_bf16_gemv(x, m, w, y, ldy, pool);
+      if (w.cols % 2 == 0) return linear_bf16_dot(x, m, w, y, ldy, pool);
+    }
     // Every other path takes the rounded rows: the products are then the same.
     thread_local tensor::AlignedBuffer<float> rounded_scratch;
     const size_t size = size_t(m * w.cols);

@@ -59,8 +59,8 @@ class ScopedActivationPrecision {
 };
 
 // With kBf16 and AVX512_BF16 (and no AMX, whose tiles are faster still on the rounded values),
-// BF16 weights with an even K take linear_bf16_dot from this many rows; below it the rounded
-// rows stream through the GEMV kernel. One core of a Zen 4 EPYC (chunkpipe_bench, N 2048,
+// BF16 weights with an even K take linear_bf16_dot from this many rows; below it (any K),
+// linear_bf16_gemv. One core of a Zen 4 EPYC (chunkpipe_bench, N 2048,
 // K 2048 / 7168): the dot kernel runs 107 / 97 GFLOP/s at 8 rows against the streaming
 // kernel's 110 / 79, and 193 / 189 against 106 / 93 at 16; it fills m / 16 of its lanes.
 inline constexpr int64_t kBf16DotMinRows = 12;
@@ -148,6 +148,11 @@ void linear_amx_row_major(const float* x, int64_t m, const tensor::WeightView& w
 // call, the weights read in place. Call only when cpu_features().avx512_bf16.
 void linear_bf16_dot(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
                      common::ThreadPool& pool);
+// Its GEMV form, for fewer than kBf16DotMinRows rows of x (decode): x rounded to bf16 once per
+// call, lanes along K, two vdpbf16ps chains per output; any K. A token's outputs are the same
+// bits whatever m is. Call only when cpu_features().avx512_bf16.
+void linear_bf16_gemv(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
+                      common::ThreadPool& pool);
 // out[i] = x[i] rounded to the nearest bf16 (ties to even, NaN kept), as tensor::f32_to_bf16.
 void round_to_bf16(const float* x, int64_t n, float* out);
 

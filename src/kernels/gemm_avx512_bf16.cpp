@@ -62,6 +62,77 @@ inline void tile(const uint32_t* xt, int64_t block_words, int64_t kp2, const uin
   }
 }
 
+// The GEMV form, for the few token rows of a decode step: lanes run along K. Each output sums
+// its 32-value blocks into two accumulators, even blocks into the first and odd into the
+// second (two vdpbf16ps chains in flight per output, which one core needs to read a weight row
+// at DRAM speed), then adds the two and reduces the 16 lanes. Every output is formed this way
+// whatever the tile, so a token's outputs do not depend on how many rows share the call.
+// NR weight rows (row stride k) against MB token rows of xb (row stride k, bf16 bits). With
+// kStream (decode's one row at a time), each 128-byte step also asks for the lines
+// kPrefetchBytes ahead, as the int8 GEMV does: the hardware prefetchers alone leave one core
+// short of the DRAM rate on rows of 1-4 KiB.
+constexpr int64_t kPrefetchValues = 4096 / sizeof(uint16_t);
+
+template <int NR, int MB, bool kStream>
+inline void gemv_tile(const uint16_t* xb, int64_t k, const uint16_t* w, float* y, int64_t ldy) {
+  __m512 acc[2][NR][MB];
+  for (int a = 0; a < 2; ++a)
+    for (int r = 0; r < NR; ++r)
+      for (int t = 0; t < MB; ++t) acc[a][r][t] = _mm512_setzero_ps();
+  // Block i of 32 values into accumulator a; values at or past k read as zero.
+  auto step = [&](int a, int64_t i) {
+    const bool whole = i + 32 <= k;
+    const __mmask32 mask = whole ? ~__mmask32(0) : __mmask32((1u << (k - i)) - 1u);
+    auto load = [&](const uint16_t* p) {
+      return whole ? (__m512bh)_mm512_loadu_si512(p) : (__m512bh)_mm512_maskz_loadu_epi16(mask, p);
+    };
+    __m512bh xv[MB];
+    for (int t = 0; t < MB; ++t) xv[t] = load(xb + t * k + i);
+    for (int r = 0; r < NR; ++r) {
+      const __m512bh wv = load(w + r * k + i);
+      for (int t = 0; t < MB; ++t) acc[a][r][t] = _mm512_dpbf16_ps(acc[a][r][t], xv[t], wv);
+    }
+  };
+  int64_t i = 0;
+  for (; i + 64 <= k; i += 64) {
+    if constexpr (kStream) {
+      for (int r = 0; r < NR; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + r * k + i + kPrefetchValues), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + r * k + i + kPrefetchValues + 32),
+                     _MM_HINT_T0);
+      }
+    }
+    step(0, i);
+    step(1, i + 32);
+  }
+  if (i < k) step(0, i);
+  if (i + 32 < k) step(1, i + 32);
+  for (int r = 0; r < NR; ++r)
+    for (int t = 0; t < MB; ++t)
+      y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][r][t], acc[1][r][t]));
+}
+
+template <int NR>
+inline void gemv_rows(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* w, float* y,
+                      int64_t ldy) {
+  constexpr bool kStream = NR == 1;
+  int64_t t = 0;
+  for (; t + 4 <= m; t += 4) gemv_tile<NR, 4, kStream>(xb + t * k, k, w, y + t * ldy, ldy);
+  switch (m - t) {
+    case 3:
+      gemv_tile<NR, 3, kStream>(xb + t * k, k, w, y + t * ldy, ldy);
+      break;
+    case 2:
+      gemv_tile<NR, 2, kStream>(xb + t * k, k, w, y + t * ldy, ldy);
+      break;
+    case 1:
+      gemv_tile<NR, 1, kStream>(xb + t * k, k, w, y + t * ldy, ldy);
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace
 
 void pack_bf16_pairs_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin,
@@ -105,6 +176,23 @@ void bf16_pairs_range_avx512(const uint32_t* blocks, int64_t m, const uint16_t* 
     }
   };
   staged_tiles<float>((m + 15) / 16, l2_pass_blocks(32 * k), n_begin, n_end, run_tile, flush);
+}
+
+void round_bf16_rows_avx512(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) _mm512_storeu_si512(out + i, pairs16(x + i, 0, 32));
+  if (i < n) {
+    const __mmask32 mask = __mmask32((1ull << (n - i)) - 1u);
+    _mm512_mask_storeu_epi16(out + i, mask, pairs16(x + i, 0, n - i));
+  }
+}
+
+void bf16_gemv_range_avx512(const uint16_t* xb, int64_t m, const uint16_t* w, int64_t k, float* y,
+                            int64_t ldy, int64_t n_begin, int64_t n_end) {
+  int64_t n = n_begin;
+  if (m > kSequentialMaxRows)  // else one weight row at a time, in address order
+    for (; n + 2 <= n_end; n += 2) gemv_rows<2>(xb, m, k, w + n * k, y + n, ldy);
+  for (; n < n_end; ++n) gemv_rows<1>(xb, m, k, w + n * k, y + n, ldy);
 }
 
 }  // namespace kernels::detail

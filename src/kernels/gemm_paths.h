@@ -64,4 +64,12 @@ void pack_bf16_pairs_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, i
 // y (row stride ldy) = packed x · Wᵀ for rows [n_begin, n_end) of the row-major BF16 w [N, k].
 void bf16_pairs_range_avx512(const uint32_t* blocks, int64_t m, const uint16_t* w, int64_t k,
                              float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
+// The GEMV form of that path, for fewer rows than kBf16DotMinRows (gemm_avx512_bf16.cpp):
+// round_bf16_rows_avx512 rounds n values as pack_bf16_pairs_avx512 does, into plain bf16 bits;
+// bf16_gemv_range_avx512 computes rows [n_begin, n_end) of y (row stride ldy) = xb · Wᵀ for m
+// rounded token rows xb [m, k] and the row-major BF16 w [N, k]. Each output's sum is formed the
+// same way for every m, so a token's outputs do not depend on the rows beside it.
+void round_bf16_rows_avx512(const float* x, int64_t n, uint16_t* out);
+void bf16_gemv_range_avx512(const uint16_t* xb, int64_t m, const uint16_t* w, int64_t k, float* y,
+                            int64_t ldy, int64_t n_begin, int64_t n_end);
 }  // namespace kernels::detail

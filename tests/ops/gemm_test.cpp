@@ -259,4 +259,36 @@ TEST(GemmTest, StridedOutput) {
   }
 }
 
+// A decode step's outputs for one token must not depend on the other tokens of the step (the
+// batch): for every row count that takes the streaming kernels, in both activation precisions,
+// on every ISA path, each token's outputs are the bits that token alone gets. K covers whole
+// 64-value steps, an odd 32-value block and a masked tail; N a multiple of the two-row tiles
+// and a remainder.
+TEST(GemmTest, DecodeOutputsDoNotDependOnTheBatch) {
+  common::ThreadPool pool(2);
+  for (const int64_t k : {64, 96, 50, 2048}) {
+    for (const auto precision :
+         {kernels::ActivationPrecision::kF32, kernels::ActivationPrecision::kBf16}) {
+      const kernels::ScopedActivationPrecision scoped(precision);
+      const int64_t n = 37, max_m = kernels::kBf16DotMinRows - 1;
+      auto w = testutil::random_matrix(DType::kBF16, n, k, 21);
+      auto x = testutil::random_vector(static_cast<size_t>(max_m * k), 22);
+      for (const auto& path : testutil::supported_isa_paths()) {
+        kernels::ScopedCpuFeatures isa(path.features);
+        std::vector<float> alone(max_m * n);
+        for (int64_t t = 0; t < max_m; ++t)
+          kernels::linear(x.data() + t * k, 1, w.view(), alone.data() + t * n, pool);
+        for (int64_t m = 2; m <= max_m; ++m) {
+          std::vector<float> batch(m * n, -1.0f);
+          kernels::linear(x.data(), m, w.view(), batch.data(), pool);
+          for (int64_t i = 0; i < m * n; ++i)
+            ASSERT_EQ(batch[i], alone[i])
+                << path.name << " K " << k << " m " << m << " token " << i / n << " row " << i % n
+                << " precision " << static_cast<int>(precision);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
