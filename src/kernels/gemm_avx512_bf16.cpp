@@ -73,26 +73,29 @@ inline void tile(const uint32_t* xt, int64_t block_words, int64_t kp2, const uin
 // short of the DRAM rate on rows of 1-4 KiB.
 constexpr int64_t kPrefetchValues = 4096 / sizeof(uint16_t);
 
+// acc[r][t] += the 32-value block at i of weight row r against token row t; with kMasked, only
+// the values below k (the rest read as zero). Always inlined, so acc stays in registers.
+template <int NR, int MB, bool kMasked>
+__attribute__((always_inline)) inline void gemv_block(__m512 (&acc)[NR][MB], const uint16_t* xb,
+                                                      int64_t k, const uint16_t* w, int64_t i) {
+  [[maybe_unused]] const __mmask32 mask = kMasked ? __mmask32((1u << (k - i)) - 1u) : 0;
+  auto load = [&](const uint16_t* p) __attribute__((always_inline)) {
+    if constexpr (kMasked) return (__m512bh)_mm512_maskz_loadu_epi16(mask, p);
+    return (__m512bh)_mm512_loadu_si512(p);
+  };
+  __m512bh xv[MB];
+  for (int t = 0; t < MB; ++t) xv[t] = load(xb + t * k + i);
+  for (int r = 0; r < NR; ++r) {
+    const __m512bh wv = load(w + r * k + i);
+    for (int t = 0; t < MB; ++t) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], xv[t], wv);
+  }
+}
+
 template <int NR, int MB, bool kStream>
 inline void gemv_tile(const uint16_t* xb, int64_t k, const uint16_t* w, float* y, int64_t ldy) {
-  __m512 acc[2][NR][MB];
-  for (int a = 0; a < 2; ++a)
-    for (int r = 0; r < NR; ++r)
-      for (int t = 0; t < MB; ++t) acc[a][r][t] = _mm512_setzero_ps();
-  // Block i of 32 values into accumulator a; values at or past k read as zero.
-  auto step = [&](int a, int64_t i) {
-    const bool whole = i + 32 <= k;
-    const __mmask32 mask = whole ? ~__mmask32(0) : __mmask32((1u << (k - i)) - 1u);
-    auto load = [&](const uint16_t* p) {
-      return whole ? (__m512bh)_mm512_loadu_si512(p) : (__m512bh)_mm512_maskz_loadu_epi16(mask, p);
-    };
-    __m512bh xv[MB];
-    for (int t = 0; t < MB; ++t) xv[t] = load(xb + t * k + i);
-    for (int r = 0; r < NR; ++r) {
-      const __m512bh wv = load(w + r * k + i);
-      for (int t = 0; t < MB; ++t) acc[a][r][t] = _mm512_dpbf16_ps(acc[a][r][t], xv[t], wv);
-    }
-  };
+  __m512 even[NR][MB], odd[NR][MB];
+  for (int r = 0; r < NR; ++r)
+    for (int t = 0; t < MB; ++t) even[r][t] = odd[r][t] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 64 <= k; i += 64) {
     if constexpr (kStream) {
@@ -102,14 +105,19 @@ inline void gemv_tile(const uint16_t* xb, int64_t k, const uint16_t* w, float* y
                      _MM_HINT_T0);
       }
     }
-    step(0, i);
-    step(1, i + 32);
+    gemv_block<NR, MB, false>(even, xb, k, w, i);
+    gemv_block<NR, MB, false>(odd, xb, k, w, i + 32);
   }
-  if (i < k) step(0, i);
-  if (i + 32 < k) step(1, i + 32);
+  // The last 1-63 values: an even block (whole or masked), then a masked odd one.
+  if (i + 32 <= k) {
+    gemv_block<NR, MB, false>(even, xb, k, w, i);
+    if (i + 32 < k) gemv_block<NR, MB, true>(odd, xb, k, w, i + 32);
+  } else if (i < k) {
+    gemv_block<NR, MB, true>(even, xb, k, w, i);
+  }
   for (int r = 0; r < NR; ++r)
     for (int t = 0; t < MB; ++t)
-      y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][r][t], acc[1][r][t]));
+      y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(even[r][t], odd[r][t]));
 }
 
 template <int NR>
@@ -117,10 +125,12 @@ inline void gemv_rows(const uint16_t* xb, int64_t m, int64_t k, const uint16_t* 
                       int64_t ldy) {
   constexpr bool kStream = NR == 1;
   int64_t t = 0;
-  for (; t + 4 <= m; t += 4) gemv_tile<NR, 4, kStream>(xb + t * k, k, w, y + t * ldy, ldy);
+  constexpr int kMaxTokens = NR == 4 ? 2 : 4;
+  for (; t + kMaxTokens <= m; t += kMaxTokens)
+    gemv_tile<NR, kMaxTokens, kStream>(xb + t * k, k, w, y + t * ldy, ldy);
   switch (m - t) {
     case 3:
-      gemv_tile<NR, 3, kStream>(xb + t * k, k, w, y + t * ldy, ldy);
+      if constexpr (kMaxTokens > 3) gemv_tile<NR, 3, kStream>(xb + t * k, k, w, y + t * ldy, ldy);
       break;
     case 2:
       gemv_tile<NR, 2, kStream>(xb + t * k, k, w, y + t * ldy, ldy);
@@ -191,7 +201,7 @@ void bf16_gemv_range_avx512(const uint16_t* xb, int64_t m, const uint16_t* w, in
                             int64_t ldy, int64_t n_begin, int64_t n_end) {
   int64_t n = n_begin;
   if (m > kSequentialMaxRows)  // else one weight row at a time, in address order
-    for (; n + 2 <= n_end; n += 2) gemv_rows<2>(xb, m, k, w + n * k, y + n, ldy);
+    for (; n + 4 <= n_end; n += 4) gemv_rows<4>(xb, m, k, w + n * k, y + n, ldy);
   for (; n < n_end; ++n) gemv_rows<1>(xb, m, k, w + n * k, y + n, ldy);
 }
 

@@ -262,11 +262,11 @@ TEST(GemmTest, StridedOutput) {
 // A decode step's outputs for one token must not depend on the other tokens of the step (the
 // batch): for every row count that takes the streaming kernels, in both activation precisions,
 // on every ISA path, each token's outputs are the bits that token alone gets. K covers whole
-// 64-value steps, an odd 32-value block and a masked tail; N a multiple of the two-row tiles
-// and a remainder.
+// 64-value steps, a last even block, masked odd and even blocks; N whole four-row tiles and a
+// remainder.
 TEST(GemmTest, DecodeOutputsDoNotDependOnTheBatch) {
   common::ThreadPool pool(2);
-  for (const int64_t k : {64, 96, 50, 2048}) {
+  for (const int64_t k : {64, 96, 50, 20, 2048}) {
     for (const auto precision :
          {kernels::ActivationPrecision::kF32, kernels::ActivationPrecision::kBf16}) {
       const kernels::ScopedActivationPrecision scoped(precision);
