@@ -60,9 +60,9 @@ class ScopedActivationPrecision {
 
 // With kBf16 and AVX512_BF16 (and no AMX, whose tiles are faster still on the rounded values),
 // BF16 weights with an even K take linear_bf16_dot from this many rows; below it (any K),
-// linear_bf16_gemv. One core of a Zen 4 EPYC (chunkpipe_bench, N 2048,
-// K 2048 / 7168): the dot kernel runs 107 / 97 GFLOP/s at 8 rows against the streaming
-// kernel's 110 / 79, and 193 / 189 against 106 / 93 at 16; it fills m / 16 of its lanes.
+// linear_bf16_gemv. One core of a Zen 4 EPYC (chunkpipe_bench, N 2048, K 2048 / 7168): the
+// dot kernel, which fills m / 16 of its lanes, runs 112 / 103 GFLOP/s at 8 rows against the
+// GEMV's 175 / 98, and 224 / 205 against 147 / 116 at 16.
 inline constexpr int64_t kBf16DotMinRows = 12;
 
 // y (row stride ldy, >= N) = x (row stride K) · Wᵀ. I8 weights go to linear_int8 (W8A8).

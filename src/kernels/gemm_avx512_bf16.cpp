@@ -68,9 +68,9 @@ inline void tile(const uint32_t* xt, int64_t block_words, int64_t kp2, const uin
 // at DRAM speed), then adds the two and reduces the 16 lanes. Every output is formed this way
 // whatever the tile, so a token's outputs do not depend on how many rows share the call.
 // NR weight rows (row stride k) against MB token rows of xb (row stride k, bf16 bits). With
-// kStream (decode's one row at a time), each 128-byte step also asks for the lines
-// kPrefetchBytes ahead, as the int8 GEMV does: the hardware prefetchers alone leave one core
-// short of the DRAM rate on rows of 1-4 KiB.
+// kStream (decode's one row at a time), each 128-byte step also asks for the lines 4 KiB
+// ahead (kPrefetchValues), as the int8 GEMV does: the hardware prefetchers alone leave one
+// core short of the DRAM rate on rows of 1-4 KiB.
 constexpr int64_t kPrefetchValues = 4096 / sizeof(uint16_t);
 
 // acc[r][t] += the 32-value block at i of weight row r against token row t; with kMasked, only

@@ -52,10 +52,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{49, 40, 70}, Shape{97, 65, 300},
                                          Shape{130, 96, 64})));
 
-// ActivationPrecision::kBf16: every path linear() takes (the vdpbf16ps kernel from
-// kBf16DotMinRows rows with an even K, the rounded rows through the f32 kernels otherwise) must
-// equal the reference on x rounded to bf16 up to summation order, on every ISA path here; the
-// rounding itself must show (the unrounded reference is far off).
+// ActivationPrecision::kBf16: every path linear() takes (on AVX512_BF16 the vdpbf16ps kernel
+// from kBf16DotMinRows rows with an even K and its GEMV form below; the rounded rows through the
+// f32 kernels otherwise) must equal the reference on x rounded to bf16 up to summation order, on
+// every ISA path here; the rounding itself must show (the unrounded reference is far off).
 class GemmBf16ActivationsTest : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(GemmBf16ActivationsTest, EveryPathMatchesTheReferenceOnRoundedActivations) {
