@@ -177,11 +177,7 @@ void linear_bf16_gemv(const float* x, int64_t m, const WeightView& w, float* y, 
   auto body = [&](int64_t b, int64_t e, int) {
     detail::bf16_gemv_range_avx512(xb, m, w.bf16(), k, y, ldy, b, e);
   };
-  if (m <= detail::kSequentialMaxRows) {
-    pool.parallel_for_dynamic(w.rows, detail::decode_piece_rows(w.rows, pool.num_threads()), body);
-  } else {
-    pool.parallel_for(w.rows, 16, body);
-  }
+  detail::for_weight_rows(pool, w.rows, m, body);
 }
 
 void detail::streaming_range_avx2(const float* x, int64_t m, const WeightView& w, float* y,
@@ -209,11 +205,7 @@ void linear_streaming(const float* x, int64_t m, const WeightView& w, float* y, 
                       common::ThreadPool& pool) {
   const auto range = streaming_range();
   auto body = [&](int64_t b, int64_t e, int) { range(x, m, w, y, ldy, b, e); };
-  if (m <= detail::kSequentialMaxRows) {
-    pool.parallel_for_dynamic(w.rows, detail::decode_piece_rows(w.rows, pool.num_threads()), body);
-  } else {
-    pool.parallel_for(w.rows, 16, body);
-  }
+  detail::for_weight_rows(pool, w.rows, m, body);
 }
 
 void linear_streaming_serial(const float* x, int64_t m, const WeightView& w, float* y,

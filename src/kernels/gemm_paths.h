@@ -33,6 +33,17 @@ inline int64_t decode_piece_rows(int64_t rows, int threads) {
   return std::max<int64_t>(16, ((rows + pieces - 1) / pieces + 15) / 16 * 16);
 }
 
+// Runs body(row_begin, row_end, thread) over a linear's `rows` weight rows for m activation
+// rows: decode-sized m in the dynamic pieces above, else in static shares of 16-row multiples.
+template <typename Body>
+void for_weight_rows(common::ThreadPool& pool, int64_t rows, int64_t m, const Body& body) {
+  if (m <= kSequentialMaxRows) {
+    pool.parallel_for_dynamic(rows, decode_piece_rows(rows, pool.num_threads()), body);
+  } else {
+    pool.parallel_for(rows, 16, body);
+  }
+}
+
 // AMX-BF16 for BF16 weights (gemm_amx_bf16.cpp). x rows [row_begin, row_end) of [m, k] (row
 // stride ldx) become three bf16 planes of [mp][kp] (mp, kp multiples of 32, zeros outside x)
 // whose sum is x exactly; rows at or past m are zeroed.

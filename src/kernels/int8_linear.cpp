@@ -224,11 +224,7 @@ void linear_int8(const float* x, int64_t m, const WeightView& w, float* y, int64
       range(xq + t0 * k, scale + t0, std::min(block, m - t0), w, y + t0 * ldy, ldy, b, e);
     }
   };
-  if (m <= detail::kSequentialMaxRows) {
-    pool.parallel_for_dynamic(w.rows, detail::decode_piece_rows(w.rows, pool.num_threads()), body);
-  } else {
-    pool.parallel_for(w.rows, 16, body);
-  }
+  detail::for_weight_rows(pool, w.rows, m, body);
 }
 
 void linear_int8_reference(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy) {
