@@ -144,23 +144,43 @@ void round_to_bf16(const float* x, int64_t n, float* out) {
   for (; i < n; ++i) out[i] = tensor::bf16_to_f32(tensor::f32_to_bf16(x[i]));
 }
 
+void pack_bf16_pairs(const float* x, int64_t ldx, int64_t m, int64_t k, Bf16PairActivations& out,
+                     common::ThreadPool& pool) {
+  CHECK(k % 2 == 0 && cpu_features().avx512_bf16)
+      << "pack_bf16_pairs: needs an even K and AVX512_BF16";
+  const int64_t blocks = (m + 15) / 16;
+  const size_t size = size_t(blocks * 8 * k);
+  if (out.blocks.size() < size) out.blocks.resize(size);
+  out.m = m;
+  out.k = k;
+  uint32_t* packed = out.blocks.data();
+  pool.parallel_for(blocks, 1, [&](int64_t b, int64_t e, int) {
+    detail::pack_bf16_pairs_avx512(x, ldx, m, k, b, e, packed);
+  });
+}
+
+void linear_bf16_packed_serial(const Bf16PairActivations& x, const uint16_t* w, int64_t n_begin,
+                               int64_t n_end, float* y, int64_t ldy) {
+  if (x.m <= 0 || n_begin >= n_end) return;
+  detail::bf16_pairs_range_avx512(x.blocks.data(), x.m, w, x.k, y, ldy, n_begin, n_end);
+}
+
+void linear_bf16_packed(const Bf16PairActivations& x, const uint16_t* w, int64_t n, float* y,
+                        int64_t ldy, common::ThreadPool& pool) {
+  if (x.m <= 0 || n <= 0) return;
+  pool.parallel_for(
+      n, 16, [&](int64_t b, int64_t e, int) { linear_bf16_packed_serial(x, w, b, e, y, ldy); });
+}
+
 void linear_bf16_dot(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
                      common::ThreadPool& pool) {
   CHECK(w.dtype == DType::kBF16 && w.cols % 2 == 0 && cpu_features().avx512_bf16)
       << "linear_bf16_dot: needs BF16 weights with an even K and AVX512_BF16";
   if (m <= 0 || w.rows == 0) return;
-  const int64_t k = w.cols, blocks = (m + 15) / 16;
   // The caller's scratch, reached by the workers through a pointer (see linear_amx_row_major).
-  thread_local tensor::AlignedBuffer<uint32_t> packed_scratch;
-  const size_t size = size_t(blocks * 8 * k);
-  if (packed_scratch.size() < size) packed_scratch.resize(size);
-  uint32_t* packed = packed_scratch.data();
-  pool.parallel_for(blocks, 1, [&](int64_t b, int64_t e, int) {
-    detail::pack_bf16_pairs_avx512(x, k, m, k, b, e, packed);
-  });
-  pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int) {
-    detail::bf16_pairs_range_avx512(packed, m, w.bf16(), k, y, ldy, b, e);
-  });
+  thread_local Bf16PairActivations packed;
+  pack_bf16_pairs(x, w.cols, m, w.cols, packed, pool);
+  linear_bf16_packed(packed, w.bf16(), w.rows, y, ldy, pool);
 }
 
 void linear_bf16_gemv(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,

@@ -148,6 +148,24 @@ void linear_amx_row_major(const float* x, int64_t m, const tensor::WeightView& w
 // call, the weights read in place. Call only when cpu_features().avx512_bf16.
 void linear_bf16_dot(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
                      common::ThreadPool& pool);
+// The same path in two steps, for activations read by several weights (the MLA expansion of a
+// bf16 latent cache): x [m, k] (row stride ldx, k even) rounded to bf16 and packed once, then
+// y = packed x · Wᵀ for n row-major bf16 weight rows w [n, k]. Each output is one vdpbf16ps
+// chain over k in order, so it does not depend on m, n or the tiling; linear_bf16_dot's
+// outputs equal these bit for bit. Call only when cpu_features().avx512_bf16. Not thread-safe
+// per Bf16PairActivations.
+struct Bf16PairActivations {
+  int64_t m = 0, k = 0;
+  tensor::AlignedBuffer<uint32_t> blocks;  // [ceil(m / 16)][k / 2][16] pair words
+};
+void pack_bf16_pairs(const float* x, int64_t ldx, int64_t m, int64_t k, Bf16PairActivations& out,
+                     common::ThreadPool& pool);
+void linear_bf16_packed(const Bf16PairActivations& x, const uint16_t* w, int64_t n, float* y,
+                        int64_t ldy, common::ThreadPool& pool);
+// linear_bf16_packed's serial form for weight rows [n_begin, n_end) on the calling thread, for
+// callers that split the work themselves.
+void linear_bf16_packed_serial(const Bf16PairActivations& x, const uint16_t* w, int64_t n_begin,
+                               int64_t n_end, float* y, int64_t ldy);
 // Its GEMV form, for fewer than kBf16DotMinRows rows of x (decode): x rounded to bf16 once per
 // call, lanes along K, two vdpbf16ps chains per output; any K. A token's outputs are the same
 // bits whatever m is. Call only when cpu_features().avx512_bf16.

@@ -17,6 +17,7 @@
 #include "kernels/simd.h"
 #include "kernels/vec_exp.h"
 #include "tensor/aligned_buffer.h"
+#include "tensor/dtype.h"
 
 namespace kernels {
 namespace {
@@ -224,14 +225,24 @@ void mla_decode_attention(const MlaDecodeArgs& a, common::ThreadPool& pool) {
   const int64_t bs = a.block_size;
   const int64_t num_rows = T * a.num_heads;  // one query row per (token, head)
   const int64_t num_blocks = (ctx + bs - 1) / bs;
+  CHECK((a.cache != nullptr) != (a.cache_bf16 != nullptr)) << "mla_decode_attention: one cache";
   pool.parallel_for(num_rows, 4, [&](int64_t r0, int64_t r1, int) {
     const int64_t nr = r1 - r0;
     auto& s = scores_scratch(static_cast<size_t>(nr * ctx));
+    // Logical block b's first n rows as f32: in place, or widened from bf16 into L2-sized scratch
+    // (both passes widen again rather than hold the whole context).
+    thread_local tensor::AlignedBuffer<float> widened;
+    auto block = [&](int64_t b, int64_t n) -> const float* {
+      const int64_t first = static_cast<int64_t>(a.block_table[b]) * bs * row;
+      if (a.cache) return a.cache + first;
+      if (widened.size() < size_t(bs * row)) widened.resize(size_t(bs * row));
+      bf16_to_f32_row(a.cache_bf16 + first, widened.data(), n * row);
+      return widened.data();
+    };
     const float* q = a.q + r0 * row;
     for (int64_t b = 0; b < num_blocks; ++b) {
       const int64_t n = std::min(bs, ctx - b * bs);
-      const float* blk = a.cache + static_cast<int64_t>(a.block_table[b]) * bs * row;
-      sgemm(nr, n, row, a.scale, q, row, blk, row, true, 0.0f, s.data() + b * bs, ctx);
+      sgemm(nr, n, row, a.scale, q, row, block(b, n), row, true, 0.0f, s.data() + b * bs, ctx);
     }
     for (int64_t i = 0; i < nr; ++i) {
       const int64_t t = (r0 + i) / a.num_heads;
@@ -240,8 +251,7 @@ void mla_decode_attention(const MlaDecodeArgs& a, common::ThreadPool& pool) {
     float* out = a.out + r0 * a.kv_lora_rank;
     for (int64_t b = 0; b < num_blocks; ++b) {
       const int64_t n = std::min(bs, ctx - b * bs);
-      const float* blk = a.cache + static_cast<int64_t>(a.block_table[b]) * bs * row;
-      sgemm(nr, a.kv_lora_rank, n, 1.0f, s.data() + b * bs, ctx, blk, row, false,
+      sgemm(nr, a.kv_lora_rank, n, 1.0f, s.data() + b * bs, ctx, block(b, n), row, false,
             b == 0 ? 0.0f : 1.0f, out, a.kv_lora_rank);
     }
   });
@@ -250,10 +260,15 @@ void mla_decode_attention(const MlaDecodeArgs& a, common::ThreadPool& pool) {
 void mla_decode_attention_reference(const MlaDecodeArgs& a) {
   const int64_t T = a.num_queries, ctx = a.context_len, first_pos = ctx - T;
   const int64_t row = a.kv_lora_rank + a.rope_dim;
+  std::vector<float> widened(static_cast<size_t>(row));
   auto cache_row = [&](int64_t j) {
-    return a.cache + (static_cast<int64_t>(a.block_table[j / a.block_size]) * a.block_size +
-                      j % a.block_size) *
-                         row;
+    const int64_t at =
+        (static_cast<int64_t>(a.block_table[j / a.block_size]) * a.block_size + j % a.block_size) *
+        row;
+    if (a.cache) return a.cache + at;
+    for (int64_t d = 0; d < row; ++d)
+      widened[size_t(d)] = tensor::bf16_to_f32(a.cache_bf16[at + d]);
+    return static_cast<const float*>(widened.data());
   };
   std::vector<double> scores(static_cast<size_t>(ctx));
   for (int64_t t = 0; t < T; ++t) {
@@ -271,11 +286,12 @@ void mla_decode_attention_reference(const MlaDecodeArgs& a) {
       double sum = 0.0;
       for (int64_t j = 0; j < visible; ++j) sum += (scores[j] = std::exp(scores[j] - max_v));
       float* o = a.out + (t * a.num_heads + h) * a.kv_lora_rank;
-      for (int d = 0; d < a.kv_lora_rank; ++d) {
-        double acc = 0.0;
-        for (int64_t j = 0; j < visible; ++j) acc += scores[j] * cache_row(j)[d];
-        o[d] = static_cast<float>(acc / sum);
+      std::vector<double> acc(static_cast<size_t>(a.kv_lora_rank), 0.0);
+      for (int64_t j = 0; j < visible; ++j) {
+        const float* kv = cache_row(j);
+        for (int d = 0; d < a.kv_lora_rank; ++d) acc[size_t(d)] += scores[j] * kv[d];
       }
+      for (int d = 0; d < a.kv_lora_rank; ++d) o[d] = static_cast<float>(acc[size_t(d)] / sum);
     }
   }
 }

@@ -88,8 +88,11 @@ struct MlaDecodeArgs {
   int64_t num_queries = 0;
   int64_t context_len = 0;
   float scale = 1.0f;
-  const float* q = nullptr;              // [T, nh, r + dr], contiguous
-  const float* cache = nullptr;          // [num_blocks, block_size, r + dr] for this layer
+  const float* q = nullptr;  // [T, nh, r + dr], contiguous
+  // This layer's cache [num_blocks, block_size, r + dr]: f32, or (cache null) bf16 bits, which
+  // the kernel widens a block at a time; the result is then the f32 cache's of the same values.
+  const float* cache = nullptr;
+  const uint16_t* cache_bf16 = nullptr;
   const int32_t* block_table = nullptr;  // physical block of logical block i
   int block_size = 0;
   float* out = nullptr;  // [T, nh, r]: attention-weighted latent, contiguous

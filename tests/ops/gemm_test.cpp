@@ -86,6 +86,19 @@ TEST_P(GemmBf16ActivationsTest, EveryPathMatchesTheReferenceOnRoundedActivations
       std::vector<float> d(s.m * s.n, -1.0f);
       kernels::linear_bf16_dot(x.data(), s.m, w.view(), d.data(), s.n, pool);
       EXPECT_LT(testutil::max_rel_error(d, ref), 1e-5) << path.name << " linear_bf16_dot";
+      // Packed once and run against the weight in two row ranges, into a wider y: the same bits.
+      kernels::Bf16PairActivations packed;
+      kernels::pack_bf16_pairs(x.data(), s.k, s.m, s.k, packed, pool);
+      std::vector<float> p(s.m * (s.n + 2), 77.0f);
+      const int64_t split = s.n / 3;
+      kernels::linear_bf16_packed(packed, w.view().bf16(), split, p.data(), s.n + 2, pool);
+      kernels::linear_bf16_packed_serial(packed, w.view().bf16(), split, s.n, p.data(), s.n + 2);
+      for (int64_t t = 0; t < s.m; ++t) {
+        for (int64_t j = 0; j < s.n; ++j)
+          ASSERT_EQ(p[t * (s.n + 2) + j], d[t * s.n + j])
+              << path.name << " packed " << t << "," << j;
+        for (int64_t j = s.n; j < s.n + 2; ++j) ASSERT_EQ(p[t * (s.n + 2) + j], 77.0f) << "past N";
+      }
     }
   }
 }

@@ -257,6 +257,50 @@ TEST_P(MlaDecodeTest, MatchesReference) {
   EXPECT_LT(testutil::max_rel_error(out, ref), 1e-5);
 }
 
+// A bf16 cache (KvCacheDtype::kBf16) is widened a block at a time: the output must equal, bit
+// for bit, the f32 kernel's on a cache holding the same rounded values, and the reference run on
+// the bf16 cache itself.
+TEST_P(MlaDecodeTest, Bf16CacheEqualsTheF32CacheOfItsValues) {
+  const Dims d = GetParam();
+  const int64_t row = d.r + d.dr;
+  PagedCache cache(d.ctx, 16, row, 8);
+  std::vector<uint16_t> bits(cache.data.size());
+  std::vector<float> widened(cache.data.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    bits[i] = tensor::f32_to_bf16(cache.data[i]);
+    widened[i] = tensor::bf16_to_f32(bits[i]);
+  }
+  auto q = testutil::random_vector(d.T * d.heads * row, 9, 0.2f);
+  std::vector<float> from_bf16(d.T * d.heads * d.r, -1.0f), from_f32(from_bf16.size(), -2.0f),
+      ref(from_bf16.size()), unrounded(from_bf16.size());
+  kernels::MlaDecodeArgs a;
+  a.num_heads = d.heads;
+  a.kv_lora_rank = d.r;
+  a.rope_dim = d.dr;
+  a.num_queries = d.T;
+  a.context_len = d.ctx;
+  a.scale = 0.5f;
+  a.q = q.data();
+  a.block_table = cache.block_table.data();
+  a.block_size = cache.block_size;
+  common::ThreadPool pool(2);
+  a.cache_bf16 = bits.data();
+  a.out = from_bf16.data();
+  kernels::mla_decode_attention(a, pool);
+  a.out = ref.data();
+  kernels::mla_decode_attention_reference(a);
+  a.cache_bf16 = nullptr;
+  a.cache = widened.data();
+  a.out = from_f32.data();
+  kernels::mla_decode_attention(a, pool);
+  a.cache = cache.data.data();
+  a.out = unrounded.data();
+  kernels::mla_decode_attention_reference(a);
+  EXPECT_EQ(from_bf16, from_f32);
+  EXPECT_LT(testutil::max_rel_error(from_bf16, ref), 1e-5);
+  EXPECT_GT(testutil::max_rel_error(ref, unrounded), 1e-5) << "the rounding left no trace";
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecodeTest,
                          ::testing::Values(Dims{4, 32, 16, 32, 64, 1, 1},
                                            Dims{4, 32, 16, 32, 64, 1, 33},
