@@ -7,6 +7,7 @@
 # TTFT(PP1, 1 core) / (2 · TTFT(PP2, 1 core each)). Needs root (namespaces) and a build.
 #   bench/cpp_scaleout.sh [PRESET=seed] [WARMUP=1]     PRESET: seed | long (as bench/cpp_ttft.sh)
 # DTYPE passes --dtype to every server (default auto: bf16 activations for the bfloat16 model);
+# KV_CACHE_DTYPE passes --kv-cache-dtype (bfloat16: a bf16 latent cache).
 # CHUNKPIPE_BIN runs another build (A/B runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,8 @@ source tests/e2e/two_hosts.sh
 
 common=(--served-model-name m --max-model-len $((prompt + 64)) --block-size 128
         --max-num-batched-tokens "$chunk" --max-num-seqs 4 --no-enable-prefix-caching
-        --kv-cache-memory $((prompt * 50000)) --threads 1 --dtype "${DTYPE:-auto}")
+        --kv-cache-memory $((prompt * 50000)) --threads 1 --dtype "${DTYPE:-auto}"
+        --kv-cache-dtype "${KV_CACHE_DTYPE:-auto}")
 cpp='{"scheduler_config": {"profiling_chunk_config": {"enabled": true, "min_chunk": '$min_chunk'}}}'
 
 ttft() {  # PORT SEED: one prompt's TTFT in ms, through namespace A's loopback

@@ -14,7 +14,8 @@
 # benchmark model. EXPANDED_KV=1 turns on the expanded k/v cache in every run; CPP_EXTRA adds
 # keys to profiling_chunk_config (e.g. CPP_EXTRA='"chunk_align": 64, '); WARMUP sets the
 # warm-up prompts per server (default 1); DTYPE passes --dtype to every server (the default,
-# auto, runs the bfloat16 checkpoints with bf16 activations); CHUNKPIPE_ATTENTION=bf16 reaches
+# auto, runs the bfloat16 checkpoints with bf16 activations); KV_CACHE_DTYPE passes
+# --kv-cache-dtype (bfloat16: a bf16 latent cache); CHUNKPIPE_ATTENTION=bf16 reaches
 # every server through the environment (bf16 attention products); CHUNKPIPE_BIN runs another
 # build (A/B runs).
 set -euo pipefail
@@ -53,7 +54,7 @@ run_config() {  # name, stages, warm-up prompts, then serve flags
   rm -f "$trace"
   "$bin" serve "$model" --trace-file "$trace" --host 127.0.0.1 --port "$port" --max-model-len $((prompt + 64)) --block-size 128 \
     --max-num-batched-tokens "$chunk" --max-num-seqs 4 --no-enable-prefix-caching \
-    --kv-cache-memory $((prompt * 50000)) --served-model-name m --dtype "${DTYPE:-auto}" "$@" \
+    --kv-cache-memory $((prompt * 50000)) --served-model-name m --dtype "${DTYPE:-auto}" --kv-cache-dtype "${KV_CACHE_DTYPE:-auto}" "$@" \
     > "/tmp/cpp_ttft_$name.log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 3000); do curl -s "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done
@@ -82,7 +83,7 @@ run_config() {  # name, stages, warm-up prompts, then serve flags
 }
 
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); flags: $(grep -m1 flags /proc/cpuinfo | grep -o 'avx512[a-z_0-9]*\|avx2\|amx[a-z_0-9]*\|avx_vnni' | sort -u | xargs); cores: $ncpu"
-echo "prompt $prompt tokens, base chunk $chunk, min_chunk $min_chunk, model $model, --dtype ${DTYPE:-auto}"
+echo "prompt $prompt tokens, base chunk $chunk, min_chunk $min_chunk, model $model, --dtype ${DTYPE:-auto}, --kv-cache-dtype ${KV_CACHE_DTYPE:-auto}"
 ex="" plain=()
 if [ "${EXPANDED_KV:-0}" = 1 ]; then
   ex='"expanded_kv_cache": true, '

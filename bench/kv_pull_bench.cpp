@@ -35,7 +35,8 @@ int serve(const Args& a, int64_t num_blocks) {
   model::LatentKvCache cache(a.layers, 0, a.layers, num_blocks, a.block, kRowDim);
   const int64_t used = (a.tokens + a.block - 1) / a.block;  // written, as a prefill would
   for (int l = 0; l < a.layers; ++l)
-    for (int64_t i = 0; i < used * a.block * kRowDim; ++i) cache.layer(l)[i] = float(l + i % 97);
+    for (int64_t i = 0; i < used * a.block * kRowDim; ++i)
+      cache.layer_f32(l)[i] = float(l + i % 97);
   transfer::PullSenderOptions o;
   o.engine_id = "bench";
   o.bind_host = a.host;

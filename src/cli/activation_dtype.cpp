@@ -52,6 +52,26 @@ common::Result<kernels::ActivationPrecision> parse_dtype_option(const ArgParser&
       "' (choose from 'auto', 'half', 'float16', 'bfloat16', 'float', 'float32')");
 }
 
+void add_kv_cache_dtype_option(ArgParser& p) {
+  p.add_option("kv-cache-dtype",
+               "latent KV cache dtype: auto keeps float32, so outputs do not depend on chunking "
+               "or batching; bfloat16 halves the cache and its transfers",
+               "auto");
+}
+
+common::Result<model::KvCacheDtype> parse_kv_cache_dtype_option(const ArgParser& p) {
+  const std::string v = p.option("kv-cache-dtype").value_or("auto");
+  if (v == "auto") return model::KvCacheDtype::kF32;
+  if (v == "bfloat16") return model::KvCacheDtype::kBf16;
+  if (v.rfind("fp8", 0) == 0) {
+    return common::unimplemented("--kv-cache-dtype " + v +
+                                 ": a quantized KV cache is not built yet in chunkpipe");
+  }
+  return common::invalid_argument(
+      "argument --kv-cache-dtype: invalid choice: '" + v +
+      "' (choose from 'auto', 'bfloat16', 'fp8', 'fp8_e4m3', 'fp8_e5m2', 'fp8_inc', 'fp8_ds_mla')");
+}
+
 const char* dtype_name(kernels::ActivationPrecision precision) {
   return precision == kernels::ActivationPrecision::kBf16 ? "bfloat16" : "float32";
 }

@@ -9,6 +9,7 @@
 #include "cli/arg_parser.h"
 #include "common/status.h"
 #include "kernels/gemm.h"
+#include "model/kv_cache.h"
 
 namespace cli {
 
@@ -21,6 +22,17 @@ void add_dtype_option(ArgParser& p);
 // as unsupported on CPU; anything else gets argparse's invalid-choice message.
 common::Result<kernels::ActivationPrecision> parse_dtype_option(const ArgParser& p,
                                                                 const std::string& model_dir);
+
+// Adds --kv-cache-dtype (default "auto").
+void add_kv_cache_dtype_option(ArgParser& p);
+
+// The latent cache's dtype. auto keeps it f32, where vLLM's auto takes the model's dtype: a bf16
+// cache rounds each latent, so the expanded and absorbed forms (which differ by f32 rounding
+// before it) can round a value to neighbouring bf16 numbers, and greedy outputs then depend on
+// how prompts were chunked and batched. bfloat16 asks for that trade: half the KV memory and
+// transfer bytes, and the history's expansion on vdpbf16ps. fp8 variants are refused as not
+// built; anything else gets argparse's invalid-choice message.
+common::Result<model::KvCacheDtype> parse_kv_cache_dtype_option(const ArgParser& p);
 
 // "float32" or "bfloat16", for logs and result JSON.
 const char* dtype_name(kernels::ActivationPrecision precision);

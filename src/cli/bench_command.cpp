@@ -414,6 +414,7 @@ void add_engine_flags(ArgParser& p) {
                std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   p.add_option("seed", "random seed", "0");
   add_dtype_option(p);
+  add_kv_cache_dtype_option(p);
   p.add_option("output-json", "write the figures as JSON here");
 }
 
@@ -436,7 +437,10 @@ common::Result<LocalEngine> start_engine(const ArgParser& p,
   in.max_num_seqs = static_cast<int32_t>(seqs);
   CP_ASSIGN_OR_RETURN(int64_t bs, p.int_option("block-size", 1));
   in.block_size = static_cast<int>(bs);
-  in.kv_bytes_per_block = worker::ModelRunner::kv_bytes_per_block(e.model->config(), in.block_size);
+  CP_ASSIGN_OR_RETURN(const model::KvCacheDtype kv_dtype, parse_kv_cache_dtype_option(p));
+  c.bf16_kv_cache = kv_dtype == model::KvCacheDtype::kBf16;
+  in.kv_bytes_per_block = worker::ModelRunner::kv_bytes_per_block(e.model->config(), in.block_size,
+                                                                  false, false, kv_dtype);
   CP_ASSIGN_OR_RETURN(in.kv_cache_bytes, p.int_option("kv-cache-memory", 1));
   CP_ASSIGN_OR_RETURN(Sizing sizing, plan_sizing(in));
   c.scheduler.max_num_batched_tokens = sizing.max_num_batched_tokens;

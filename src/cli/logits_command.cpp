@@ -74,6 +74,7 @@ int run_logits_command(int argc, char** argv) {
                std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   p.add_option("out", "write the JSON here instead of stdout");
   add_dtype_option(p);
+  add_kv_cache_dtype_option(p);
   if (auto st = p.parse(argc, argv, 2); !st.ok()) {
     std::fprintf(stderr, "%s\nchunkpipe logits: error: %s\n", p.usage().c_str(),
                  st.message().c_str());
@@ -100,6 +101,9 @@ int run_logits_command(int argc, char** argv) {
   if (!precision.ok()) return fail(precision.status(), 2);
   kernels::set_activation_precision(*precision);
   model::SequenceLogitsOptions opts;
+  auto kv_dtype = parse_kv_cache_dtype_option(p);
+  if (!kv_dtype.ok()) return fail(kv_dtype.status(), 2);
+  opts.kv_cache_dtype = *kv_dtype;
   opts.chunk_size = *chunk;
   opts.all_logits = p.flag("all");
   opts.mtp = p.flag("mtp");

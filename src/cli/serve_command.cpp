@@ -90,6 +90,7 @@ worker::PipelineOptions pipeline_options(const ServePlan& plan) {
   o.num_speculative_tokens = plan.engine.scheduler.num_lookahead_tokens;
   o.lm_head_int8 = plan.lm_head_int8;
   o.bf16_activations = plan.bf16_activations;
+  o.bf16_kv_cache = plan.engine.bf16_kv_cache;
   o.topology = plan.topology;
   o.kv_transfer_config = plan.kv_transfer_config;
   o.kv_dp_rank = plan.data_parallel_rank;
@@ -598,7 +599,8 @@ int run_serve_command(int argc, char** argv) {
   sizing_in.block_size = plan.engine.block_size;
   sizing_in.kv_bytes_per_block = worker::ModelRunner::kv_bytes_per_block(
       mc, plan.engine.block_size, plan.engine.expanded_kv_cache,
-      plan.engine.scheduler.num_lookahead_tokens > 0);
+      plan.engine.scheduler.num_lookahead_tokens > 0,
+      plan.engine.bf16_kv_cache ? model::KvCacheDtype::kBf16 : model::KvCacheDtype::kF32);
   if (plan.kv_cache_bytes >= 0) sizing_in.kv_cache_bytes = plan.kv_cache_bytes;
   sizing_in.num_blocks_override = plan.num_blocks_override;
   sizing_in.memory_utilization = plan.memory_utilization;

@@ -110,6 +110,7 @@ void add_serve_flags(ArgParser& p) {
                "raw_logprobs");
   p.add_option("swap-space", "CPU swap space in GiB (no meaning on CPU)");
   add_dtype_option(p);
+  add_kv_cache_dtype_option(p);
   p.add_option("generation-config",
                "sampling defaults: auto (the model's generation_config.json), vllm (none), or a "
                "directory holding a generation_config.json",
@@ -467,6 +468,14 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     CP_ASSIGN_OR_RETURN(const kernels::ActivationPrecision precision,
                         parse_dtype_option(p, plan->model_dir));
     plan->bf16_activations = precision == kernels::ActivationPrecision::kBf16;
+    CP_ASSIGN_OR_RETURN(const model::KvCacheDtype kv_dtype, parse_kv_cache_dtype_option(p));
+    plan->engine.bf16_kv_cache = kv_dtype == model::KvCacheDtype::kBf16;
+    LOG(INFO) << "--kv-cache-dtype " << p.option("kv-cache-dtype").value_or("auto")
+              << ": the latent KV cache holds " << model::kv_cache_dtype_name(kv_dtype)
+              << (plan->engine.bf16_kv_cache
+                      ? " (half the memory and transfer bytes of float32; greedy outputs may then "
+                        "depend on how prompts are chunked and batched)"
+                      : " (bfloat16 halves it)");
     if (plan->bf16_activations) {
       LOG(INFO) << "--dtype " << p.option("dtype").value_or("auto")
                 << " -> bfloat16: activations are rounded to bf16 before every BF16-weight linear "

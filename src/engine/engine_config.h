@@ -39,6 +39,8 @@ struct EngineConfig {
   // Keep each token's expanded k_nope ‖ v beside the latent (model/kv_cache.h): more memory per
   // block, no per-chunk re-expansion of the history. chunkpipe extension, off by default.
   bool expanded_kv_cache = false;
+  // --kv-cache-dtype bfloat16: the latent cache holds bf16 (model::KvCacheDtype::kBf16), else f32.
+  bool bf16_kv_cache = false;
   // The scheduler side of a KV connector (sched/kv_connector.h); null: none.
   std::shared_ptr<sched::KvConnectorScheduler> kv_connector;
   // Data-parallel lock step (MoE experts or the lm_head split over DP ranks): the DP group

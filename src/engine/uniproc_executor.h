@@ -18,6 +18,7 @@ inline worker::RunnerOptions runner_options(const EngineConfig& config) {
   o.block_size = config.block_size;
   o.num_threads = config.num_threads;
   o.expanded_kv_cache = config.expanded_kv_cache;
+  o.kv_cache_dtype = config.bf16_kv_cache ? model::KvCacheDtype::kBf16 : model::KvCacheDtype::kF32;
   o.dummy_block = config.dp_group != nullptr;
   o.num_speculative_tokens = config.scheduler.num_lookahead_tokens;
   return o;

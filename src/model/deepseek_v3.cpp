@@ -10,6 +10,7 @@
 #include "common/check.h"
 #include "common/timer.h"
 #include "kernels/activation.h"
+#include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "kernels/mla_attention.h"
 #include "kernels/moe.h"
@@ -38,6 +39,7 @@ enum class Scratch {
   kQueryLatent,
   kKvA,
   kAttention,
+  kUk,
   kCount
 };
 float* scratch(Scratch use, size_t size) {
@@ -226,10 +228,11 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
   kernels::rms_norm(kv_a.data(), T, r, row, w.kv_a_layernorm.data(), eps, kv_a.data(), row);
   add_norm_bias(kv_a.data(), T, row, w.kv_a_layernorm_bias);
   kernels::apply_rope(kv_a.data() + r, T, 1, row, 0, layout.positions.data(), rope_);
-  for (int64_t t = 0; t < T; ++t) {
-    std::memcpy(cache.row(cache_layer, layout.slots[t]), kv_a.data() + t * row,
-                row * sizeof(float));
-  }
+  // A bf16 cache holds the latent rounded; every later use reads those values, this chunk's too.
+  const bool bf16_cache = cache.dtype() == KvCacheDtype::kBf16;
+  if (bf16_cache) kernels::round_to_bf16(kv_a.data(), T * row, kv_a.data());
+  for (int64_t t = 0; t < T; ++t)
+    cache.write_row(cache_layer, layout.slots[t], kv_a.data() + t * row);
   // With the expanded cache on, every new token's k_nope ‖ v is expanded once, here, so later
   // chunks read their history instead of re-expanding it (the O(history) term per chunk).
   const int64_t ex_dim = cache.expanded_dim();
@@ -249,7 +252,8 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
   const int64_t kv_b_head = int64_t{dn + dv} * r;
   const std::span<float> o = scratch_span(Scratch::kAttention, T * nh * dv);
   const int bs = cache.block_size();
-  const float* layer_cache = cache.layer(cache_layer);
+  const float* layer_cache = bf16_cache ? nullptr : cache.layer_f32(cache_layer);
+  const uint16_t* layer_cache_bf16 = bf16_cache ? cache.layer_bf16(cache_layer) : nullptr;
   for (size_t si = 0; si < layout.batch->sequences.size(); ++si) {
     const SequenceChunk& s = layout.batch->sequences[si];
     const int64_t n = static_cast<int64_t>(s.token_ids.size());
@@ -311,6 +315,7 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       args.scale = scale;
       args.q = q_cat.data();
       args.cache = layer_cache;
+      args.cache_bf16 = layer_cache_bf16;
       args.block_table = s.block_table.data();
       args.block_size = bs;
       args.out = o_lat.data();
@@ -338,6 +343,11 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       const int64_t kt_ld = ((ctx + 15) / 16 | 1) * 16;
       const bool segmented = ex_dim == 0;
       const bool amx = segmented && kernels::amx_bf16_active();
+      // A bf16 cache's latent and kv_b_proj's values (when all are exact in bf16) multiply exactly
+      // in vdpbf16ps, at twice the f32 FMA rate; AMX keeps its tiles.
+      const bool bf16_expand = segmented && bf16_cache && !amx && r % 2 == 0 &&
+                               kernels::cpu_features().avx512_bf16 &&
+                               w.absorb_uv.view().dtype == tensor::DType::kBF16;
       // The expansion runs a segment of keys at a time into buffers that stay in cache while the
       // attention reads them: expanding the whole history first wrote and re-read k and v of
       // every key through memory (at 16k keys, 64 MB per layer on the CPP model).
@@ -347,9 +357,19 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
       float* kt = scratch(Scratch::kKt, size_t(int64_t{nh} * dn * (segmented ? seg_ld : kt_ld)));
       float* kv = scratch(Scratch::kKv, size_t(segment * (ex_dim > 0 ? ex_dim : int64_t{nh} * dv)));
       float* c_kv = ex_dim > 0 ? nullptr : scratch(Scratch::kLatent, size_t(ctx * r));
+      thread_local tensor::AlignedBuffer<uint16_t> c_bits_scratch;
+      if (bf16_expand && c_bits_scratch.size() < size_t(ctx * r))
+        c_bits_scratch.resize(size_t(std::max(ctx * r, int64_t(c_bits_scratch.size() * 3 / 2))));
+      uint16_t* c_bits = bf16_expand ? c_bits_scratch.data() : nullptr;
+      std::vector<float> widened(bf16_cache ? size_t(row) : 0);
       for (int64_t j = 0; j < ctx; ++j) {
         const int64_t slot = int64_t{s.block_table[j / bs]} * bs + j % bs;
-        const float* src = layer_cache + slot * row;
+        const float* src = layer_cache ? layer_cache + slot * row : widened.data();
+        if (bf16_cache) {
+          const uint16_t* bits = layer_cache_bf16 + slot * row;
+          kernels::bf16_to_f32_row(bits, widened.data(), row);
+          if (c_bits) std::memcpy(c_bits + j * r, bits, size_t(r) * sizeof(uint16_t));
+        }
         for (int d = 0; d < dr; ++d) kt_pe[d * kt_ld + j] = src[r + d];
         if (ex_dim > 0) {
           const float* ex = cache.expanded_row(cache_layer, slot);
@@ -385,9 +405,31 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
         thread_local kernels::Bf16x3Activations split;
         thread_local kernels::MlaPrefillState state;
         if (amx) kernels::split_bf16x3(c_kv, r, ctx, r, split, pool);
+        // bf16: W_UK of every head [nh·dn, r] packed once, as the rows of kᵀ.
+        thread_local kernels::Bf16PairActivations uk_pairs, c_pairs;
+        if (bf16_expand) {
+          float* uk = scratch(Scratch::kUk, size_t(int64_t{nh} * dn * r));
+          for (int64_t h = 0; h < nh; ++h)
+            std::memcpy(uk + h * dn * r, kv_b + h * kv_b_head, size_t(dn * r) * sizeof(float));
+          kernels::pack_bf16_pairs(uk, r, int64_t{nh} * dn, r, uk_pairs, pool);
+        }
         for (int64_t s0 = 0; s0 < ctx; s0 += segment) {
           const int64_t s1 = std::min(ctx, s0 + segment), keys = s1 - s0;
-          if (amx) {
+          if (bf16_expand) {
+            // kᵀ [nh·dn, keys] = W_UK · cᵀ with the latent rows read in place as the weights;
+            // v_h [keys, dv] = c · W_UV[h]ᵀ from the segment packed once for every head.
+            kernels::linear_bf16_packed(uk_pairs, c_bits + s0 * r, keys, kt, seg_ld, pool);
+            kernels::pack_bf16_pairs(c_kv + s0 * r, r, keys, r, c_pairs, pool);
+            const uint16_t* uv = w.absorb_uv.view().bf16();
+            // The workers reach this thread's packed segment through a reference: the name
+            // c_pairs would be each worker's own thread_local.
+            const kernels::Bf16PairActivations& segment_pairs = c_pairs;
+            pool.parallel_for(nh, 1, [&](int64_t h0, int64_t h1, int) {
+              for (int64_t h = h0; h < h1; ++h)
+                kernels::linear_bf16_packed_serial(segment_pairs, uv + h * dv * r, 0, dv,
+                                                   kv + h * keys * dv, dv);
+            });
+          } else if (amx) {
             kernels::linear_amx(split, kernels::AmxWeightRows{nullptr, kv_b, dn, dn + dv},
                                 int64_t{nh} * dn, kernels::AmxOutput{kt, seg_ld, true}, pool, s0,
                                 s1);

@@ -31,7 +31,7 @@ common::Result<SequenceLogits> compute_sequence_logits(const DeepseekV3Model& mo
   const int64_t num_blocks = (T + bs - 1) / bs;
   LatentKvCache cache(c.num_total_layers(), 0,
                       options.mtp ? c.num_total_layers() : c.num_hidden_layers, num_blocks, bs,
-                      c.kv_cache_row_dim());
+                      c.kv_cache_row_dim(), 0, options.kv_cache_dtype);
   std::vector<int32_t> block_table(num_blocks);
   std::iota(block_table.begin(), block_table.end(), 0);
 

@@ -18,6 +18,7 @@ struct SequenceLogitsOptions {
   bool mtp = false;                       // also MTP draft logits at every position
   std::optional<int32_t> mtp_next_token;  // token after the sequence; default argmax
   int block_size = 16;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kF32;
 };
 
 struct SequenceLogits {

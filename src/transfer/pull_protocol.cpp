@@ -13,7 +13,7 @@ common::Status bad(const std::string& field, const char* want) {
   return common::invalid_argument("kv_transfer_params." + field + " must be " + want);
 }
 
-constexpr uint32_t kMetaMagic = 0x4d50434b;  // "KCPM"
+constexpr uint32_t kMetaMagic = 0x3250434b;  // "KCP2": with value_bytes
 
 }  // namespace
 
@@ -121,6 +121,7 @@ Bytes encode_metadata(const AgentMetadata& m) {
   w.put_vector(m.ucx_address);
   w.put(m.block_size);
   w.put(m.row_dim);
+  w.put(m.value_bytes);
   w.put(m.num_blocks);
   w.put(m.layer_begin);
   w.put(m.layer_end);
@@ -141,6 +142,7 @@ common::Result<AgentMetadata> decode_metadata(const Bytes& bytes) {
   r.get_vector(&m.ucx_address);
   r.get(&m.block_size);
   r.get(&m.row_dim);
+  r.get(&m.value_bytes);
   r.get(&m.num_blocks);
   r.get(&m.layer_begin);
   r.get(&m.layer_end);
@@ -151,7 +153,8 @@ common::Result<AgentMetadata> decode_metadata(const Bytes& bytes) {
   for (Bytes& k : m.rkeys) r.get_vector(&k);
   const int64_t layers = int64_t(m.layer_end) - m.layer_begin;
   if (!r.ok() || !r.at_end() || layers < 0 || int64_t(m.layer_base.size()) != layers ||
-      int64_t(m.rkeys.size()) != layers || m.block_size <= 0 || m.row_dim <= 0 || m.num_blocks < 0)
+      int64_t(m.rkeys.size()) != layers || m.block_size <= 0 || m.row_dim <= 0 ||
+      (m.value_bytes != 2 && m.value_bytes != 4) || m.num_blocks < 0)
     return common::data_loss("malformed KV agent metadata");
   return m;
 }

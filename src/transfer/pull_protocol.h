@@ -61,11 +61,12 @@ struct AgentMetadata {
   Bytes ucx_address;
   int32_t block_size = 0;
   int64_t row_dim = 0;
+  int32_t value_bytes = 0;  // 4 (f32 cache) or 2 (bf16)
   int64_t num_blocks = 0;
   int32_t layer_begin = 0, layer_end = 0;  // the worker's decoder layers
   std::vector<uint64_t> layer_base;        // per layer: address of block 0
   std::vector<Bytes> rkeys;                // per layer: its packed UCX key
-  int64_t block_bytes() const { return int64_t(block_size) * row_dim * int64_t(sizeof(float)); }
+  int64_t block_bytes() const { return int64_t(block_size) * row_dim * value_bytes; }
 };
 Bytes encode_metadata(const AgentMetadata& m);
 common::Result<AgentMetadata> decode_metadata(const Bytes& bytes);

@@ -88,7 +88,7 @@ void PullReceiver::loop() {
       done_.finished_recving.push_back(task.req_id);
       done_.stats.bytes_pulled += bytes;
       done_.stats.blocks_pulled +=
-          bytes / std::max<int64_t>(1, cache_->block_size() * cache_->row_dim() * 4);
+          bytes / std::max<int64_t>(1, cache_->block_size() * cache_->row_bytes());
       done_.stats.read_seconds += seconds;
     } else {
       done_.failed_recving.emplace_back(task.req_id, st.message());
@@ -113,7 +113,7 @@ common::Status PullReceiver::load(const RecvTask& task, int64_t* bytes) {
   const PullParams& p = task.remote;
   const int bs = cache_->block_size();
   const int64_t dim = cache_->row_dim();
-  const int64_t block_bytes = int64_t(bs) * dim * int64_t(sizeof(float));
+  const int64_t block_bytes = int64_t(bs) * cache_->row_bytes();
   for (int32_t b : task.local_block_ids) {
     if (b < 0 || b >= cache_->num_blocks())
       return common::data_loss("local block " + std::to_string(b) + " is out of range");
@@ -133,10 +133,12 @@ common::Status PullReceiver::load(const RecvTask& task, int64_t* bytes) {
     if (m.engine_id != p.remote_engine_id)
       return fail("engine_id is '" + m.engine_id + "', the request names '" + p.remote_engine_id +
                   "'");
-    if (m.block_size != bs || m.row_dim != dim)
+    if (m.block_size != bs || m.row_dim != dim || m.value_bytes != cache_->value_bytes())
       return fail("KV blocks of " + std::to_string(m.block_size) + " tokens x " +
-                  std::to_string(m.row_dim) + " do not match this decoder's " + std::to_string(bs) +
-                  " x " + std::to_string(dim));
+                  std::to_string(m.row_dim) + " values of " + std::to_string(m.value_bytes) +
+                  " bytes do not match this decoder's " + std::to_string(bs) + " x " +
+                  std::to_string(dim) + " of " + std::to_string(cache_->value_bytes()) +
+                  " (both ends need the same --kv-cache-dtype)");
     for (int32_t b : task.remote_block_ids) {
       if (b < 0 || b >= m.num_blocks)
         return fail("remote block " + std::to_string(b) + " is out of range");
@@ -162,7 +164,7 @@ common::Status PullReceiver::load(const RecvTask& task, int64_t* bytes) {
         }
         const size_t first = step == -1 ? j - 1 : i;  // the run's lowest block, on both sides
         UcxRead r;
-        r.local = cache_->layer(l) + int64_t(loc[first]) * bs * dim;
+        r.local = cache_->layer_bytes(l) + int64_t(loc[first]) * block_bytes;
         r.remote_addr =
             m.layer_base[size_t(l - m.layer_begin)] + uint64_t(rem[first]) * uint64_t(block_bytes);
         r.length = (j - i) * size_t(block_bytes);

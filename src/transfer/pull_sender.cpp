@@ -21,13 +21,14 @@ common::Result<std::unique_ptr<PullSender>> PullSender::start(PullSenderOptions 
   meta.ucx_address = s->ucx_->address();
   meta.block_size = cache->block_size();
   meta.row_dim = cache->row_dim();
+  meta.value_bytes = static_cast<int32_t>(cache->value_bytes());
   meta.num_blocks = cache->num_blocks();
   meta.layer_begin = layer_begin;
   meta.layer_end = layer_end;
   const size_t layer_bytes = size_t(meta.num_blocks) * size_t(meta.block_bytes());
   for (int l = layer_begin; l < layer_end; ++l) {
-    CP_ASSIGN_OR_RETURN(Bytes key, s->ucx_->register_region(cache->layer(l), layer_bytes));
-    meta.layer_base.push_back(reinterpret_cast<uint64_t>(cache->layer(l)));
+    CP_ASSIGN_OR_RETURN(Bytes key, s->ucx_->register_region(cache->layer_bytes(l), layer_bytes));
+    meta.layer_base.push_back(reinterpret_cast<uint64_t>(cache->layer_bytes(l)));
     meta.rkeys.push_back(std::move(key));
   }
   s->metadata_ = encode_metadata(meta);

@@ -185,7 +185,7 @@ common::Status SharedStorageWorker::start_load_kv(const std::vector<uint8_t>& me
       if (!ok) return common::data_loss("SharedStorageConnector: cannot load " + file);
       for (int64_t i = 0; i < t.num_tokens; ++i) {
         const int64_t slot = int64_t(t.block_ids[size_t(i / bs)]) * bs + i % bs;
-        std::memcpy(cache_->row(l, slot), rows.data() + i * dim, size_t(dim) * sizeof(float));
+        cache_->write_row(l, slot, rows.data() + i * dim);
       }
     }
   }
@@ -205,9 +205,11 @@ common::Status SharedStorageWorker::save_kv_layer(int layer) {
     h.num_tokens = t.num_tokens;
     h.row_dim = dim;
     bool ok = f != nullptr && std::fwrite(&h, sizeof(h), 1, f) == 1;
+    std::vector<float> row(static_cast<size_t>(dim));  // files hold f32 rows whatever the cache
     for (int64_t i = 0; ok && i < t.num_tokens; ++i) {
       const int64_t slot = int64_t(t.block_ids[size_t(i / bs)]) * bs + i % bs;
-      ok = std::fwrite(cache_->row(layer, slot), sizeof(float), size_t(dim), f) == size_t(dim);
+      cache_->read_row(layer, slot, row.data());
+      ok = std::fwrite(row.data(), sizeof(float), size_t(dim), f) == size_t(dim);
     }
     if (f != nullptr) ok = std::fclose(f) == 0 && ok;
     if (ok) ok = std::rename(tmp.c_str(), file.c_str()) == 0;

@@ -38,7 +38,7 @@ ModelRunner::ModelRunner(const model::DeepseekV3Model& model, const RunnerOption
              cache_layer_end(model.config(), layer_end_, o.num_speculative_tokens),
              o.num_blocks + (o.dummy_block ? 1 : 0), o.block_size,
              model.config().kv_cache_row_dim(),
-             o.expanded_kv_cache ? model.expanded_kv_row_dim() : 0),
+             o.expanded_kv_cache ? model.expanded_kv_row_dim() : 0, o.kv_cache_dtype),
       pool_(o.num_threads),
       states_(model.config().vocab_size, o.num_blocks, o.block_size),
       connector_(o.kv_connector) {
@@ -54,10 +54,11 @@ ModelRunner::ModelRunner(const model::DeepseekV3Model& model, const RunnerOption
 }
 
 int64_t ModelRunner::kv_bytes_per_block(const model::ModelConfig& c, int block_size,
-                                        bool expanded_kv_cache, bool with_mtp) {
+                                        bool expanded_kv_cache, bool with_mtp,
+                                        model::KvCacheDtype dtype) {
   return model::LatentKvCache::bytes_per_block(
       with_mtp ? c.num_total_layers() : c.num_hidden_layers, block_size, c.kv_cache_row_dim(),
-      expanded_kv_cache ? c.expanded_kv_row_dim() : 0);
+      expanded_kv_cache ? c.expanded_kv_row_dim() : 0, dtype);
 }
 
 common::Result<std::vector<float>> ModelRunner::run(const model::ForwardBatch& batch,

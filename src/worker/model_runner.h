@@ -27,6 +27,7 @@ struct RunnerOptions {
   int block_size = 16;
   int num_threads = 1;
   bool expanded_kv_cache = false;
+  model::KvCacheDtype kv_cache_dtype = model::KvCacheDtype::kF32;
   std::shared_ptr<KvConnectorWorker> kv_connector;  // null: no KV connector
   // Data-parallel lock step: one cache block beyond num_blocks, which no request gets, for the
   // dummy batches a rank without work runs while other ranks have some.
@@ -80,7 +81,8 @@ class ModelRunner {
 
   // Bytes of one cache block over the main layers, and the MTP layers when `with_mtp`.
   static int64_t kv_bytes_per_block(const model::ModelConfig& config, int block_size,
-                                    bool expanded_kv_cache = false, bool with_mtp = false);
+                                    bool expanded_kv_cache = false, bool with_mtp = false,
+                                    model::KvCacheDtype dtype = model::KvCacheDtype::kF32);
 
  private:
   // Runs the slice on `batch` (with the KV connector's per-layer hooks when `connected`).

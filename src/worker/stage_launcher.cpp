@@ -203,6 +203,7 @@ std::vector<std::string> stage_worker_args(const StageSpec& spec, const std::str
   if (spec.expanded_kv_cache) a.push_back("--expanded-kv-cache");
   if (spec.lm_head_int8) a.push_back("--lm-head-int8");
   if (spec.bf16_activations) a.push_back("--bf16-activations");
+  if (spec.bf16_kv_cache) a.push_back("--bf16-kv-cache");
   if (spec.num_speculative_tokens > 0) {
     a.push_back("--num-speculative-tokens");
     a.push_back(std::to_string(spec.num_speculative_tokens));
@@ -253,6 +254,10 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
     }
     if (f == "--bf16-activations") {
       out.spec.bf16_activations = true;
+      continue;
+    }
+    if (f == "--bf16-kv-cache") {
+      out.spec.bf16_kv_cache = true;
       continue;
     }
     if (f == "--expert-parallel") {

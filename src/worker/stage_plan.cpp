@@ -71,6 +71,7 @@ common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
     spec.num_speculative_tokens = o.num_speculative_tokens;
     spec.lm_head_int8 = o.lm_head_int8;
     spec.bf16_activations = o.bf16_activations;
+    spec.bf16_kv_cache = o.bf16_kv_cache;
     spec.kv_transfer_config = o.kv_transfer_config;
     spec.kv_dp_rank = o.kv_dp_rank;
     spec.tp_size = o.tensor_parallel_size;

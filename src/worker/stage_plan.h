@@ -30,6 +30,7 @@ struct PipelineOptions {
   int num_speculative_tokens = 0;  // MTP drafts per step, on the last stage (0: off)
   bool lm_head_int8 = false;       // the last stage's lm_head in int8 (model::LoadOptions)
   bool bf16_activations = false;   // kernels::ActivationPrecision::kBf16 in every stage
+  bool bf16_kv_cache = false;      // model::KvCacheDtype::kBf16 (serve's --kv-cache-dtype)
   std::string kv_transfer_config;  // passed to every stage (empty: no KV connector)
   int kv_dp_rank = 0;              // the instance's data-parallel rank, for the connector
   int tensor_parallel_size = 1;    // processes per stage

@@ -230,6 +230,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
   ro.block_size = spec.block_size;
   ro.num_threads = spec.threads;
   ro.expanded_kv_cache = spec.expanded_kv_cache;
+  ro.kv_cache_dtype = spec.bf16_kv_cache ? model::KvCacheDtype::kBf16 : model::KvCacheDtype::kF32;
   ro.num_speculative_tokens = spec.num_speculative_tokens;
   ro.kv_connector = std::move(kv_connector);
   ro.dummy_block = opts.dp_experts.active();  // lock step: dummy batches go into a scratch block

@@ -32,6 +32,7 @@ struct StageSpec {
   int num_speculative_tokens = 0;  // the last stage drafts with the MTP layers (0: off)
   bool lm_head_int8 = false;       // model::LoadOptions::lm_head_int8
   bool bf16_activations = false;   // kernels::ActivationPrecision::kBf16 (serve's --dtype)
+  bool bf16_kv_cache = false;      // model::KvCacheDtype::kBf16 (serve's --kv-cache-dtype)
   std::string kv_transfer_config;  // --kv-transfer-config JSON (empty: no KV connector)
   int kv_dp_rank = 0;              // --kv-dp-rank: the instance's data-parallel rank
   // Tensor parallelism inside the stage: tp_size processes, rank 0 on the ring, the others

@@ -447,6 +447,51 @@ TEST_F(PdTest, MtpDecoderPullsTheMtpLayerFromAnMtpPrefiller) {
   EXPECT_EQ(metric(d, "vllm:kv_cache_usage_perc"), 0.0);
 }
 
+// --kv-cache-dtype bfloat16 on both sides: the pull moves half the f32 bytes. An f32 prefiller
+// (the default) against that bf16 decoder: its blocks are twice D's, so the pull fails with an
+// error that names both sizes and the flag, P is released, and D keeps serving.
+TEST_F(PdTest, APrefillerWithAnotherCacheDtypeIsRefusedByName) {
+  const int kv_base = kv_port_base();
+  ServerProcess p_bf16(e2e::model_dir(),
+                       with(prefiller_flags(kv_base + 1, 1), {"--kv-cache-dtype", "bfloat16"}),
+                       "/tmp/chunkpipe_pd_dtype_p.log");
+  ServerProcess p_f32(e2e::model_dir(), prefiller_flags(kv_base + 3, 1),
+                      "/tmp/chunkpipe_pd_dtype_p32.log");
+  ServerProcess d(e2e::model_dir(),
+                  with(decoder_flags(kv_base + 6, 1), {"--kv-cache-dtype", "bfloat16"}),
+                  "/tmp/chunkpipe_pd_dtype_d.log");
+  ASSERT_TRUE(p_bf16.ready() && p_f32.ready() && d.ready()) << "see /tmp/chunkpipe_pd_dtype_*.log";
+  const json body = complete_body(words(40), 8);
+  {
+    json params = prefill(p_bf16, words(40))["kv_transfer_params"];
+    ASSERT_TRUE(params.is_object());
+    json pd = body;
+    pd["kv_transfer_params"] = params;
+    int status = 0;
+    const json got = post(d, "/v1/completions", pd, &status);
+    ASSERT_EQ(status, 200) << got.dump();
+    const int64_t n = got["usage"]["prompt_tokens"].get<int64_t>();
+    EXPECT_EQ(metric(d, "chunkpipe:kv_pull_bytes_total"),
+              double(((n - 1 + kBlock - 1) / kBlock) * kLayers * kBlock * kRowBytes / 2))
+        << "bf16 blocks: half the f32 bytes";
+    EXPECT_EQ(await_metric(p_bf16, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
+  }
+  json params = prefill(p_f32, words(40))["kv_transfer_params"];
+  ASSERT_TRUE(params.is_object());
+  json pd = body;
+  pd["kv_transfer_params"] = params;
+  int status = 0;
+  json got = post(d, "/v1/completions", pd, &status);
+  EXPECT_EQ(status, 500) << got.dump();
+  EXPECT_NE(got.dump().find("values of 4 bytes do not match this decoder's"), std::string::npos)
+      << got.dump();
+  EXPECT_NE(got.dump().find("--kv-cache-dtype"), std::string::npos) << got.dump();
+  EXPECT_EQ(await_metric(p_f32, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
+  got = post(d, "/v1/completions", body, &status);
+  EXPECT_EQ(status, 200) << "D keeps serving: " << got.dump();
+  EXPECT_EQ(metric(d, "vllm:kv_cache_usage_perc"), 0.0);
+}
+
 // Sends SIGSTOP and waits until every thread of `pid` has stopped: a thread stops only when it
 // next runs, which on a loaded machine can be long enough for it to serve a request first.
 bool freeze(pid_t pid) {

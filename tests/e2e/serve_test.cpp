@@ -874,7 +874,8 @@ TEST_F(ServeTest, LoadTrackingRequestIdsRoleAndGenerationOverrides) {
   EXPECT_EQ(s.stop(), 0);
   std::ifstream log("/tmp/chunkpipe_e2e_load_tracking.log");
   const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("--kv-cache-dtype auto: accepted"), std::string::npos);
+  EXPECT_NE(text.find("--kv-cache-dtype auto: the latent KV cache holds float32"),
+            std::string::npos);
   EXPECT_NE(text.find("--distributed-executor-backend mp: accepted"), std::string::npos);
 }
 

@@ -64,6 +64,7 @@ TEST(PullWireTest, RoundTripsAndRejectsEveryTruncation) {
   m.ucx_address = {1, 2, 3};
   m.block_size = 16;
   m.row_dim = 576;
+  m.value_bytes = 2;  // a bf16 cache
   m.num_blocks = 10;
   m.layer_begin = 3;
   m.layer_end = 5;
@@ -74,9 +75,12 @@ TEST(PullWireTest, RoundTripsAndRejectsEveryTruncation) {
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->rkeys, m.rkeys);
   EXPECT_EQ(back->layer_base, m.layer_base);
-  EXPECT_EQ(back->block_bytes(), 16 * 576 * 4);
+  EXPECT_EQ(back->value_bytes, 2);
+  EXPECT_EQ(back->block_bytes(), 16 * 576 * 2);
   for (size_t n = 0; n < bytes.size(); ++n)
     EXPECT_FALSE(transfer::decode_metadata({bytes.begin(), bytes.begin() + n}).ok()) << n;
+  m.value_bytes = 3;  // neither f32 nor bf16
+  EXPECT_FALSE(transfer::decode_metadata(transfer::encode_metadata(m)).ok());
 
   transfer::PullStepMeta s;
   s.new_leases = {"a", "b"};
@@ -130,7 +134,7 @@ TEST(PullTransferTest, BlocksMoveOverUcxAndAnExpiredLeaseFailsTheLoad) {
   const int port = 31200 + getpid() % 1500;  // below the ephemeral range, apart from pd_test's
   model::LatentKvCache p_cache(2, 0, 2, 8, 4, 6), d_cache(2, 0, 2, 8, 4, 6);
   for (int l = 0; l < 2; ++l)
-    for (int64_t i = 0; i < 8 * 4 * 6; ++i) p_cache.layer(l)[i] = float(l * 1000 + i);
+    for (int64_t i = 0; i < 8 * 4 * 6; ++i) p_cache.layer_f32(l)[i] = float(l * 1000 + i);
   transfer::PullSenderOptions so;
   so.engine_id = "p";
   so.bind_host = "127.0.0.1";
@@ -156,8 +160,8 @@ TEST(PullTransferTest, BlocksMoveOverUcxAndAnExpiredLeaseFailsTheLoad) {
   for (int l = 0; l < 2; ++l) {
     for (size_t k = 0; k < 3; ++k) {
       for (int64_t i = 0; i < 4 * 6; ++i) {
-        ASSERT_EQ(d_cache.layer(l)[t.local_block_ids[k] * 24 + i],
-                  p_cache.layer(l)[t.remote_block_ids[k] * 24 + i]);
+        ASSERT_EQ(d_cache.layer_f32(l)[t.local_block_ids[k] * 24 + i],
+                  p_cache.layer_f32(l)[t.remote_block_ids[k] * 24 + i]);
       }
     }
   }

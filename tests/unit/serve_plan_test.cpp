@@ -205,6 +205,8 @@ TEST(ServePlanTest, MistakesAreNamed) {
       {{"m", "--dtype", "float16"}, "float16 is not supported on CPU"},
       {{}, "the following arguments are required: MODEL"},
       {{"m", "--kv-cache-dtype", "fp8"}, "--kv-cache-dtype fp8: a quantized KV cache is not built"},
+      {{"m", "--kv-cache-dtype", "float16"},
+       "argument --kv-cache-dtype: invalid choice: 'float16' (choose from 'auto', 'bfloat16'"},
       {{"m", "--enable-sleep-mode"}, "--enable-sleep-mode: sleep mode is not built"},
       {{"m", "--api-server-count", "4"}, "more than one API server is not built"},
       {{"m", "--ssl-keyfile", "k.pem"}, "TLS (put a TLS proxy in front) is not built"},
@@ -273,6 +275,10 @@ TEST(ServePlanTest, VllmFlagsWithoutEffectAreAcceptedAndServerFlagsApply) {
   EXPECT_EQ(plain.plan.engine.scheduler.policy, sched::SchedulingPolicy::kFcfs);
   EXPECT_EQ(plain.plan.engine.logprobs_mode, sched::LogprobsMode::kRawLogprobs);
   EXPECT_EQ(plain.plan.engine.scheduler.long_prefill_token_threshold, 0);
+  EXPECT_FALSE(r.plan.engine.bf16_kv_cache) << "--kv-cache-dtype auto keeps f32";
+  const Parsed bf16 = plan_of({"m", "--kv-cache-dtype", "bfloat16"});
+  ASSERT_TRUE(bf16.status.ok()) << bf16.status.message();
+  EXPECT_TRUE(bf16.plan.engine.bf16_kv_cache);
 }
 
 // Scheduling and sampling flags vLLM has, with their values.
