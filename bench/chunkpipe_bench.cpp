@@ -13,6 +13,9 @@
 //                   [--activations auto|f32|bf16]  (kernels::ActivationPrecision of the model
 //                   run; auto is what `serve --dtype auto` picks for these weights: bf16 for
 //                   BF16 and W8A8 checkpoints, whose torch_dtype is bfloat16, f32 for f32)
+//                   [--decode-depth N]  (decode after N tokens of context, as llama-bench's
+//                   -d N; the roof then counts the latent cache's bytes per step too)
+//                   [--kv-cache-dtype f32|bf16]  (the latent cache's dtype, model::KvCacheDtype)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -32,6 +35,7 @@
 #include "kernels/gemm.h"
 #include "kernels/int8_linear.h"
 #include "model/deepseek_v3.h"
+#include "model/kv_cache.h"
 #include "tensor/aligned_buffer.h"
 
 namespace {
@@ -440,10 +444,12 @@ TokenWeights weights_per_token(const model::ModelConfig& c) {
   return w;
 }
 
-// Prefill of `n` tokens in one forward (fresh cache), then `decode` single-token steps.
+// Prefill of `n` tokens in one forward (fresh cache), then `decode` single-token steps after
+// `depth` tokens of context.
 void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8,
                  const std::vector<int>& thread_counts, const std::vector<double>& peaks,
-                 const std::vector<double>& bandwidths, int prefill, int decode, int long_prefill) {
+                 const std::vector<double>& bandwidths, int prefill, int decode, int long_prefill,
+                 int depth, model::KvCacheDtype kv_dtype) {
   model::ModelConfig c = perf_model_config(name);
   const double t0 = common::now_seconds();
   model::ModelWeights weights = model::random_weights(c, dtype, 1);
@@ -458,10 +464,10 @@ void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8
           : "",
       common::now_seconds() - t0);
   const int bs = 128;
-  const int64_t max_tokens = std::max(prefill + decode, long_prefill);
+  const int64_t max_tokens = std::max({prefill + decode, long_prefill, depth + decode});
   const int64_t nb = (max_tokens + bs - 1) / bs;
   model::LatentKvCache cache(c.num_total_layers(), 0, c.num_hidden_layers, nb, bs,
-                             c.kv_cache_row_dim());
+                             c.kv_cache_row_dim(), 0, kv_dtype);
   std::vector<int32_t> table(nb);
   std::iota(table.begin(), table.end(), 0);
   std::vector<int32_t> ids(max_tokens);
@@ -489,13 +495,22 @@ void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8
       "per token: %.1f MB of weights (decode reads them all), %.2f GFLOP of linear "
       "layers (prefill; attention excluded)\n",
       decode_bytes / 1e6, prefill_flops / 1e9);
+  // A step at depth also reads the latent cache of every layer up to its position.
+  const double kv_bytes = double(c.num_hidden_layers) * double(c.kv_cache_row_dim()) *
+                          double(model::LatentKvCache::value_bytes(kv_dtype)) *
+                          (depth + (decode - 1) / 2.0);
+  if (depth > 0) {
+    std::printf("decode after %d tokens of context, %s latent cache: %.1f MB of it per step\n",
+                depth, model::kv_cache_dtype_name(kv_dtype), kv_bytes / 1e6);
+  }
+  const double step_bytes = decode_bytes + (depth > 0 ? kv_bytes : 0.0);
   std::printf("%-8s %24s %24s", "threads", "prefill tok/s (% roof)", "decode tok/s (% roof)");
   if (long_prefill > 0) std::printf(" %20s", "long prefill tok/s");
   std::printf("\n");
   for (size_t ti = 0; ti < thread_counts.size(); ++ti) {
     const int threads = thread_counts[ti];
     const double prefill_roof = peaks[ti] * 1e9 / prefill_flops;
-    const double decode_roof = bandwidths[ti] * 1e9 / decode_bytes;
+    const double decode_roof = bandwidths[ti] * 1e9 / step_bytes;
     common::ThreadPool pool(threads);
     const ReadRoof roof(size_t{256} << 20);
     forward(pool, 0, std::min(prefill, 64));  // warm-up
@@ -505,16 +520,19 @@ void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8
       forward(pool, 0, prefill);
       tp = std::min(tp, common::now_seconds() - a);
     }
-    // Decode from an empty context, as llama-bench's tg test does, in windows with a pass of
-    // the read roof before each: on a machine whose bandwidth drifts (a VM whose second core
-    // comes and goes), the roof at the start can be another machine's than the decode's.
+    // The context, untimed, in chunks of at most 2048 tokens.
+    for (int64_t at = 0; at < depth; at += 2048)
+      forward(pool, at, std::min<int64_t>(2048, depth - at));
+    // Decode from `depth` (0: an empty context, as llama-bench's tg test does), in windows with a
+    // pass of the read roof before each: on a machine whose bandwidth drifts (a VM whose second
+    // core comes and goes), the roof at the start can be another machine's than the decode's.
     constexpr int kWindows = 8;
     double td = 0, roof_seconds = 0, roof_bytes = 0;
     for (int wi = 0, i = 0; wi < kWindows; ++wi) {
       roof_seconds += roof.pass_seconds(threads);
       roof_bytes += double(roof.bytes());
       const double b = common::now_seconds();
-      for (const int end = decode * (wi + 1) / kWindows; i < end; ++i) forward(pool, i, 1);
+      for (const int end = decode * (wi + 1) / kWindows; i < end; ++i) forward(pool, depth + i, 1);
       td += common::now_seconds() - b;
     }
     const double interleaved_gbs = roof_bytes / roof_seconds / 1e9;
@@ -533,8 +551,8 @@ void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8
     if (decode > 0) {
       std::printf(
           "  decode against the roof read between its %d windows (%.1f GB/s): %.1f GB/s, %.0f%%\n",
-          kWindows, interleaved_gbs, decode * decode_bytes / td / 1e9,
-          100 * decode * decode_bytes / td / 1e9 / interleaved_gbs);
+          kWindows, interleaved_gbs, decode * step_bytes / td / 1e9,
+          100 * decode * step_bytes / td / 1e9 / interleaved_gbs);
     }
     std::fflush(stdout);
   }
@@ -553,7 +571,8 @@ std::vector<int> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   std::string model_name = "small", dtype_name = "bf16", activations = "auto";
   std::vector<int> threads = {1, 2};
-  int prefill = 512, decode = 128, long_prefill = 0;
+  int prefill = 512, decode = 128, long_prefill = 0, depth = 0;
+  std::string kv_cache_dtype = "f32";
   bool skip_gemm = false, skip_model = false, lm_head_int8 = false, gemv_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -574,6 +593,10 @@ int main(int argc, char** argv) {
       decode = std::stoi(next());
     else if (a == "--long-prefill")
       long_prefill = std::stoi(next());
+    else if (a == "--decode-depth")
+      depth = std::stoi(next());
+    else if (a == "--kv-cache-dtype")
+      kv_cache_dtype = next();
     else if (a == "--dtype")
       dtype_name = next();
     else if (a == "--activations")
@@ -593,9 +616,11 @@ int main(int argc, char** argv) {
   }
   if ((model_name != "small" && model_name != "tiny") ||
       (dtype_name != "bf16" && dtype_name != "f32" && dtype_name != "w8a8") ||
-      (activations != "auto" && activations != "f32" && activations != "bf16")) {
+      (activations != "auto" && activations != "f32" && activations != "bf16") ||
+      (kv_cache_dtype != "f32" && kv_cache_dtype != "bf16") || depth < 0) {
     std::fprintf(stderr,
-                 "error: --model small|tiny, --dtype bf16|f32|w8a8, --activations auto|f32|bf16\n");
+                 "error: --model small|tiny, --dtype bf16|f32|w8a8, --activations auto|f32|bf16, "
+                 "--kv-cache-dtype f32|bf16, --decode-depth >= 0\n");
     return 2;
   }
   if (activations == "auto") activations = dtype_name == "f32" ? "f32" : "bf16";
@@ -643,7 +668,8 @@ int main(int argc, char** argv) {
                                                        : tensor::DType::kF32;
     bench_model(model_name, dtype, lm_head_int8, threads,
                 dtype == tensor::DType::kBF16 ? bf16_peaks : peaks, bandwidths, prefill, decode,
-                long_prefill);
+                long_prefill, depth,
+                kv_cache_dtype == "bf16" ? model::KvCacheDtype::kBf16 : model::KvCacheDtype::kF32);
   }
   return 0;
 }
