@@ -232,12 +232,9 @@ struct PagedCache {
 
 class MlaDecodeTest : public ::testing::TestWithParam<Dims> {};
 
-TEST_P(MlaDecodeTest, MatchesReference) {
-  const Dims d = GetParam();
-  const int64_t row = d.r + d.dr;
-  PagedCache cache(d.ctx, 16, row, 5);
-  auto q = testutil::random_vector(d.T * d.heads * row, 6, 0.2f);
-  std::vector<float> out(d.T * d.heads * d.r), ref(out.size());
+// Decode arguments over `cache`'s block table for the queries q; the caller sets the cache
+// pointer (f32 or bf16) and the output.
+kernels::MlaDecodeArgs decode_args(const Dims& d, const PagedCache& cache, const float* q) {
   kernels::MlaDecodeArgs a;
   a.num_heads = d.heads;
   a.kv_lora_rank = d.r;
@@ -245,10 +242,20 @@ TEST_P(MlaDecodeTest, MatchesReference) {
   a.num_queries = d.T;
   a.context_len = d.ctx;
   a.scale = 0.5f;
-  a.q = q.data();
-  a.cache = cache.data.data();
+  a.q = q;
   a.block_table = cache.block_table.data();
   a.block_size = cache.block_size;
+  return a;
+}
+
+TEST_P(MlaDecodeTest, MatchesReference) {
+  const Dims d = GetParam();
+  const int64_t row = d.r + d.dr;
+  PagedCache cache(d.ctx, 16, row, 5);
+  auto q = testutil::random_vector(d.T * d.heads * row, 6, 0.2f);
+  std::vector<float> out(d.T * d.heads * d.r), ref(out.size());
+  kernels::MlaDecodeArgs a = decode_args(d, cache, q.data());
+  a.cache = cache.data.data();
   a.out = out.data();
   common::ThreadPool pool(2);
   kernels::mla_decode_attention(a, pool);
@@ -273,16 +280,7 @@ TEST_P(MlaDecodeTest, Bf16CacheEqualsTheF32CacheOfItsValues) {
   auto q = testutil::random_vector(d.T * d.heads * row, 9, 0.2f);
   std::vector<float> from_bf16(d.T * d.heads * d.r, -1.0f), from_f32(from_bf16.size(), -2.0f),
       ref(from_bf16.size()), unrounded(from_bf16.size());
-  kernels::MlaDecodeArgs a;
-  a.num_heads = d.heads;
-  a.kv_lora_rank = d.r;
-  a.rope_dim = d.dr;
-  a.num_queries = d.T;
-  a.context_len = d.ctx;
-  a.scale = 0.5f;
-  a.q = q.data();
-  a.block_table = cache.block_table.data();
-  a.block_size = cache.block_size;
+  kernels::MlaDecodeArgs a = decode_args(d, cache, q.data());
   common::ThreadPool pool(2);
   a.cache_bf16 = bits.data();
   a.out = from_bf16.data();
