@@ -47,7 +47,7 @@ wait_up() {  # PORT: bounded wait for /health (profiling can take a minute)
 }
 
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); flags: $(grep -m1 flags /proc/cpuinfo | grep -o 'avx512[a-z_0-9]*\|avx2\|amx[a-z_0-9]*\|avx_vnni' | sort -u | xargs); cores: $(nproc)"
-echo "prompt $prompt tokens, B $chunk, min_chunk $min_chunk, --dtype ${DTYPE:-auto}; PP1 on core 0; PP2: node 0 ($addr_a) on core 0, node 1 ($addr_b) on core 1"
+echo "prompt $prompt tokens, B $chunk, min_chunk $min_chunk, --dtype ${DTYPE:-auto}, --kv-cache-dtype ${KV_CACHE_DTYPE:-auto}; PP1 on core 0; PP2: node 0 ($addr_a) on core 0, node 1 ($addr_b) on core 1"
 
 ip netns exec "$ns_a" taskset -c 0 "$bin" serve "$model" "${common[@]}" --host 127.0.0.1 \
   --port 8301 > "$work/pp1.log" 2>&1 &
