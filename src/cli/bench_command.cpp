@@ -418,8 +418,8 @@ void add_engine_flags(ArgParser& p) {
   p.add_option("output-json", "write the figures as JSON here");
 }
 
-common::Result<LocalEngine> start_engine(const ArgParser& p,
-                                         kernels::ActivationPrecision precision) {
+common::Result<LocalEngine> start_engine(const ArgParser& p, kernels::ActivationPrecision precision,
+                                         model::KvCacheDtype kv_dtype) {
   LocalEngine e;
   kernels::set_activation_precision(precision);  // process-wide, before the first forward
   CP_ASSIGN_OR_RETURN(e.model,
@@ -437,7 +437,6 @@ common::Result<LocalEngine> start_engine(const ArgParser& p,
   in.max_num_seqs = static_cast<int32_t>(seqs);
   CP_ASSIGN_OR_RETURN(int64_t bs, p.int_option("block-size", 1));
   in.block_size = static_cast<int>(bs);
-  CP_ASSIGN_OR_RETURN(const model::KvCacheDtype kv_dtype, parse_kv_cache_dtype_option(p));
   c.bf16_kv_cache = kv_dtype == model::KvCacheDtype::kBf16;
   in.kv_bytes_per_block = worker::ModelRunner::kv_bytes_per_block(e.model->config(), in.block_size,
                                                                   false, false, kv_dtype);
@@ -521,7 +520,9 @@ int run_bench_latency(int argc, char** argv) {
   }
   auto precision = parse_dtype_option(p, p.positional("MODEL"));
   if (!precision.ok()) return fail(p, "latency", precision.status(), true);
-  auto e = start_engine(p, *precision);
+  auto kv_dtype = parse_kv_cache_dtype_option(p);
+  if (!kv_dtype.ok()) return fail(p, "latency", kv_dtype.status(), true);
+  auto e = start_engine(p, *precision, *kv_dtype);
   if (!e.ok()) return fail(p, "latency", e.status(), false);
   const auto prompts = random_prompts(
       *batch, *in, static_cast<int32_t>(std::min<int64_t>(e->model->config().vocab_size, 128000)),
@@ -575,7 +576,9 @@ int run_bench_throughput(int argc, char** argv) {
   }
   auto precision = parse_dtype_option(p, p.positional("MODEL"));
   if (!precision.ok()) return fail(p, "throughput", precision.status(), true);
-  auto e = start_engine(p, *precision);
+  auto kv_dtype = parse_kv_cache_dtype_option(p);
+  if (!kv_dtype.ok()) return fail(p, "throughput", kv_dtype.status(), true);
+  auto e = start_engine(p, *precision, *kv_dtype);
   if (!e.ok()) return fail(p, "throughput", e.status(), false);
   const auto prompts = random_prompts(
       *n, *in, static_cast<int32_t>(std::min<int64_t>(e->model->config().vocab_size, 128000)), 1);

@@ -132,6 +132,7 @@ int run_logits_command(int argc, char** argv) {
   out["n_tokens"] = ids->size();
   out["vocab_size"] = r.vocab_size;
   out["dtype"] = dtype_name(*precision);  // of the activations; the logits are f32
+  out["kv_cache_dtype"] = model::kv_cache_dtype_name(opts.kv_cache_dtype);
   out["last_argmax"] = argmax(r.last_logits);
   std::vector<int> order(r.last_logits.size());
   std::iota(order.begin(), order.end(), 0);

@@ -104,6 +104,39 @@ TEST(LogitsCommandTest, DtypeIsSharedWithServe) {
   }
 }
 
+// --kv-cache-dtype as serve reads it: auto keeps the latent cache f32 whatever --dtype says,
+// bfloat16 rounds it (the logits move, a little), fp8 is refused as not built and anything else
+// by argparse's words, on every command that builds an engine.
+TEST(LogitsCommandTest, KvCacheDtypeIsSharedWithServe) {
+  const std::string ids = " --ids 0,5,17,42,99,3,250 --threads 1";
+  CommandResult f32 = run("logits " + kModel + ids);
+  CommandResult bf16 = run("logits " + kModel + ids + " --kv-cache-dtype bfloat16");
+  ASSERT_EQ(f32.exit_code, 0) << f32.out;
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.out;
+  const auto a = nlohmann::json::parse(f32.out), b = nlohmann::json::parse(bf16.out);
+  EXPECT_EQ(a["kv_cache_dtype"], "float32");
+  EXPECT_EQ(b["kv_cache_dtype"], "bfloat16");
+  double moved = 0;
+  for (size_t i = 0; i < a["last_logits"].size(); ++i) {
+    moved = std::max(
+        moved, std::abs(a["last_logits"][i].get<double>() - b["last_logits"][i].get<double>()));
+  }
+  EXPECT_GT(moved, 1e-6) << "--kv-cache-dtype bfloat16 did not reach the cache";
+  EXPECT_LT(moved, 0.1) << "bf16 rounding of the latent moves logits by far less than this";
+  for (const std::string& cmd :
+       {"logits " + kModel + " --ids 1", "bench latency " + kModel, "bench throughput " + kModel}) {
+    CommandResult r = run(cmd + " --kv-cache-dtype fp8_e4m3");
+    EXPECT_EQ(r.exit_code, 2) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("--kv-cache-dtype fp8_e4m3: a quantized KV cache is not built"),
+              std::string::npos)
+        << cmd << ": " << r.out;
+    r = run(cmd + " --kv-cache-dtype half");
+    EXPECT_EQ(r.exit_code, 2) << cmd;
+    EXPECT_NE(r.out.find("argument --kv-cache-dtype: invalid choice: 'half'"), std::string::npos)
+        << cmd << ": " << r.out;
+  }
+}
+
 // bf16 attention is opt-in through CHUNKPIPE_ATTENTION: unset, "f32" and a bad value (logged)
 // give the same logits; "bf16" moves them by its rounding where the CPU runs it (AVX512_BF16
 // without AMX) and changes nothing elsewhere. 48 prompt tokens take the expanded form.
