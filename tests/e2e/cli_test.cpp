@@ -63,6 +63,27 @@ TEST(LogitsCommandTest, UsageErrorsNameTheProblem) {
   EXPECT_NE(r.out.find("unknown command 'serve-nothing'"), std::string::npos);
 }
 
+// The largest |difference| between two logits commands' last_logits.
+double max_logit_change(const nlohmann::json& a, const nlohmann::json& b) {
+  double moved = 0;
+  for (size_t i = 0; i < a["last_logits"].size(); ++i) {
+    moved = std::max(
+        moved, std::abs(a["last_logits"][i].get<double>() - b["last_logits"][i].get<double>()));
+  }
+  return moved;
+}
+
+// Each command that builds an engine (logits, bench latency, bench throughput) must refuse
+// `flags` as a flag error (exit 2) whose message holds `says`.
+void expect_refused_everywhere(const std::string& flags, const std::string& says) {
+  for (const std::string& cmd :
+       {"logits " + kModel + " --ids 1", "bench latency " + kModel, "bench throughput " + kModel}) {
+    const CommandResult r = run(cmd + " " + flags);
+    EXPECT_EQ(r.exit_code, 2) << cmd << " " << flags << ": " << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << cmd << " " << flags << ": " << r.out;
+  }
+}
+
 // --dtype means the same on every command that builds an engine: auto follows the checkpoint's
 // torch_dtype (bfloat16 for tiny-bf16, float32 for tiny-noq-f32), bfloat16 rounds what enters the
 // BF16 checkpoint's linears (the logits move, a little), float16 is refused by name.
@@ -83,25 +104,12 @@ TEST(LogitsCommandTest, DtypeIsSharedWithServe) {
   EXPECT_EQ(c["last_logits"], b["last_logits"]);
   EXPECT_EQ(nlohmann::json::parse(f32_checkpoint.out)["dtype"], "float32")
       << "auto must follow tiny-noq-f32's torch_dtype";
-  double moved = 0;
-  for (size_t i = 0; i < a["last_logits"].size(); ++i) {
-    moved = std::max(
-        moved, std::abs(a["last_logits"][i].get<double>() - b["last_logits"][i].get<double>()));
-  }
+  const double moved = max_logit_change(a, b);
   EXPECT_GT(moved, 1e-5) << "--dtype bfloat16 did not reach the kernels";
   EXPECT_LT(moved, 0.1) << "bf16 rounding moves logits by far less than this";
-  for (const std::string& cmd :
-       {"logits " + kModel + " --ids 1", "bench latency " + kModel, "bench throughput " + kModel}) {
-    CommandResult r = run(cmd + " --dtype float16");
-    EXPECT_EQ(r.exit_code, 2) << cmd << ": " << r.out;
-    EXPECT_NE(r.out.find("--dtype float16 is not supported on CPU; use bfloat16 or float32"),
-              std::string::npos)
-        << cmd << ": " << r.out;
-    r = run(cmd + " --dtype fp64");
-    EXPECT_EQ(r.exit_code, 2) << cmd;
-    EXPECT_NE(r.out.find("argument --dtype: invalid choice: 'fp64'"), std::string::npos)
-        << cmd << ": " << r.out;
-  }
+  expect_refused_everywhere("--dtype float16",
+                            "--dtype float16 is not supported on CPU; use bfloat16 or float32");
+  expect_refused_everywhere("--dtype fp64", "argument --dtype: invalid choice: 'fp64'");
 }
 
 // --kv-cache-dtype as serve reads it: auto keeps the latent cache f32 whatever --dtype says,
@@ -116,25 +124,13 @@ TEST(LogitsCommandTest, KvCacheDtypeIsSharedWithServe) {
   const auto a = nlohmann::json::parse(f32.out), b = nlohmann::json::parse(bf16.out);
   EXPECT_EQ(a["kv_cache_dtype"], "float32");
   EXPECT_EQ(b["kv_cache_dtype"], "bfloat16");
-  double moved = 0;
-  for (size_t i = 0; i < a["last_logits"].size(); ++i) {
-    moved = std::max(
-        moved, std::abs(a["last_logits"][i].get<double>() - b["last_logits"][i].get<double>()));
-  }
+  const double moved = max_logit_change(a, b);
   EXPECT_GT(moved, 1e-6) << "--kv-cache-dtype bfloat16 did not reach the cache";
   EXPECT_LT(moved, 0.1) << "bf16 rounding of the latent moves logits by far less than this";
-  for (const std::string& cmd :
-       {"logits " + kModel + " --ids 1", "bench latency " + kModel, "bench throughput " + kModel}) {
-    CommandResult r = run(cmd + " --kv-cache-dtype fp8_e4m3");
-    EXPECT_EQ(r.exit_code, 2) << cmd << ": " << r.out;
-    EXPECT_NE(r.out.find("--kv-cache-dtype fp8_e4m3: a quantized KV cache is not built"),
-              std::string::npos)
-        << cmd << ": " << r.out;
-    r = run(cmd + " --kv-cache-dtype half");
-    EXPECT_EQ(r.exit_code, 2) << cmd;
-    EXPECT_NE(r.out.find("argument --kv-cache-dtype: invalid choice: 'half'"), std::string::npos)
-        << cmd << ": " << r.out;
-  }
+  expect_refused_everywhere("--kv-cache-dtype fp8_e4m3",
+                            "--kv-cache-dtype fp8_e4m3: a quantized KV cache is not built");
+  expect_refused_everywhere("--kv-cache-dtype half",
+                            "argument --kv-cache-dtype: invalid choice: 'half'");
 }
 
 // bf16 attention is opt-in through CHUNKPIPE_ATTENTION: unset, "f32" and a bad value (logged)
