@@ -277,6 +277,18 @@ json prefill(const ServerProcess& p, const std::string& prompt) {
   return post(p, "/v1/completions", body);
 }
 
+// The proxy's two steps by hand: P prefills body's prompt, then D runs body with the
+// kv_transfer_params P answered (its status in *status; 0 when P gave none).
+json prefill_then_decode(const ServerProcess& p, const ServerProcess& d, const json& body,
+                         int* status) {
+  const json params = prefill(p, body["prompt"].get<std::string>())["kv_transfer_params"];
+  *status = 0;
+  if (!params.is_object()) return params;
+  json pd = body;
+  pd["kv_transfer_params"] = params;
+  return post(d, "/v1/completions", pd, status);
+}
+
 // The n choices of a request and the prompts of a batch through PD: P prefills each prompt once
 // and keeps only the blocks its answer names; on D the choices pull them once (the others share
 // the puller's blocks, with or without a prefix cache), a prompt whose blocks P did not keep is
@@ -420,12 +432,8 @@ TEST_F(PdTest, MtpDecoderPullsTheMtpLayerFromAnMtpPrefiller) {
       << "see /tmp/chunkpipe_pd_mtp_*.log";
   const json body = complete_body(words(40), 12);
   const json want = post(colocated, "/v1/completions", body);
-  json params = prefill(p_mtp, words(40))["kv_transfer_params"];
-  ASSERT_TRUE(params.is_object());
-  json pd = body;
-  pd["kv_transfer_params"] = params;
   int status = 0;
-  json got = post(d, "/v1/completions", pd, &status);
+  json got = prefill_then_decode(p_mtp, d, body, &status);
   ASSERT_EQ(status, 200) << got.dump();
   EXPECT_EQ(got["choices"][0]["text"], want["choices"][0]["text"]);
   const int64_t n = want["usage"]["prompt_tokens"].get<int64_t>();
@@ -434,10 +442,7 @@ TEST_F(PdTest, MtpDecoderPullsTheMtpLayerFromAnMtpPrefiller) {
       << "the main layers and the MTP layer";
   EXPECT_EQ(await_metric(p_mtp, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
 
-  params = prefill(p_plain, words(40))["kv_transfer_params"];
-  ASSERT_TRUE(params.is_object());
-  pd["kv_transfer_params"] = params;
-  got = post(d, "/v1/completions", pd, &status);
+  got = prefill_then_decode(p_plain, d, body, &status);
   EXPECT_EQ(status, 500) << got.dump();
   EXPECT_NE(got.dump().find("--speculative-config"), std::string::npos) << got.dump();
   EXPECT_EQ(await_metric(p_plain, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
@@ -462,13 +467,9 @@ TEST_F(PdTest, APrefillerWithAnotherCacheDtypeIsRefusedByName) {
                   "/tmp/chunkpipe_pd_dtype_d.log");
   ASSERT_TRUE(p_bf16.ready() && p_f32.ready() && d.ready()) << "see /tmp/chunkpipe_pd_dtype_*.log";
   const json body = complete_body(words(40), 8);
+  int status = 0;
   {
-    json params = prefill(p_bf16, words(40))["kv_transfer_params"];
-    ASSERT_TRUE(params.is_object());
-    json pd = body;
-    pd["kv_transfer_params"] = params;
-    int status = 0;
-    const json got = post(d, "/v1/completions", pd, &status);
+    const json got = prefill_then_decode(p_bf16, d, body, &status);
     ASSERT_EQ(status, 200) << got.dump();
     const int64_t n = got["usage"]["prompt_tokens"].get<int64_t>();
     EXPECT_EQ(metric(d, "chunkpipe:kv_pull_bytes_total"),
@@ -476,12 +477,7 @@ TEST_F(PdTest, APrefillerWithAnotherCacheDtypeIsRefusedByName) {
         << "bf16 blocks: half the f32 bytes";
     EXPECT_EQ(await_metric(p_bf16, "vllm:kv_cache_usage_perc", 0.0, 5), 0.0);
   }
-  json params = prefill(p_f32, words(40))["kv_transfer_params"];
-  ASSERT_TRUE(params.is_object());
-  json pd = body;
-  pd["kv_transfer_params"] = params;
-  int status = 0;
-  json got = post(d, "/v1/completions", pd, &status);
+  json got = prefill_then_decode(p_f32, d, body, &status);
   EXPECT_EQ(status, 500) << got.dump();
   EXPECT_NE(got.dump().find("values of 4 bytes do not match this decoder's"), std::string::npos)
       << got.dump();
