@@ -254,6 +254,7 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
   const int bs = cache.block_size();
   const float* layer_cache = bf16_cache ? nullptr : cache.layer_f32(cache_layer);
   const uint16_t* layer_cache_bf16 = bf16_cache ? cache.layer_bf16(cache_layer) : nullptr;
+  bool uk_packed = false;  // uk_pairs holds this layer's W_UK (bf16 expansion)
   for (size_t si = 0; si < layout.batch->sequences.size(); ++si) {
     const SequenceChunk& s = layout.batch->sequences[si];
     const int64_t n = static_cast<int64_t>(s.token_ids.size());
@@ -405,9 +406,11 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
         thread_local kernels::Bf16x3Activations split;
         thread_local kernels::MlaPrefillState state;
         if (amx) kernels::split_bf16x3(c_kv, r, ctx, r, split, pool);
-        // bf16: W_UK of every head [nh·dn, r] packed once, as the rows of kᵀ.
+        // bf16: W_UK of every head [nh·dn, r] packed once per layer call (the first sequence
+        // that expands packs it for the rest of the batch), as the rows of kᵀ.
         thread_local kernels::Bf16PairActivations uk_pairs, c_pairs;
-        if (bf16_expand) {
+        if (bf16_expand && !uk_packed) {
+          uk_packed = true;
           float* uk = scratch(Scratch::kUk, size_t(int64_t{nh} * dn * r));
           for (int64_t h = 0; h < nh; ++h)
             std::memcpy(uk + h * dn * r, kv_b + h * kv_b_head, size_t(dn * r) * sizeof(float));
