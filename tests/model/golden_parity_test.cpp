@@ -112,19 +112,34 @@ TEST(GoldenParityTest, ExpandedAndAbsorbedAttentionBothMatch) {
 // history in key segments (a quarter of the chunk's queries, at least 256), so chunks of 300
 // run 256-key segments over 600 and 700 keys. It must agree with the absorbed form, in one
 // chunk and in chunks of 300.
-TEST(GoldenParityTest, ExpandedFormOverSeveralKeySegmentsAgreesWithAbsorbed) {
-  auto& m = get_model("tiny-bf16");
+// 700 token ids past the golden files' 200: several 256-key segments of history.
+std::vector<int32_t> long_prompt_ids() {
   std::vector<int32_t> ids;
   for (int i = 0; i < 700; ++i) ids.push_back(int32_t((i * 131 + 7) % 500));
+  return ids;
+}
+
+// All logits of `ids` on `m` in chunks of `chunk` (0: one), every chunk's attention forced to
+// `mode`, over a cache of `dtype`; empty (and a test failure) if the forward fails.
+std::vector<float> forced_form_logits(model::DeepseekV3Model& m, const std::vector<int32_t>& ids,
+                                      model::AttentionMode mode, int64_t chunk,
+                                      model::KvCacheDtype dtype = model::KvCacheDtype::kF32) {
+  m.set_attention_mode(mode);
+  model::SequenceLogitsOptions opts;
+  opts.chunk_size = chunk;
+  opts.all_logits = true;
+  opts.kv_cache_dtype = dtype;
+  auto r = model::compute_sequence_logits(m, ids, opts, pool());
+  m.set_attention_mode(model::AttentionMode::kAuto);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? r->all_logits : std::vector<float>();
+}
+
+TEST(GoldenParityTest, ExpandedFormOverSeveralKeySegmentsAgreesWithAbsorbed) {
+  auto& m = get_model("tiny-bf16");
+  const std::vector<int32_t> ids = long_prompt_ids();
   auto logits = [&](model::AttentionMode mode, int64_t chunk) {
-    m.set_attention_mode(mode);
-    model::SequenceLogitsOptions opts;
-    opts.chunk_size = chunk;
-    opts.all_logits = true;
-    auto r = model::compute_sequence_logits(m, ids, opts, pool());
-    m.set_attention_mode(model::AttentionMode::kAuto);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? r->all_logits : std::vector<float>();
+    return forced_form_logits(m, ids, mode, chunk);
   };
   const std::vector<float> absorbed = logits(model::AttentionMode::kAbsorbed, 0);
   ASSERT_EQ(absorbed.size(), size_t(700) * size_t(m.config().vocab_size));
@@ -149,18 +164,9 @@ TEST(GoldenParityTest, ExpandedFormOverSeveralKeySegmentsAgreesWithAbsorbed) {
 // below for why not all on this random model).
 TEST(GoldenParityTest, Bf16CacheKeepsTheFormsAndChunkingsInAgreement) {
   auto& m = get_model("tiny-bf16");
-  std::vector<int32_t> ids;
-  for (int i = 0; i < 700; ++i) ids.push_back(int32_t((i * 131 + 7) % 500));
+  const std::vector<int32_t> ids = long_prompt_ids();
   auto logits = [&](model::AttentionMode mode, int64_t chunk, model::KvCacheDtype dtype) {
-    m.set_attention_mode(mode);
-    model::SequenceLogitsOptions opts;
-    opts.chunk_size = chunk;
-    opts.all_logits = true;
-    opts.kv_cache_dtype = dtype;
-    auto r = model::compute_sequence_logits(m, ids, opts, pool());
-    m.set_attention_mode(model::AttentionMode::kAuto);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? r->all_logits : std::vector<float>();
+    return forced_form_logits(m, ids, mode, chunk, dtype);
   };
   const int64_t V = m.config().vocab_size;
   const std::vector<float> absorbed =
