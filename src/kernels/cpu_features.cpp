@@ -109,6 +109,8 @@ std::string kernel_paths_line() {
     s += f.avx512_bf16 && !f.amx_bf16 ? " with bf16 products (CHUNKPIPE_ATTENTION=bf16)"
                                       : " (CHUNKPIPE_ATTENTION=bf16 needs AVX512_BF16 without AMX)";
   }
+  s += ", mla decode attention ";
+  s += f.avx512 ? "avx512" : "avx2";
   s += ", linear int8 ";
   s += f.avx512_vnni
            ? "avx512_vnni (tiles from " + std::to_string(detail::kInt8TilesMinTokens) + " tokens)"

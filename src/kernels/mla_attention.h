@@ -98,6 +98,10 @@ struct MlaDecodeArgs {
   float* out = nullptr;  // [T, nh, r]: attention-weighted latent, contiguous
 };
 
+// Flash-decoding: keys in fixed segments of absolute positions, each read from memory once per
+// block of query rows and folded into an online softmax; the threads share the work by blocks of
+// rows and by splits of keys, merged in order. A query's output depends only on its position and
+// the cache: not on the chunk or batch it runs in, nor on the thread count.
 void mla_decode_attention(const MlaDecodeArgs& args, common::ThreadPool& pool);
 void mla_decode_attention_reference(const MlaDecodeArgs& args);
 

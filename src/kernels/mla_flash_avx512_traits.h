@@ -36,6 +36,26 @@ struct Avx512 {
   static float hmax(Vec v) { return _mm512_reduce_max_ps(v); }
   static float hsum(Vec v) { return _mm512_reduce_add_ps(v); }
   static Vec exp(Vec x) { return exp16(x); }  // exp8's function on 16 lanes (vec_exp512.h)
+  // Lane l = the sum of v[l]'s lanes, in a fixed order: pairs within 128-bit lanes, then the
+  // four 128-bit lanes (45 instructions for what 16 separate reductions do in about 130).
+  static Vec transpose_sum(const Vec (&v)[kWidth]) {
+    Vec a[8], b[4];
+    for (int i = 0; i < 8; ++i) {
+      a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                           _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    }
+    for (int i = 0; i < 4; ++i) {
+      const __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
+      b[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                           _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    const Vec d01 = _mm512_add_ps(_mm512_shuffle_f32x4(b[0], b[1], 0x88),
+                                  _mm512_shuffle_f32x4(b[0], b[1], 0xdd));
+    const Vec d23 = _mm512_add_ps(_mm512_shuffle_f32x4(b[2], b[3], 0x88),
+                                  _mm512_shuffle_f32x4(b[2], b[3], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(d01, d23, 0x88),
+                         _mm512_shuffle_f32x4(d01, d23, 0xdd));
+  }
 };
 
 }  // namespace

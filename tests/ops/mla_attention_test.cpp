@@ -256,12 +256,16 @@ TEST_P(MlaDecodeTest, MatchesReference) {
   std::vector<float> out(d.T * d.heads * d.r), ref(out.size());
   kernels::MlaDecodeArgs a = decode_args(d, cache, q.data());
   a.cache = cache.data.data();
-  a.out = out.data();
-  common::ThreadPool pool(2);
-  kernels::mla_decode_attention(a, pool);
   a.out = ref.data();
   kernels::mla_decode_attention_reference(a);
-  EXPECT_LT(testutil::max_rel_error(out, ref), 1e-5);
+  common::ThreadPool pool(2);
+  for (const auto& path : testutil::supported_isa_paths()) {
+    kernels::ScopedCpuFeatures isa(path.features);
+    std::fill(out.begin(), out.end(), -1.0f);
+    a.out = out.data();
+    kernels::mla_decode_attention(a, pool);
+    EXPECT_LT(testutil::max_rel_error(out, ref), 1e-5) << path.name;
+  }
 }
 
 // A bf16 cache (KvCacheDtype::kBf16) is widened a block at a time: the output must equal, bit
@@ -299,11 +303,65 @@ TEST_P(MlaDecodeTest, Bf16CacheEqualsTheF32CacheOfItsValues) {
   EXPECT_GT(testutil::max_rel_error(ref, unrounded), 1e-5) << "the rounding left no trace";
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecodeTest,
-                         ::testing::Values(Dims{4, 32, 16, 32, 64, 1, 1},
-                                           Dims{4, 32, 16, 32, 64, 1, 33},
-                                           Dims{16, 0, 8, 0, 32, 5, 70},
-                                           Dims{3, 0, 16, 0, 64, 17, 17}));
+// Contexts past 2048 keys run several splits: one query (splits as parallel items) and many
+// (each block of rows folding its splits).
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MlaDecodeTest,
+    ::testing::Values(Dims{4, 32, 16, 32, 64, 1, 1}, Dims{4, 32, 16, 32, 64, 1, 33},
+                      Dims{16, 0, 8, 0, 32, 5, 70}, Dims{3, 0, 16, 0, 64, 17, 17},
+                      Dims{16, 0, 64, 0, 512, 1, 4700}, Dims{5, 0, 16, 0, 64, 30, 2100},
+                      Dims{2, 0, 8, 0, 48, 3, 6145}));
+
+// A query's decode output depends on its position and the cache only: the same bits whatever
+// the thread count, the chunk it arrives in, or the cache's block size.
+TEST(MlaDecodeInvarianceTest, OutputsDependOnNeitherChunkNorThreadsNorBlockSize) {
+  const int heads = 6, r = 64, dr = 16;
+  const int64_t row = r + dr, T = 40, ctx = 4400, first_pos = ctx - T;
+  auto q = testutil::random_vector(T * heads * row, 12, 0.3f);
+  for (const auto& path : testutil::supported_isa_paths()) {
+    kernels::ScopedCpuFeatures isa(path.features);
+    std::vector<float> expected;
+    for (int bs : {16, 128}) {
+      PagedCache cache(ctx, bs, row, 13);
+      if (bs == 128) {  // the same token rows, laid out in blocks of 128
+        PagedCache small(ctx, 16, row, 13);
+        for (int64_t j = 0; j < ctx; ++j) {
+          std::copy_n(small.token(j), row,
+                      cache.data.data() + (int64_t{cache.block_table[j / bs]} * bs + j % bs) * row);
+        }
+      }
+      for (int threads : {1, 2, 3}) {
+        common::ThreadPool pool(threads);
+        // Chunks of the 40 queries, each attending over the context up to its last query.
+        for (const std::vector<int64_t>& cuts :
+             {std::vector<int64_t>{0, 40}, {0, 7, 30, 40}, {0, 1, 2, 39, 40}}) {
+          std::vector<float> out(size_t(T * heads * r), -1.0f);
+          for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+            kernels::MlaDecodeArgs a = decode_args(Dims{heads, 0, dr, 0, r, 0, 0}, cache, nullptr);
+            a.num_queries = cuts[c + 1] - cuts[c];
+            a.context_len = first_pos + cuts[c + 1];
+            a.q = q.data() + cuts[c] * heads * row;
+            a.cache = cache.data.data();
+            a.out = out.data() + cuts[c] * heads * r;
+            kernels::mla_decode_attention(a, pool);
+          }
+          if (expected.empty()) {
+            expected = out;
+            kernels::MlaDecodeArgs a =
+                decode_args(Dims{heads, 0, dr, 0, r, T, ctx}, cache, q.data());
+            a.cache = cache.data.data();
+            std::vector<float> ref(out.size());
+            a.out = ref.data();
+            kernels::mla_decode_attention_reference(a);
+            ASSERT_LT(testutil::max_rel_error(out, ref), 1e-5) << path.name;
+          }
+          ASSERT_EQ(out, expected) << path.name << ", block size " << bs << ", " << threads
+                                   << " threads, " << cuts.size() - 1 << " chunks";
+        }
+      }
+    }
+  }
+}
 
 // Expanded and absorbed attention are the same function of the latent cache (§6).
 TEST(MlaEquivalenceTest, ExpandedEqualsAbsorbed) {
