@@ -16,6 +16,8 @@
 //                   [--decode-depth N]  (decode after N tokens of context, as llama-bench's
 //                   -d N; the roof then counts the latent cache's bytes per step too)
 //                   [--kv-cache-dtype f32|bf16]  (the latent cache's dtype, model::KvCacheDtype)
+//                   [--decode-attention 1024,16384]  (mla_decode_attention alone, one query
+//                   token of the model's dims over an f32 cache of each context length)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -34,6 +36,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "kernels/int8_linear.h"
+#include "kernels/mla_attention.h"
 #include "model/deepseek_v3.h"
 #include "model/kv_cache.h"
 #include "tensor/aligned_buffer.h"
@@ -446,6 +449,54 @@ TokenWeights weights_per_token(const model::ModelConfig& c) {
 
 // Prefill of `n` tokens in one forward (fresh cache), then `decode` single-token steps after
 // `depth` tokens of context.
+// The absorbed-form decode attention alone (kernels::mla_decode_attention), the model's heads
+// and latent over a paged cache of each context length (f32, blocks of 128 in order, far past
+// the last-level cache at the longest): one query token per call, as a decode step runs it per
+// layer. Prints ms per call, GFLOP/s (% of the FMA peak: the kernel is compute-bound once each
+// byte is read once) and the cache bytes read per second (% of the read roof).
+void bench_decode_attention(const std::string& name, const std::vector<int64_t>& contexts,
+                            const std::vector<int>& thread_counts, const std::vector<double>& peaks,
+                            const std::vector<double>& bandwidths) {
+  const model::ModelConfig c = perf_model_config(name);
+  const int heads = c.num_attention_heads, r = c.kv_lora_rank, dr = c.qk_rope_head_dim;
+  const int64_t row = r + dr, bs = 128;
+  std::printf("\n== decode attention of '%s' (%d heads, latent %d + %d), one query token ==\n",
+              name.c_str(), heads, r, dr);
+  std::printf("%8s %7s | %9s %26s %24s\n", "context", "threads", "ms", "GFLOP/s (% of FMA peak)",
+              "cache GB/s (% of roof)");
+  for (const int64_t ctx : contexts) {
+    const int64_t blocks = (ctx + bs - 1) / bs;
+    tensor::AlignedBuffer<float> cache(static_cast<size_t>(blocks * bs * row));
+    for (size_t i = 0; i < cache.size(); ++i) cache[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+    std::vector<float> q(static_cast<size_t>(heads * row)), out(static_cast<size_t>(heads * r));
+    for (size_t i = 0; i < q.size(); ++i) q[i] = 0.003f * static_cast<float>(i % 89) - 0.1f;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    kernels::MlaDecodeArgs a;
+    a.num_heads = heads;
+    a.kv_lora_rank = r;
+    a.rope_dim = dr;
+    a.num_queries = 1;
+    a.context_len = ctx;
+    a.scale = 0.05f;
+    a.q = q.data();
+    a.cache = cache.data();
+    a.block_table = table.data();
+    a.block_size = static_cast<int>(bs);
+    a.out = out.data();
+    const double flops = double(heads) * double(ctx) * double(2 * row + 2 * r);
+    for (size_t ti = 0; ti < thread_counts.size(); ++ti) {
+      common::ThreadPool pool(thread_counts[ti]);
+      const double seconds = best_seconds([&] { kernels::mla_decode_attention(a, pool); }, 0.5, 5);
+      const double gflops = flops / seconds / 1e9;
+      const double gbs = double(ctx * row * 4) / seconds / 1e9;
+      std::printf("%8lld %7d | %9.3f %17.1f (%3.0f%%) %15.1f (%3.0f%%)\n",
+                  static_cast<long long>(ctx), thread_counts[ti], seconds * 1e3, gflops,
+                  100 * gflops / peaks[ti], gbs, 100 * gbs / bandwidths[ti]);
+    }
+  }
+}
+
 void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8,
                  const std::vector<int>& thread_counts, const std::vector<double>& peaks,
                  const std::vector<double>& bandwidths, int prefill, int decode, int long_prefill,
@@ -558,11 +609,12 @@ void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8
   }
 }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
+template <typename T = int>
+std::vector<T> parse_list(const std::string& s) {
+  std::vector<T> out;
   std::stringstream ss(s);
   std::string tok;
-  while (std::getline(ss, tok, ',')) out.push_back(std::stoi(tok));
+  while (std::getline(ss, tok, ',')) out.push_back(static_cast<T>(std::stoll(tok)));
   return out;
 }
 
@@ -573,6 +625,7 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   int prefill = 512, decode = 128, long_prefill = 0, depth = 0;
   std::string kv_cache_dtype = "f32";
+  std::vector<int64_t> attention_contexts;
   bool skip_gemm = false, skip_model = false, lm_head_int8 = false, gemv_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -597,6 +650,8 @@ int main(int argc, char** argv) {
       depth = std::stoi(next());
     else if (a == "--kv-cache-dtype")
       kv_cache_dtype = next();
+    else if (a == "--decode-attention")
+      attention_contexts = parse_list<int64_t>(next());
     else if (a == "--dtype")
       dtype_name = next();
     else if (a == "--activations")
@@ -617,10 +672,12 @@ int main(int argc, char** argv) {
   if ((model_name != "small" && model_name != "tiny") ||
       (dtype_name != "bf16" && dtype_name != "f32" && dtype_name != "w8a8") ||
       (activations != "auto" && activations != "f32" && activations != "bf16") ||
-      (kv_cache_dtype != "f32" && kv_cache_dtype != "bf16") || depth < 0) {
+      (kv_cache_dtype != "f32" && kv_cache_dtype != "bf16") || depth < 0 ||
+      std::any_of(attention_contexts.begin(), attention_contexts.end(),
+                  [](int64_t n) { return n < 1; })) {
     std::fprintf(stderr,
                  "error: --model small|tiny, --dtype bf16|f32|w8a8, --activations auto|f32|bf16, "
-                 "--kv-cache-dtype f32|bf16, --decode-depth >= 0\n");
+                 "--kv-cache-dtype f32|bf16, --decode-depth >= 0, --decode-attention contexts >= 1\n");
     return 2;
   }
   if (activations == "auto") activations = dtype_name == "f32" ? "f32" : "bf16";
@@ -662,6 +719,9 @@ int main(int argc, char** argv) {
       "products can pass them)\n");
   if (!skip_gemm && !gemv_only) bench_gemm(threads, peaks, dpbf16_peaks);
   if (!skip_gemm) bench_gemv_from_memory(threads, bandwidths);
+  if (!attention_contexts.empty()) {
+    bench_decode_attention(model_name, attention_contexts, threads, peaks, bandwidths);
+  }
   if (!skip_model) {
     const tensor::DType dtype = dtype_name == "bf16"   ? tensor::DType::kBF16
                                 : dtype_name == "w8a8" ? tensor::DType::kI8

@@ -40,6 +40,7 @@ class FlashDecode {
         row_(a.kv_lora_rank + a.rope_dim),
         o_stride_(decode_o_stride(a.kv_lora_rank)),
         first_pos_(a.context_len - a.num_queries),
+        dim_steps_((row_ + kWidth - 1) / kWidth),
         s_(s) {}
 
   void run_split(int64_t r0, int64_t r1, int64_t split, DecodePartial out) {
@@ -98,7 +99,7 @@ class FlashDecode {
         for (int j = 0; j < kScoreKeys; ++j)
           k[j] = s_.key_rows[size_t(std::min<int64_t>(j0 + j, n - 1))];
         Vec acc[kScoreRows * kScoreKeys];
-        dot_tile(q, k, full, tail, acc);
+        dot_tile(q, k, full, tail, take_prefetch_span(), acc);
         // Lane i·kScoreKeys + j holds score (i, j).
         alignas(64) float sums[kWidth];
         S::store(sums, S::mul(S::transpose_sum(acc), S::set1(a_.scale)));
@@ -110,28 +111,36 @@ class FlashDecode {
     }
   }
 
-  // acc[i·kScoreKeys + j] = per-lane partial sums of q_i · k_j over the row's dimensions, in order.
-  // Each step also prefetches a share of the next segment's lines.
-  void dot_tile(const float* const (&q)[kScoreRows], const float* const (&k)[kScoreKeys], int full,
-                int tail, Vec (&acc)[kScoreRows * kScoreKeys]) {
+  // Lines of the next segment for one score tile to prefetch, a few per step.
+  struct PrefetchSpan {
+    const char* at = nullptr;
+    int64_t lines = 0;
+    int64_t per_step = 0;
+  };
+
+  // acc[i·kScoreKeys + j] = per-lane partial sums of q_i · k_j over the row's dimensions, in
+  // order, prefetching the span meanwhile. Static, with everything it touches in its arguments,
+  // so that the accumulators, keys and pointers stay in registers (16 on AVX2).
+  static void dot_tile(const float* const (&q)[kScoreRows], const float* const (&k)[kScoreKeys],
+                       int full, int tail, PrefetchSpan pf, Vec (&acc)[kScoreRows * kScoreKeys]) {
     for (Vec& v : acc) v = S::zero();
     for (int d = 0; d < full; d += kWidth) {
-      prefetch_next();
-      Vec kv[kScoreKeys];
-      for (int j = 0; j < kScoreKeys; ++j) kv[j] = S::load(k[j] + d);
+      for (int64_t i = 0; i < pf.per_step && pf.lines > 0; ++i, --pf.lines, pf.at += 64) {
+        _mm_prefetch(pf.at, _MM_HINT_T1);
+      }
       for (int i = 0; i < kScoreRows; ++i) {
         const Vec qv = S::load(q[i] + d);
         for (int j = 0; j < kScoreKeys; ++j)
-          acc[i * kScoreKeys + j] = S::fmadd(qv, kv[j], acc[i * kScoreKeys + j]);
+          acc[i * kScoreKeys + j] = S::fmadd(qv, S::load(k[j] + d), acc[i * kScoreKeys + j]);
       }
     }
     if (tail > 0) {
-      Vec kv[kScoreKeys];
-      for (int j = 0; j < kScoreKeys; ++j) kv[j] = S::load_n(k[j] + full, tail);
       for (int i = 0; i < kScoreRows; ++i) {
         const Vec qv = S::load_n(q[i] + full, tail);
-        for (int j = 0; j < kScoreKeys; ++j)
-          acc[i * kScoreKeys + j] = S::fmadd(qv, kv[j], acc[i * kScoreKeys + j]);
+        for (int j = 0; j < kScoreKeys; ++j) {
+          acc[i * kScoreKeys + j] =
+              S::fmadd(qv, S::load_n(k[j] + full, tail), acc[i * kScoreKeys + j]);
+        }
       }
     }
   }
@@ -159,12 +168,18 @@ class FlashDecode {
     lines_per_step_ = steps > 0 ? std::min<int64_t>(2, (lines + steps - 1) / steps) : 0;
   }
 
-  void prefetch_next() {
-    for (int64_t i = 0; i < lines_per_step_ && run_index_ < prefetch_runs_.size(); ++i) {
-      const PrefetchRun& run = prefetch_runs_[run_index_];
-      _mm_prefetch(run.base + line_ * 64, _MM_HINT_T1);
-      if (++line_ == run.lines) line_ = 0, ++run_index_;
-    }
+  // The next lines for one tile's dim_steps_ steps, within one run (a tile at a run's end takes
+  // fewer; the next tile goes on from the next run).
+  PrefetchSpan take_prefetch_span() {
+    PrefetchSpan span;
+    if (run_index_ >= prefetch_runs_.size() || lines_per_step_ == 0) return span;
+    const PrefetchRun& run = prefetch_runs_[run_index_];
+    span.at = run.base + line_ * 64;
+    span.lines = std::min(run.lines - line_, lines_per_step_ * dim_steps_);
+    span.per_step = lines_per_step_;
+    line_ += span.lines;
+    if (line_ == run.lines) line_ = 0, ++run_index_;
+    return span;
   }
 
   // The online-softmax step of rows [r0, r1) over keys [s0, s1).
@@ -172,10 +187,9 @@ class FlashDecode {
     const int64_t nr = r1 - r0, n = s1 - s0;
     locate_keys(s0, s1);
     const int64_t next_end = std::min(s1 + kDecodeSegmentKeys, split_end_);
-    const int64_t dim_steps = (row_ + kWidth - 1) / kWidth;
     plan_prefetch(
         s1, std::max(s1, next_end),
-        (nr + kScoreRows - 1) / kScoreRows * ((n + kScoreKeys - 1) / kScoreKeys) * dim_steps);
+        (nr + kScoreRows - 1) / kScoreRows * ((n + kScoreKeys - 1) / kScoreKeys) * dim_steps_);
     score(r0, nr, n);
     const float neg_inf = -std::numeric_limits<float>::infinity();
     std::vector<float>& alpha = s_.alpha;
@@ -274,14 +288,16 @@ class FlashDecode {
   template <int R, bool kFull>
   void accumulate(const float* const (&p_rows)[R], int64_t used, int c0, int cols,
                   Vec (&o)[R][kVecs]) const {
+    // The R weights broadcast first, then a column vector at a time: R·kVecs accumulators, R
+    // weights and one vector (16 registers on AVX2 at R = 3).
     for (int64_t j = 0; j < used; ++j) {
       const float* v = s_.key_rows[size_t(j)] + c0;
-      Vec x[kVecs];
-      for (int c = 0; c < kVecs; ++c)
-        x[c] = kFull ? S::load(v + c * kWidth) : S::load_n(v + c * kWidth, cols - c * kWidth);
-      for (int i = 0; i < R; ++i) {
-        const Vec p = S::set1(p_rows[i][j]);
-        for (int c = 0; c < kVecs; ++c) o[i][c] = S::fmadd(p, x[c], o[i][c]);
+      Vec p[R];
+      for (int i = 0; i < R; ++i) p[i] = S::set1(p_rows[i][j]);
+      for (int c = 0; c < kVecs; ++c) {
+        const Vec x =
+            kFull ? S::load(v + c * kWidth) : S::load_n(v + c * kWidth, cols - c * kWidth);
+        for (int i = 0; i < R; ++i) o[i][c] = S::fmadd(p[i], x, o[i][c]);
       }
     }
   }
@@ -293,6 +309,7 @@ class FlashDecode {
 
   const MlaDecodeArgs& a_;
   const int64_t row_, o_stride_, first_pos_;
+  const int64_t dim_steps_;  // vectors per cache row: the steps of one score tile
   DecodeScratch& s_;
   std::vector<PrefetchRun> prefetch_runs_;
   size_t run_index_ = 0;
