@@ -128,10 +128,15 @@ class FlashDecode {
       for (int64_t i = 0; i < pf.per_step && pf.lines > 0; ++i, --pf.lines, pf.at += 64) {
         _mm_prefetch(pf.at, _MM_HINT_T1);
       }
+      Vec kv[kScoreKeys];
+      for (int j = 0; j < kScoreKeys; ++j) {
+        kv[j] = S::load(k[j] + d);
+        asm("" : "+v"(kv[j]));  // held in a register: loaded once, not once per row
+      }
       for (int i = 0; i < kScoreRows; ++i) {
         const Vec qv = S::load(q[i] + d);
         for (int j = 0; j < kScoreKeys; ++j)
-          acc[i * kScoreKeys + j] = S::fmadd(qv, S::load(k[j] + d), acc[i * kScoreKeys + j]);
+          acc[i * kScoreKeys + j] = S::fmadd(qv, kv[j], acc[i * kScoreKeys + j]);
       }
     }
     if (tail > 0) {
