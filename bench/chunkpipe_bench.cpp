@@ -675,9 +675,10 @@ int main(int argc, char** argv) {
       (kv_cache_dtype != "f32" && kv_cache_dtype != "bf16") || depth < 0 ||
       std::any_of(attention_contexts.begin(), attention_contexts.end(),
                   [](int64_t n) { return n < 1; })) {
-    std::fprintf(stderr,
-                 "error: --model small|tiny, --dtype bf16|f32|w8a8, --activations auto|f32|bf16, "
-                 "--kv-cache-dtype f32|bf16, --decode-depth >= 0, --decode-attention contexts >= 1\n");
+    std::fprintf(
+        stderr,
+        "error: --model small|tiny, --dtype bf16|f32|w8a8, --activations auto|f32|bf16, "
+        "--kv-cache-dtype f32|bf16, --decode-depth >= 0, --decode-attention contexts >= 1\n");
     return 2;
   }
   if (activations == "auto") activations = dtype_name == "f32" ? "f32" : "bf16";
