@@ -8,14 +8,9 @@
 
 #include "kernels/exp_row_paths.h"
 #include "kernels/simd.h"  // <immintrin.h> without GCC 12's false warnings in its AVX-512 parts
+#include "kernels/target_region.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-#endif
+CHUNKPIPE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq")
 
 namespace kernels::detail {
 namespace {
@@ -85,8 +80,4 @@ double sum_exp_shifted_avx512(const float* x, int64_t n, double shift) {
 
 }  // namespace kernels::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CHUNKPIPE_TARGET_END()

@@ -13,6 +13,7 @@
 #include "kernels/amx_tiles.h"
 #include "kernels/gemm_paths.h"
 #include "kernels/simd.h"
+#include "kernels/target_region.h"
 #include "tensor/aligned_buffer.h"
 
 namespace kernels::detail {
@@ -81,14 +82,7 @@ void split_bf16x3_rows(const float* x, int64_t ldx, int64_t k, int64_t row_begin
   }
 }
 
-#if defined(__clang__)
-#pragma clang attribute push(                                                        \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")
-#endif
+CHUNKPIPE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")
 
 namespace {
 
@@ -338,10 +332,6 @@ void bf16x3_range_amx(const uint16_t* xs, int64_t mp, int64_t kp, int64_t m, con
   _tile_release();
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CHUNKPIPE_TARGET_END()
 
 }  // namespace kernels::detail

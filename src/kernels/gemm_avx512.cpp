@@ -6,14 +6,9 @@
 #include "kernels/gemm_paths.h"
 
 #include "kernels/simd.h"
+#include "kernels/target_region.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-#endif
+CHUNKPIPE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq")
 
 namespace kernels::detail {
 namespace {
@@ -112,8 +107,4 @@ void streaming_range_avx512(const float* x, int64_t m, const tensor::WeightView&
 
 }  // namespace kernels::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CHUNKPIPE_TARGET_END()

@@ -6,14 +6,9 @@
 // Pure functions of their arguments; thread-safe for disjoint outputs.
 #include "kernels/gemm_paths.h"
 #include "kernels/simd.h"
+#include "kernels/target_region.h"
 
-#if defined(__clang__)
-#pragma clang attribute push( \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
-#endif
+CHUNKPIPE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
 
 #include "kernels/staged_tiles.h"
 
@@ -207,8 +202,4 @@ void bf16_gemv_range_avx512(const uint16_t* xb, int64_t m, const uint16_t* w, in
 
 }  // namespace kernels::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CHUNKPIPE_TARGET_END()

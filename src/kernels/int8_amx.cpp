@@ -14,6 +14,7 @@
 #include "tensor/aligned_buffer.h"
 
 #include "kernels/simd.h"
+#include "kernels/target_region.h"
 
 namespace kernels::detail {
 namespace {
@@ -34,14 +35,7 @@ bool amx_tiles_usable() {
   return usable;
 }
 
-#if defined(__clang__)
-#pragma clang attribute push(                                                        \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")
-#endif
+CHUNKPIPE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")
 
 void int8_range_amx(const int8_t* xq, int64_t kp, const float* act_scale, int64_t m,
                     const tensor::WeightView& w, float* y, int64_t ldy, int64_t n_begin,
@@ -116,10 +110,6 @@ void int8_range_amx(const int8_t* xq, int64_t kp, const float* act_scale, int64_
   _tile_release();
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CHUNKPIPE_TARGET_END()
 
 }  // namespace kernels::detail

@@ -6,14 +6,9 @@
 #include "kernels/int8_paths.h"
 
 #include "kernels/simd.h"
+#include "kernels/target_region.h"
 
-#if defined(__clang__)
-#pragma clang attribute push( \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
-#endif
+CHUNKPIPE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 
 #include "kernels/dpbusd_avx512.h"
 
@@ -110,8 +105,4 @@ void int8_range_avx512_vnni(const int8_t* xq, const float* act_scale, int64_t m,
 
 }  // namespace kernels::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CHUNKPIPE_TARGET_END()

@@ -4,13 +4,9 @@
 #include "kernels/gemm_paths.h"
 #include "kernels/int8_paths.h"
 #include "kernels/simd.h"
+#include "kernels/target_region.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avxvnni"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avxvnni")
-#endif
+CHUNKPIPE_TARGET_BEGIN("avxvnni")
 
 namespace kernels::detail {
 namespace {
@@ -69,8 +65,4 @@ void int8_range_avx_vnni(const int8_t* xq, const float* act_scale, int64_t m,
 
 }  // namespace kernels::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CHUNKPIPE_TARGET_END()

@@ -9,15 +9,10 @@
 
 #include "kernels/mla_attention.h"
 #include "kernels/simd.h"
+#include "kernels/target_region.h"
 #include "kernels/vec_exp.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-#endif
+CHUNKPIPE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq")
 
 #include "kernels/mla_flash.h"
 #include "kernels/mla_flash_avx512_traits.h"
@@ -31,8 +26,4 @@ void mla_prefill_items_avx512(const MlaPrefillArgs& a, int64_t key_begin, int64_
 
 }  // namespace kernels::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CHUNKPIPE_TARGET_END()

@@ -7,14 +7,9 @@
 
 #include "kernels/mla_attention.h"
 #include "kernels/simd.h"  // before the target region: GCC bug 105593
+#include "kernels/target_region.h"
 
-#if defined(__clang__)
-#pragma clang attribute push( \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
-#endif
+CHUNKPIPE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
 
 #include "kernels/mla_flash.h"
 #include "kernels/mla_flash_avx512_traits.h"
@@ -64,8 +59,4 @@ void mla_prefill_pack_avx512_bf16(const MlaPrefillArgs& a, int64_t key_begin, in
 
 }  // namespace kernels::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CHUNKPIPE_TARGET_END()

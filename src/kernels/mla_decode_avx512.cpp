@@ -11,14 +11,9 @@
 #include "kernels/mla_attention.h"
 #include "kernels/mla_decode_paths.h"
 #include "kernels/simd.h"
+#include "kernels/target_region.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-#endif
+CHUNKPIPE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq")
 
 #include "kernels/mla_decode_flash.h"
 #include "kernels/mla_flash_avx512_traits.h"
@@ -32,8 +27,4 @@ void mla_decode_split_avx512(const MlaDecodeArgs& a, int64_t r0, int64_t r1, int
 
 }  // namespace kernels::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CHUNKPIPE_TARGET_END()

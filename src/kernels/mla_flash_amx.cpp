@@ -17,17 +17,11 @@
 #include "kernels/mla_attention.h"
 #include "kernels/mla_flash.h"
 #include "kernels/simd.h"
+#include "kernels/target_region.h"
 #include "kernels/vec_exp.h"  // before the target pragma: vec_exp512.h builds on it
 #include "tensor/aligned_buffer.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(                                                        \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")
-#endif
+CHUNKPIPE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")
 
 #include "kernels/vec_exp512.h"
 
@@ -346,8 +340,4 @@ void mla_prefill_items_amx(const MlaPrefillArgs& a, int64_t key_begin, int64_t k
 
 #undef CP_TERM_PRODUCTS
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CHUNKPIPE_TARGET_END()
