@@ -90,7 +90,7 @@ struct MlaDecodeArgs {
   float scale = 1.0f;
   const float* q = nullptr;  // [T, nh, r + dr], contiguous
   // This layer's cache [num_blocks, block_size, r + dr]: f32, or (cache null) bf16 bits, which
-  // the kernel widens a block at a time; the result is then the f32 cache's of the same values.
+  // the kernel widens a segment at a time; the result is then the f32 cache's of the same values.
   const float* cache = nullptr;
   const uint16_t* cache_bf16 = nullptr;
   const int32_t* block_table = nullptr;  // physical block of logical block i

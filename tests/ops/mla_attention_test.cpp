@@ -268,7 +268,7 @@ TEST_P(MlaDecodeTest, MatchesReference) {
   }
 }
 
-// A bf16 cache (KvCacheDtype::kBf16) is widened a block at a time: the output must equal, bit
+// A bf16 cache (KvCacheDtype::kBf16) is widened a segment at a time: the output must equal, bit
 // for bit, the f32 kernel's on a cache holding the same rounded values, and the reference run on
 // the bf16 cache itself.
 TEST_P(MlaDecodeTest, Bf16CacheEqualsTheF32CacheOfItsValues) {
