@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 
 #include "common/check.h"
@@ -48,32 +49,69 @@ inline float load1(const void* base, int64_t i) {
   }
 }
 
-// NB weight rows against MB activation rows: out[nb][mb] = dot(w[n0+nb], x[mb]).
+// How the f32 streaming kernels form each output's dot product, on both ISA paths: K runs in
+// blocks of one vector (8 values here, 16 on AVX-512; a last partial block is masked there and
+// summed in scalar here), block b accumulates into chain b % kStreamChains, one accumulator per
+// chain, blocks in order. The chains are then added in a fixed tree and the lanes reduced. One
+// FMA chain per output could not read one weight row at DRAM speed (a vector per 4-cycle FMA
+// latency is 4-8 bytes of BF16 per cycle); the chains overlap. Every tile forms outputs this
+// way, so a token's outputs do not depend on the batch beside it.
+constexpr int kStreamChains = 2;
+
+// acc[nb][mb] += the 8-value block at i of weight row nb against activation row mb. Always
+// inlined, so the accumulators stay in registers.
 template <bool kBf16, int NB, int MB>
-inline void dot_tile(const float* x, int64_t k, const void* w, int64_t n0, float* y, int64_t ldy) {
-  const int64_t elem = kBf16 ? 2 : 4;
-  const char* wb = static_cast<const char*>(w);
-  const void* rows[NB];
-  for (int nb = 0; nb < NB; ++nb) rows[nb] = wb + (n0 + nb) * k * elem;
-  __m256 acc[NB][MB];
-  for (int nb = 0; nb < NB; ++nb)
-    for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= k; i += 8) {
-    __m256 xv[MB];
-    for (int mb = 0; mb < MB; ++mb) xv[mb] = _mm256_loadu_ps(x + mb * k + i);
-    for (int nb = 0; nb < NB; ++nb) {
-      __m256 wv = load8<kBf16>(rows[nb], i);
-      for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm256_fmadd_ps(wv, xv[mb], acc[nb][mb]);
-    }
+__attribute__((always_inline)) inline void stream_block(__m256 (&acc)[NB][MB], const float* x,
+                                                        int64_t k, const void* const (&rows)[NB],
+                                                        int64_t i) {
+  __m256 xv[MB];
+  for (int mb = 0; mb < MB; ++mb) xv[mb] = _mm256_loadu_ps(x + mb * k + i);
+  for (int nb = 0; nb < NB; ++nb) {
+    const __m256 wv = load8<kBf16>(rows[nb], i);
+    for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm256_fmadd_ps(wv, xv[mb], acc[nb][mb]);
   }
+}
+
+// Adds the chains, reduces the lanes, adds the scalar tail from `tail` on, and stores.
+template <bool kBf16, int NB, int MB>
+__attribute__((always_inline)) inline void stream_finish(
+    const __m256 (&chains)[kStreamChains][NB][MB], const float* x, int64_t k,
+    const void* const (&rows)[NB], int64_t tail, int64_t n0, float* y, int64_t ldy) {
+  static_assert(kStreamChains == 2, "the tree below adds two chains");
   for (int nb = 0; nb < NB; ++nb) {
     for (int mb = 0; mb < MB; ++mb) {
-      float s = simd::hsum(acc[nb][mb]);
-      for (int64_t j = i; j < k; ++j) s += load1<kBf16>(rows[nb], j) * x[mb * k + j];
+      float s = simd::hsum(_mm256_add_ps(chains[0][nb][mb], chains[1][nb][mb]));
+      for (int64_t j = tail; j < k; ++j) s += load1<kBf16>(rows[nb], j) * x[mb * k + j];
       y[mb * ldy + n0 + nb] = s;
     }
   }
+}
+
+// NB weight rows against MB activation rows, the chains in lockstep: NB · MB · kStreamChains
+// accumulators, so at most 3 × 2 tiles in the 16 registers. With kStream (decode's one row at
+// a time, read once in address order), each step also asks for the lines 4 KiB ahead, as the
+// int8 GEMV does.
+template <bool kBf16, int NB, int MB, bool kStream>
+void stream_tile(const float* x, int64_t k, const void* w, int64_t n0, float* y, int64_t ldy) {
+  constexpr int64_t elem = kBf16 ? 2 : 4, step = 8 * kStreamChains;
+  const void* rows[NB];
+  for (int nb = 0; nb < NB; ++nb) rows[nb] = static_cast<const char*>(w) + (n0 + nb) * k * elem;
+  const void* const(&rows_ref)[NB] = rows;
+  __m256 acc[kStreamChains][NB][MB];
+  for (auto& chain : acc)
+    for (auto& row : chain)
+      for (auto& v : row) v = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + step <= k; i += step) {
+    if constexpr (kStream) {
+      for (int64_t byte = 0; byte < step * elem; byte += 64)
+        _mm_prefetch(static_cast<const char*>(rows[0]) + i * elem + byte + 4096, _MM_HINT_T0);
+    }
+    for (int c = 0; c < kStreamChains; ++c)
+      stream_block<kBf16, NB, MB>(acc[c], x, k, rows_ref, i + 8 * c);
+  }
+  for (int c = 0; i + 8 <= k; i += 8, ++c) stream_block<kBf16, NB, MB>(acc[c], x, k, rows_ref, i);
+  stream_finish<kBf16, NB, MB>(acc, x, k, rows_ref, i, n0, y, ldy);
 }
 
 template <bool kBf16>
@@ -82,14 +120,17 @@ void streaming_range_avx2_t(const float* x, int64_t m, const WeightView& w, floa
   const int64_t k = w.cols;
   int64_t n = n_begin;
   // At most kSequentialMaxRows rows: one weight row at a time, in address order (below).
-  for (; m > detail::kSequentialMaxRows && n + 4 <= n_end; n += 4) {
+  for (; m > detail::kSequentialMaxRows && n + 3 <= n_end; n += 3) {
     int64_t r = 0;
-    for (; r + 2 <= m; r += 2) dot_tile<kBf16, 4, 2>(x + r * k, k, w.data, n, y + r * ldy, ldy);
-    if (r < m) dot_tile<kBf16, 4, 1>(x + r * k, k, w.data, n, y + r * ldy, ldy);
+    for (; r + 2 <= m; r += 2)
+      stream_tile<kBf16, 3, 2, false>(x + r * k, k, w.data, n, y + r * ldy, ldy);
+    if (r < m) stream_tile<kBf16, 3, 1, false>(x + r * k, k, w.data, n, y + r * ldy, ldy);
   }
   for (; n < n_end; ++n) {
-    for (int64_t r = 0; r < m; ++r)
-      dot_tile<kBf16, 1, 1>(x + r * k, k, w.data, n, y + r * ldy, ldy);
+    int64_t r = 0;
+    for (; r + 2 <= m; r += 2)
+      stream_tile<kBf16, 1, 2, true>(x + r * k, k, w.data, n, y + r * ldy, ldy);
+    if (r < m) stream_tile<kBf16, 1, 1, true>(x + r * k, k, w.data, n, y + r * ldy, ldy);
   }
 }
 

@@ -1,6 +1,7 @@
 // AVX-512 streaming linear kernel (small M, decode): each weight row is read once per four
-// activation rows, 16 lanes at a time, with masked loads for the tail of K. Same arithmetic as
-// the AVX2 kernel (bf16 -> f32 by a shift, f32 FMA), so both paths agree to rounding order.
+// activation rows, 16 lanes at a time, with masked loads for the tail of K; bf16 -> f32 by a
+// shift and f32 FMA as on AVX2, but one FMA chain per output (the AVX2 kernel's two chains made
+// this path's multi-row tiles slower; docs/ARCHITECTURE.md, "Decode GEMV chains").
 // Compiled for AVX-512 by a target pragma that covers only this file's own functions, so no
 // shared inline code is built for AVX-512; it runs only when cpu_features().avx512 is set.
 #include "kernels/gemm_paths.h"

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "test_util.h"
 
@@ -274,17 +276,27 @@ TEST(GemmTest, StridedOutput) {
 
 // A decode step's outputs for one token must not depend on the other tokens of the step (the
 // batch): for every row count that takes the streaming kernels, in both activation precisions,
-// on every ISA path, each token's outputs are the bits that token alone gets. K covers whole
-// 64-value steps, a last even block, masked odd and even blocks; N whole four-row tiles and a
-// remainder.
+// for BF16 and F32 weights, on every ISA path, each token's outputs are the bits that token
+// alone gets. K covers whole 64-value steps, a last even block, masked odd and even blocks, and
+// an odd or even number of whole 8- and 16-value blocks (the f32 kernels' two chains); N whole
+// four-row tiles and a remainder.
 TEST(GemmTest, DecodeOutputsDoNotDependOnTheBatch) {
   common::ThreadPool pool(2);
-  for (const int64_t k : {64, 96, 50, 20, 2048}) {
+  for (const auto& [k, dtype] : std::vector<std::pair<int64_t, DType>>{{64, DType::kBF16},
+                                                                       {96, DType::kBF16},
+                                                                       {50, DType::kBF16},
+                                                                       {20, DType::kBF16},
+                                                                       {2048, DType::kBF16},
+                                                                       {24, DType::kBF16},
+                                                                       {40, DType::kF32},
+                                                                       {83, DType::kF32},
+                                                                       {48, DType::kF32},
+                                                                       {2048, DType::kF32}}) {
     for (const auto precision :
          {kernels::ActivationPrecision::kF32, kernels::ActivationPrecision::kBf16}) {
       const kernels::ScopedActivationPrecision scoped(precision);
       const int64_t n = 37, max_m = kernels::kBf16DotMinRows - 1;
-      auto w = testutil::random_matrix(DType::kBF16, n, k, 21);
+      auto w = testutil::random_matrix(dtype, n, k, 21);
       auto x = testutil::random_vector(static_cast<size_t>(max_m * k), 22);
       for (const auto& path : testutil::supported_isa_paths()) {
         kernels::ScopedCpuFeatures isa(path.features);
@@ -297,7 +309,8 @@ TEST(GemmTest, DecodeOutputsDoNotDependOnTheBatch) {
           for (int64_t i = 0; i < m * n; ++i)
             ASSERT_EQ(batch[i], alone[i])
                 << path.name << " K " << k << " m " << m << " token " << i / n << " row " << i % n
-                << " precision " << static_cast<int>(precision);
+                << " precision " << static_cast<int>(precision) << " dtype "
+                << static_cast<int>(dtype);
         }
       }
     }
