@@ -25,10 +25,13 @@ class FlashDecode {
   using Vec = typename S::Vec;
   static constexpr int kWidth = S::kWidth;
   // Score tile: rows × keys accumulators, each a chain over the dimensions (16 of 32 registers
-  // on AVX-512, 8 of 16 on AVX2).
+  // on AVX-512, 12 of 16 on AVX2, where 8 left two FMAs a cycle at a 4-cycle latency no slack). The
+  // accumulators are reduced kWidth at a time by S::transpose_sum, the last group padded with
+  // zeros; its tree over one vector's lanes does not depend on the vector's place or the others.
   static constexpr int kScoreRows = kWidth == 16 ? 4 : 2;
-  static constexpr int kScoreKeys = 4;
-  static_assert(kScoreRows * kScoreKeys == kWidth, "one transposed sum per score tile");
+  static constexpr int kScoreKeys = kWidth == 16 ? 4 : 6;
+  static constexpr int kScoreTile = kScoreRows * kScoreKeys;
+  static constexpr int kSumGroups = (kScoreTile + kWidth - 1) / kWidth;
   // Output tile: S::kRows rows × 4 vectors of columns.
   static constexpr int kRows = S::kRows;
   static constexpr int kVecs = 4;
@@ -98,11 +101,20 @@ class FlashDecode {
         const float* k[kScoreKeys];
         for (int j = 0; j < kScoreKeys; ++j)
           k[j] = s_.key_rows[size_t(std::min<int64_t>(j0 + j, n - 1))];
-        Vec acc[kScoreRows * kScoreKeys];
+        Vec acc[kScoreTile];
         dot_tile(q, k, full, tail, take_prefetch_span(), acc);
         // Lane i·kScoreKeys + j holds score (i, j).
-        alignas(64) float sums[kWidth];
-        S::store(sums, S::mul(S::transpose_sum(acc), S::set1(a_.scale)));
+        alignas(64) float sums[kSumGroups * kWidth];
+        if constexpr (kSumGroups == 1) {
+          S::store(sums, S::mul(S::transpose_sum(acc), S::set1(a_.scale)));
+        } else {
+          for (int g = 0; g < kSumGroups; ++g) {
+            Vec group[kWidth];
+            for (int l = 0; l < kWidth; ++l)
+              group[l] = g * kWidth + l < kScoreTile ? acc[g * kWidth + l] : S::zero();
+            S::store(sums + g * kWidth, S::mul(S::transpose_sum(group), S::set1(a_.scale)));
+          }
+        }
         for (int i = 0; i < kScoreRows && i0 + i < nr; ++i) {
           float* out = s_.scores.data() + (i0 + i) * kDecodeSegmentKeys + j0;
           for (int j = 0; j < kScoreKeys && j0 + j < n; ++j) out[j] = sums[i * kScoreKeys + j];
@@ -122,21 +134,35 @@ class FlashDecode {
   // order, prefetching the span meanwhile. Static, with everything it touches in its arguments,
   // so that the accumulators, keys and pointers stay in registers (16 on AVX2).
   static void dot_tile(const float* const (&q)[kScoreRows], const float* const (&k)[kScoreKeys],
-                       int full, int tail, PrefetchSpan pf, Vec (&acc)[kScoreRows * kScoreKeys]) {
+                       int full, int tail, PrefetchSpan pf, Vec (&acc)[kScoreTile]) {
     for (Vec& v : acc) v = S::zero();
     for (int d = 0; d < full; d += kWidth) {
       for (int64_t i = 0; i < pf.per_step && pf.lines > 0; ++i, --pf.lines, pf.at += 64) {
         _mm_prefetch(pf.at, _MM_HINT_T1);
       }
-      Vec kv[kScoreKeys];
-      for (int j = 0; j < kScoreKeys; ++j) {
-        kv[j] = S::load(k[j] + d);
-        asm("" : "+v"(kv[j]));  // held in a register: loaded once, not once per row
-      }
-      for (int i = 0; i < kScoreRows; ++i) {
-        const Vec qv = S::load(q[i] + d);
-        for (int j = 0; j < kScoreKeys; ++j)
-          acc[i * kScoreKeys + j] = S::fmadd(qv, kv[j], acc[i * kScoreKeys + j]);
+      if constexpr (kWidth == 16) {
+        // The keys' vectors first, held in registers, then a row at a time.
+        Vec kv[kScoreKeys];
+        for (int j = 0; j < kScoreKeys; ++j) {
+          kv[j] = S::load(k[j] + d);
+          asm("" : "+v"(kv[j]));  // held in a register: loaded once, not once per row
+        }
+        for (int i = 0; i < kScoreRows; ++i) {
+          const Vec qv = S::load(q[i] + d);
+          for (int j = 0; j < kScoreKeys; ++j)
+            acc[i * kScoreKeys + j] = S::fmadd(qv, kv[j], acc[i * kScoreKeys + j]);
+        }
+      } else {
+        // AVX2: the rows' vectors first, then one key at a time against them. A key array
+        // under the barrier was kept in memory by GCC: a store per key per step.
+        Vec qv[kScoreRows];
+        for (int i = 0; i < kScoreRows; ++i) qv[i] = S::load(q[i] + d);
+        for (int j = 0; j < kScoreKeys; ++j) {
+          Vec kv = S::load(k[j] + d);
+          asm("" : "+v"(kv));  // held in a register: loaded once, not once per row
+          for (int i = 0; i < kScoreRows; ++i)
+            acc[i * kScoreKeys + j] = S::fmadd(qv[i], kv, acc[i * kScoreKeys + j]);
+        }
       }
     }
     if (tail > 0) {
