@@ -6,7 +6,6 @@
 
 #include <cblas.h>
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 
 #include "common/check.h"
@@ -49,13 +48,13 @@ inline float load1(const void* base, int64_t i) {
   }
 }
 
-// How the f32 streaming kernels form each output's dot product, on both ISA paths: K runs in
-// blocks of one vector (8 values here, 16 on AVX-512; a last partial block is masked there and
-// summed in scalar here), block b accumulates into chain b % kStreamChains, one accumulator per
-// chain, blocks in order. The chains are then added in a fixed tree and the lanes reduced. One
-// FMA chain per output could not read one weight row at DRAM speed (a vector per 4-cycle FMA
-// latency is 4-8 bytes of BF16 per cycle); the chains overlap. Every tile forms outputs this
-// way, so a token's outputs do not depend on the batch beside it.
+// How the AVX2 streaming kernel forms each output's dot product: K runs in blocks of 8 values,
+// block b accumulates into chain b % kStreamChains (one accumulator per chain, blocks in order),
+// the chains are added in a fixed tree, the lanes reduced, and the last K % 8 products added in
+// order. One FMA chain per output could not read a weight row at DRAM speed (8 values per
+// 4-cycle FMA latency is 4 bytes of BF16 per cycle); two overlap. Every tile forms outputs this
+// way, so a token's outputs do not depend on the batch beside it. (The AVX-512 kernel keeps one
+// chain: gemm_avx512.cpp.)
 constexpr int kStreamChains = 2;
 
 // acc[nb][mb] += the 8-value block at i of weight row nb against activation row mb. Always

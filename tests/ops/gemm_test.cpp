@@ -278,20 +278,15 @@ TEST(GemmTest, StridedOutput) {
 // batch): for every row count that takes the streaming kernels, in both activation precisions,
 // for BF16 and F32 weights, on every ISA path, each token's outputs are the bits that token
 // alone gets. K covers whole 64-value steps, a last even block, masked odd and even blocks, and
-// an odd or even number of whole 8- and 16-value blocks (the f32 kernels' two chains); N whole
-// four-row tiles and a remainder.
+// an odd or even number of whole 8- and 16-value blocks (the AVX2 f32 kernel's two chains); N
+// whole tiles and a remainder.
 TEST(GemmTest, DecodeOutputsDoNotDependOnTheBatch) {
   common::ThreadPool pool(2);
-  for (const auto& [k, dtype] : std::vector<std::pair<int64_t, DType>>{{64, DType::kBF16},
-                                                                       {96, DType::kBF16},
-                                                                       {50, DType::kBF16},
-                                                                       {20, DType::kBF16},
-                                                                       {2048, DType::kBF16},
-                                                                       {24, DType::kBF16},
-                                                                       {40, DType::kF32},
-                                                                       {83, DType::kF32},
-                                                                       {48, DType::kF32},
-                                                                       {2048, DType::kF32}}) {
+  const std::pair<int64_t, DType> cases[] = {
+      {64, DType::kBF16},   {96, DType::kBF16}, {50, DType::kBF16}, {20, DType::kBF16},
+      {2048, DType::kBF16}, {24, DType::kBF16}, {40, DType::kF32},  {83, DType::kF32},
+      {48, DType::kF32},    {2048, DType::kF32}};
+  for (const auto& [k, dtype] : cases) {
     for (const auto precision :
          {kernels::ActivationPrecision::kF32, kernels::ActivationPrecision::kBf16}) {
       const kernels::ScopedActivationPrecision scoped(precision);
