@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The README's figures for this CPU kind: chunkpipe_bench's `small` model (perf-targets.md dims)
-# with BF16 and W8A8 weights, on the native kernel paths and on the AVX2 baseline
-# (CHUNKPIPE_ISA=avx2), rounds interleaved so that the configurations share the machine's state.
+# The native / AVX2 kernel table of docs/FIGURES.md for this CPU kind: chunkpipe_bench's
+# `small` model (perf-targets.md dims) with BF16 and W8A8 weights, on the native kernel paths
+# and on the AVX2 baseline (CHUNKPIPE_ISA=avx2), rounds interleaved so that the configurations
+# share the machine's state.
 # Prints the CPU line, the roofs, and per configuration prefill pp512, decode tg128 and prefill
 # of 4096 tokens with their percentages of the roofs; then per ISA path the decode attention
 # alone after 4096 and 16384 tokens (ms and % of the FMA peak).

@@ -15,7 +15,7 @@
 # is out of reach, npm's node-llama-cpp package carries llama.cpp's source as a git bundle
 # (llama/gitRelease.bundle: git clone it, then build with GGML_NATIVE=ON). The kernel paths line
 # names OpenBLAS's kernels: a machine that sets OPENBLAS_CORETYPE to an older core than its own
-# (see README) runs the f32-activation rows on them unless the variable is unset for the run.
+# (docs/FIGURES.md, Zen 5) runs the f32-activation rows on them unless the variable is unset.
 #   bench/llama_cpp_side_by_side.sh [ROUNDS=2] [THREADS=2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
