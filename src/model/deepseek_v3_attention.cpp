@@ -54,20 +54,17 @@ struct SequenceAttention {
   int bs;                    // cache block size
   const float* layer_cache;  // this layer's f32 cache, or
   const uint16_t* layer_cache_bf16;  // its bf16 one
+
+  // The absorbed form: q_nope · W_UK per head, MQA over the latent, then W_UV per head.
+  void absorbed_form(const AttentionWeights& w, common::ThreadPool& pool) const;
+  // The expanded form: k and v of every head from the latent (or the expanded cache's rows),
+  // and the prefill attention over them. `uk_packed` says whether this layer call has packed
+  // W_UK for the bf16 expansion yet (the first sequence that needs it does).
+  void expanded_form(const AttentionWeights& w, LatentKvCache& cache, int cache_layer,
+                     bool& uk_packed, common::ThreadPool& pool) const;
 };
 
-// The absorbed form: q_nope · W_UK per head, MQA over the latent, then W_UV per head.
-void absorbed_form(const SequenceAttention& a, const AttentionWeights& w,
-                   common::ThreadPool& pool) {
-  const SequenceChunk& s = a.s;
-  const int nh = a.nh, dn = a.dn, dr = a.dr, dv = a.dv, qk = a.qk;
-  const int64_t r = a.r, row = a.row, n = a.n, ctx = a.ctx, kv_b_head = a.kv_b_head;
-  const float scale = a.scale;
-  const float *qs = a.qs, *kv_b = a.kv_b, *layer_cache = a.layer_cache;
-  const uint16_t* layer_cache_bf16 = a.layer_cache_bf16;
-  const int bs = a.bs;
-  float* os = a.os;
-
+void SequenceAttention::absorbed_form(const AttentionWeights& w, common::ThreadPool& pool) const {
   // A few tokens stream the per-head projections from absorb_uk_t / absorb_uv (BF16 where
   // exact: half the bytes); more run sgemm on kv_b_proj's F32 rows, whose arithmetic wins.
   const tensor::WeightView uk_t = w.absorb_uk_t.view(), uv = w.absorb_uv.view();
@@ -131,19 +128,9 @@ void absorbed_form(const SequenceAttention& a, const AttentionWeights& w,
   });
 }
 
-// The expanded form: k and v of every head from the latent (or the expanded cache's rows), and
-// the prefill attention over them. `uk_packed` says whether this layer call has packed W_UK
-// for the bf16 expansion yet (the first sequence that needs it does).
-void expanded_form(const SequenceAttention& a, const AttentionWeights& w, LatentKvCache& cache,
-                   int cache_layer, bool& uk_packed, common::ThreadPool& pool) {
-  const SequenceChunk& s = a.s;
-  const int nh = a.nh, dn = a.dn, dr = a.dr, dv = a.dv;
-  const int64_t r = a.r, row = a.row, n = a.n, ctx = a.ctx, kv_b_head = a.kv_b_head;
-  const float scale = a.scale;
-  const float *qs = a.qs, *kv_b = a.kv_b, *layer_cache = a.layer_cache;
-  const uint16_t* layer_cache_bf16 = a.layer_cache_bf16;
-  const int bs = a.bs;
-  float* os = a.os;
+void SequenceAttention::expanded_form(const AttentionWeights& w, LatentKvCache& cache,
+                                      int cache_layer, bool& uk_packed,
+                                      common::ThreadPool& pool) const {
   const int64_t ex_dim = cache.expanded_dim();
   const bool bf16_cache = cache.dtype() == KvCacheDtype::kBf16;
 
@@ -376,9 +363,9 @@ common::Status DeepseekV3Model::attention(const AttentionWeights& w, int cache_l
         attention_mode_ != AttentionMode::kAuto ? attention_mode_ : s.attention;
     if (mode == AttentionMode::kAbsorbed ||
         (mode == AttentionMode::kAuto && absorbed_flops < expanded_flops)) {
-      absorbed_form(seq, w, pool);
+      seq.absorbed_form(w, pool);
     } else {
-      expanded_form(seq, w, cache, cache_layer, uk_packed, pool);
+      seq.expanded_form(w, cache, cache_layer, uk_packed, pool);
     }
   }
   // o_proj is row-parallel: each rank's heads give a partial sum.
