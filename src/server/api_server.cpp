@@ -442,6 +442,123 @@ HttpResponse ApiServer::handle_detokenize(const HttpRequest& req) const {
   return json_response(200, {{"prompt", tokenizer::sanitize_utf8(tokenizer_.decode(ids))}});
 }
 
+// A prompt past the context by its bytes alone is refused before tokenizing, unless the request
+// truncates it (the body-size limit bounds the tokenizer's work then).
+std::optional<api::ApiError> ApiServer::check_prompt_bytes(
+    size_t bytes, const api::CommonRequestFields& f) const {
+  if (f.truncate_prompt_tokens) return std::nullopt;
+  return api::check_prompt_bytes(bytes, tokenizer_.max_token_bytes(), config_.max_model_len);
+}
+
+std::optional<api::ApiError> ApiServer::read_tool_parser(const json& body,
+                                                         std::string* parser) const {
+  api::ToolChoice choice;
+  if (auto e = api::parse_tool_request(body, &choice)) return e;
+  using Mode = api::ToolChoice::Mode;
+  const bool parser_on = config_.enable_auto_tool_choice && !config_.tool_call_parser.empty();
+  if (choice.mode == Mode::kAuto && !parser_on) {
+    return api::bad_request(
+        "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be "
+        "set");
+  }
+  if ((choice.mode == Mode::kRequired || choice.mode == Mode::kNamed) &&
+      config_.tool_call_parser.empty()) {
+    return api::bad_request(
+        std::string("tool_choice '") + choice.text() +
+        "' needs --tool-call-parser: chunkpipe reads the model's tool-call markup and has no "
+        "constrained decoding yet");
+  }
+  if (choice.mode != Mode::kNone) *parser = config_.tool_call_parser;
+  return std::nullopt;
+}
+
+std::optional<api::ApiError> ApiServer::read_chat_prompt(const json& body,
+                                                         const api::CommonRequestFields& f,
+                                                         GeneratePrompts* out) const {
+  if (!body.contains("messages")) return api::bad_request("'messages' is required");
+  tokenizer::ChatRenderOptions o;
+  if (auto e = read_prompt_ending(body, &o)) return e;
+  if (auto e = read_template_kwargs(body, &o.chat_template_kwargs)) return e;
+  if (body.contains("tools") && body["tools"].is_array()) o.tools = body["tools"];
+  const json& kw = o.chat_template_kwargs;
+  out->thinking = (kw.contains("thinking") && kw["thinking"] == true) ||
+                  (kw.contains("enable_thinking") && kw["enable_thinking"] == true);
+  auto text = render_chat(body, o);
+  if (!text.ok()) return api::bad_request(text.status().message());
+  if (auto e = check_prompt_bytes(text->size(), f)) return e;
+  // vLLM: without a generation prompt the answer continues the final message, in its role;
+  // echo starts each answer with that message when the roles match.
+  bool echo = false;
+  if (auto e = read_bool(body, "echo", false, &echo)) return e;
+  auto messages = echo || !o.add_generation_prompt
+                      ? tokenizer::normalize_messages(body["messages"])
+                      : common::Result<json>(json::array());  // the usual case needs neither
+  if (messages.ok() && !messages->empty()) {
+    const json& last = messages->back();
+    if (!o.add_generation_prompt) out->chat_role = last["role"].get<std::string>();
+    if (echo && last["role"] == out->chat_role && last["content"].is_string())
+      out->chat_echo = last["content"].get<std::string>();
+  }
+  const bool bos = f.add_special_tokens && tokenizer_.add_bos_token();
+  out->token_ids.push_back(tokenizer_.encode(*text, bos));
+  if (f.truncate_prompt_tokens)
+    api::truncate_prompt(*f.truncate_prompt_tokens, bos, &out->token_ids.back());
+  out->texts.push_back(*text);
+  return std::nullopt;
+}
+
+std::optional<api::ApiError> ApiServer::read_completion_prompts(const json& body,
+                                                                const api::CommonRequestFields& f,
+                                                                GeneratePrompts* out) const {
+  std::vector<api::PromptInput> inputs;
+  // Any id the model can produce is a valid input (a PD proxy retries from generated ids);
+  // ids past the tokenizer's table decode to nothing.
+  const int32_t vocab = std::max(tokenizer_.vocab_size(), int32_t(config_.model_vocab_size));
+  if (auto e = api::parse_completion_prompts(body, vocab, &inputs)) return e;
+  for (const api::PromptInput& in : inputs) {
+    if (!in.is_text) continue;
+    if (auto e = check_prompt_bytes(in.text.size(), f)) return e;
+  }
+  const bool bos = f.add_special_tokens && tokenizer_.add_bos_token();
+  for (api::PromptInput& in : inputs) {
+    if (in.is_text) {
+      out->token_ids.push_back(tokenizer_.encode(in.text, bos));
+    } else {
+      out->token_ids.push_back(std::move(in.token_ids));
+    }
+    if (f.truncate_prompt_tokens) {
+      api::truncate_prompt(*f.truncate_prompt_tokens, in.is_text && bos, &out->token_ids.back());
+    }
+    // Echo repeats a text prompt as sent, truncated or not (vLLM); ids are decoded.
+    out->texts.push_back(in.is_text
+                             ? std::move(in.text)
+                             : tokenizer::sanitize_utf8(tokenizer_.decode(out->token_ids.back())));
+  }
+  return std::nullopt;
+}
+
+std::optional<api::ApiError> ApiServer::resolve_prompt_limits(
+    const GeneratePrompts& prompts, const api::CommonRequestFields& f, api::Endpoint endpoint,
+    std::vector<int32_t>* max_tokens) const {
+  for (const auto& ids : prompts.token_ids) {
+    if (ids.empty()) return api::bad_request("The prompt is empty.");
+    for (int32_t id : ids) {
+      if (id < 0 || id >= config_.model_vocab_size) {
+        return api::bad_request("Token id " + std::to_string(id) +
+                                " is out of vocabulary (the model has " +
+                                std::to_string(config_.model_vocab_size) + " rows)");
+      }
+    }
+    api::CommonRequestFields copy = f;
+    if (auto e = api::resolve_max_tokens(static_cast<int64_t>(ids.size()), config_.max_model_len,
+                                         endpoint, &copy)) {
+      return e;
+    }
+    max_tokens->push_back(copy.sampling.max_tokens);
+  }
+  return std::nullopt;
+}
+
 void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool chat) {
   const HttpRequest& req = ex->request();
   json body;
@@ -476,33 +593,11 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   }
   if (auto e = api::resolve_truncation(config_.max_model_len, &f)) return fail(*e);
   f.sampling.bad_words_token_ids = bad_words_token_ids(tokenizer_, f.bad_words);
-  // A prompt past the context by its bytes alone is refused before tokenizing, unless the
-  // request truncates it (the body-size limit bounds the tokenizer's work then).
-  auto check_prompt_bytes = [&](size_t bytes) -> std::optional<api::ApiError> {
-    if (f.truncate_prompt_tokens) return std::nullopt;
-    return api::check_prompt_bytes(bytes, tokenizer_.max_token_bytes(), config_.max_model_len);
-  };
 
   // Tool calling (chat only): which parser reads the output, if any.
   std::string tool_parser;
   if (chat) {
-    api::ToolChoice choice;
-    if (auto e = api::parse_tool_request(body, &choice)) return fail(*e);
-    using Mode = api::ToolChoice::Mode;
-    const bool parser_on = config_.enable_auto_tool_choice && !config_.tool_call_parser.empty();
-    if (choice.mode == Mode::kAuto && !parser_on) {
-      return fail(api::bad_request(
-          "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be "
-          "set"));
-    }
-    if ((choice.mode == Mode::kRequired || choice.mode == Mode::kNamed) &&
-        config_.tool_call_parser.empty()) {
-      return fail(api::bad_request(
-          std::string("tool_choice '") + choice.text() +
-          "' needs --tool-call-parser: chunkpipe reads the model's tool-call markup and has no "
-          "constrained decoding yet"));
-    }
-    if (choice.mode != Mode::kNone) tool_parser = config_.tool_call_parser;
+    if (auto e = read_tool_parser(body, &tool_parser)) return fail(*e);
   }
 
   // How many engine requests this asks for, before any tokenizing.
@@ -514,86 +609,14 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
         std::to_string(config_.max_completions_per_request) + " are allowed per request"));
   }
 
-  // Prompts as token ids.
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::string> prompt_texts;
-  bool thinking = false;
-  std::string chat_role = config_.response_role;  // the answer's role (--response-role)
-  std::string chat_echo;                          // what each chat choice starts with (echo)
-  if (chat) {
-    if (!body.contains("messages")) return fail(api::bad_request("'messages' is required"));
-    tokenizer::ChatRenderOptions o;
-    if (auto e = read_prompt_ending(body, &o)) return fail(*e);
-    if (auto e = read_template_kwargs(body, &o.chat_template_kwargs)) return fail(*e);
-    if (body.contains("tools") && body["tools"].is_array()) o.tools = body["tools"];
-    const json& kw = o.chat_template_kwargs;
-    thinking = (kw.contains("thinking") && kw["thinking"] == true) ||
-               (kw.contains("enable_thinking") && kw["enable_thinking"] == true);
-    auto text = render_chat(body, o);
-    if (!text.ok()) return fail(api::bad_request(text.status().message()));
-    if (auto e = check_prompt_bytes(text->size())) return fail(*e);
-    // vLLM: without a generation prompt the answer continues the final message, in its role;
-    // echo starts each answer with that message when the roles match.
-    bool echo = false;
-    if (auto e = read_bool(body, "echo", false, &echo)) return fail(*e);
-    auto messages = echo || !o.add_generation_prompt
-                        ? tokenizer::normalize_messages(body["messages"])
-                        : common::Result<json>(json::array());  // the usual case needs neither
-    if (messages.ok() && !messages->empty()) {
-      const json& last = messages->back();
-      if (!o.add_generation_prompt) chat_role = last["role"].get<std::string>();
-      if (echo && last["role"] == chat_role && last["content"].is_string())
-        chat_echo = last["content"].get<std::string>();
-    }
-    const bool bos = f.add_special_tokens && tokenizer_.add_bos_token();
-    prompts.push_back(tokenizer_.encode(*text, bos));
-    if (f.truncate_prompt_tokens)
-      api::truncate_prompt(*f.truncate_prompt_tokens, bos, &prompts.back());
-    prompt_texts.push_back(*text);
-  } else {
-    std::vector<api::PromptInput> inputs;
-    // Any id the model can produce is a valid input (a PD proxy retries from generated ids);
-    // ids past the tokenizer's table decode to nothing.
-    const int32_t vocab = std::max(tokenizer_.vocab_size(), int32_t(config_.model_vocab_size));
-    if (auto e = api::parse_completion_prompts(body, vocab, &inputs)) return fail(*e);
-    for (const api::PromptInput& in : inputs) {
-      if (!in.is_text) continue;
-      if (auto e = check_prompt_bytes(in.text.size())) return fail(*e);
-    }
-    const bool bos = f.add_special_tokens && tokenizer_.add_bos_token();
-    for (api::PromptInput& in : inputs) {
-      if (in.is_text) {
-        prompts.push_back(tokenizer_.encode(in.text, bos));
-      } else {
-        prompts.push_back(std::move(in.token_ids));
-      }
-      if (f.truncate_prompt_tokens) {
-        api::truncate_prompt(*f.truncate_prompt_tokens, in.is_text && bos, &prompts.back());
-      }
-      // Echo repeats a text prompt as sent, truncated or not (vLLM); ids are decoded.
-      prompt_texts.push_back(in.is_text
-                                 ? std::move(in.text)
-                                 : tokenizer::sanitize_utf8(tokenizer_.decode(prompts.back())));
-    }
-  }
-  // Validate every prompt before queueing anything.
+  // Prompts as token ids, each checked, with its max_tokens.
+  GeneratePrompts prompts;
+  prompts.chat_role = config_.response_role;
+  if (auto e =
+          chat ? read_chat_prompt(body, f, &prompts) : read_completion_prompts(body, f, &prompts))
+    return fail(*e);
   std::vector<int32_t> max_tokens_per_prompt;
-  for (const auto& ids : prompts) {
-    if (ids.empty()) return fail(api::bad_request("The prompt is empty."));
-    for (int32_t id : ids) {
-      if (id < 0 || id >= config_.model_vocab_size) {
-        return fail(api::bad_request("Token id " + std::to_string(id) +
-                                     " is out of vocabulary (the model has " +
-                                     std::to_string(config_.model_vocab_size) + " rows)"));
-      }
-    }
-    api::CommonRequestFields copy = f;
-    if (auto e = api::resolve_max_tokens(static_cast<int64_t>(ids.size()), config_.max_model_len,
-                                         endpoint, &copy)) {
-      return fail(*e);
-    }
-    max_tokens_per_prompt.push_back(copy.sampling.max_tokens);
-  }
+  if (auto e = resolve_prompt_limits(prompts, f, endpoint, &max_tokens_per_prompt)) return fail(*e);
 
   // The client's X-Request-Id (else, as vLLM, the body's request_id) names the response; engine
   // ids are always unique, so two live requests with one id (a retry, or both legs of a PD
@@ -604,7 +627,7 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   }
   GeneratePlan plan;
   plan.chat = chat;
-  plan.chat_role = chat_role;
+  plan.chat_role = prompts.chat_role;
   plan.stream = f.stream;
   plan.include_usage = f.stream && (f.include_usage || config_.enable_force_include_usage);
   plan.continuous_usage = plan.include_usage && f.continuous_usage_stats;
@@ -627,25 +650,28 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
                      .count();
   const std::string engine_prefix =
       plan.response_id + "-" + std::to_string(next_engine_id_.fetch_add(1)) + "-";
-  const bool use_reasoning = chat && (config_.reasoning_parser == "deepseek_r1" ||
-                                      (config_.reasoning_parser == "deepseek_v3" && thinking));
-  for (size_t p = 0; p < prompts.size(); ++p) {
+  const bool use_reasoning =
+      chat && (config_.reasoning_parser == "deepseek_r1" ||
+               (config_.reasoning_parser == "deepseek_v3" && prompts.thinking));
+  for (size_t p = 0; p < prompts.token_ids.size(); ++p) {
     for (int k = 0; k < choices_per_prompt; ++k) {
       const size_t i = plan.choices.size();
       GenerateChoice c;
       c.engine_id = engine_prefix + std::to_string(i);
-      c.prompt_tokens = static_cast<int64_t>(prompts[p].size());
-      if (plan.return_token_ids || (f.echo && f.want_logprobs)) c.prompt_token_ids = prompts[p];
-      if (f.echo) c.echo = prompt_texts[p];
-      if (chat) c.echo = chat_echo;
-      if (use_reasoning) c.reasoning = std::make_unique<tokenizer::ReasoningParser>(thinking);
+      c.prompt_tokens = static_cast<int64_t>(prompts.token_ids[p].size());
+      if (plan.return_token_ids || (f.echo && f.want_logprobs))
+        c.prompt_token_ids = prompts.token_ids[p];
+      if (f.echo) c.echo = prompts.texts[p];
+      if (chat) c.echo = prompts.chat_echo;
+      if (use_reasoning)
+        c.reasoning = std::make_unique<tokenizer::ReasoningParser>(prompts.thinking);
       if (!tool_parser.empty()) {
         c.tools = api::ToolCallParser::create(tool_parser,
                                               "chatcmpl-tool-" + random_hex().substr(0, 24) + "-");
       }
       engine::EngineRequest r;
       r.request_id = c.engine_id;
-      r.prompt_token_ids = prompts[p];
+      r.prompt_token_ids = prompts.token_ids[p];
       r.sampling = f.sampling;
       r.sampling.max_tokens = max_tokens_per_prompt[p];
       if (!prefill_leg || p == 0) r.kv_transfer_params = kv_transfer_params;

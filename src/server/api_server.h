@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/generation_defaults.h"
+#include "api/protocol.h"
 #include "engine/engine_client.h"
 #include "server/cors.h"
 #include "server/http_server.h"
@@ -85,6 +86,34 @@ class ApiServer {
   friend class GenerateSession;
   void handle(std::shared_ptr<HttpExchange> exchange);
   void handle_generate(const std::shared_ptr<HttpExchange>& exchange, bool chat);
+  // A generate request's prompts as token ids, and how a chat answer starts.
+  struct GeneratePrompts {
+    std::vector<std::vector<int32_t>> token_ids;
+    std::vector<std::string> texts;  // each prompt as echo repeats it
+    bool thinking = false;           // chat_template_kwargs asked for thinking
+    std::string chat_role;           // the answer's role (--response-role, or continued)
+    std::string chat_echo;           // what each chat choice starts with (echo)
+  };
+  // The steps of handle_generate; each returns the error to answer with, if any.
+  // A text prompt too long in bytes alone for the context (unless the request truncates).
+  std::optional<api::ApiError> check_prompt_bytes(size_t bytes,
+                                                  const api::CommonRequestFields& fields) const;
+  // tool_choice of a chat request: the parser that reads the model's tool calls ("" for none).
+  std::optional<api::ApiError> read_tool_parser(const nlohmann::json& body,
+                                                std::string* parser) const;
+  // The chat's messages through the template, tokenized (and truncated if asked).
+  std::optional<api::ApiError> read_chat_prompt(const nlohmann::json& body,
+                                                const api::CommonRequestFields& fields,
+                                                GeneratePrompts* prompts) const;
+  // A completion's prompts (text, ids, or lists of either), tokenized.
+  std::optional<api::ApiError> read_completion_prompts(const nlohmann::json& body,
+                                                       const api::CommonRequestFields& fields,
+                                                       GeneratePrompts* prompts) const;
+  // Every prompt's ids in the vocabulary and within the context; each one's max_tokens.
+  std::optional<api::ApiError> resolve_prompt_limits(const GeneratePrompts& prompts,
+                                                     const api::CommonRequestFields& fields,
+                                                     api::Endpoint endpoint,
+                                                     std::vector<int32_t>* max_tokens) const;
   HttpResponse handle_tokenize(const HttpRequest& request) const;
   // The request's messages through the server's template, or through the request's own
   // `chat_template` (top level or in chat_template_kwargs) when the server trusts those.
