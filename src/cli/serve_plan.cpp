@@ -230,98 +230,99 @@ common::Status plan_balance_scheduling(ServePlan* plan) {
   return {};
 }
 
-}  // namespace
+// A feature the flags ask for that chunkpipe has not built, with what it does have.
+common::Status unbuilt(const std::string& what, const std::string& issue) {
+  return common::unimplemented(what + " is not built yet in chunkpipe (" + issue + ")");
+}
 
-common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
-  plan->model_dir = p.positional("MODEL");
-  if (plan->model_dir.empty() && p.option("model")) plan->model_dir = *p.option("model");
-  if (plan->model_dir.empty())
-    return common::invalid_argument("the following arguments are required: MODEL");
-  auto unbuilt = [](const std::string& what, const std::string& issue) {
-    return common::unimplemented(what + " is not built yet in chunkpipe (" + issue + ")");
-  };
-  // CPP settings are validated first, so their upstream messages win over "not built yet".
-  if (p.given("additional-config")) {
-    CP_ASSIGN_OR_RETURN(json extra, json_value(p, "additional-config"));
-    CP_ASSIGN_OR_RETURN(int64_t pp, p.int_option("pipeline-parallel-size", 1));
-    int64_t batched = 2048;
-    if (p.given("max-num-batched-tokens")) {
-      CP_ASSIGN_OR_RETURN(batched, p.int_option("max-num-batched-tokens", 1));
-    }
-    std::vector<std::string> warnings;
-    CP_ASSIGN_OR_RETURN(
-        sched::ProfilingChunkConfig pcc,
-        sched::parse_profiling_chunk_config(extra, static_cast<int>(pp), batched, &warnings));
-    for (const std::string& w : warnings) LOG(WARNING) << w;
-    // vllm-ascend reads the recompute scheduler's and balance scheduling's switches at the top
-    // level and under scheduler_config; their checks follow the parallel plan below.
-    for (const json* where :
-         {&extra, extra.contains("scheduler_config") && extra["scheduler_config"].is_object()
-                      ? &extra["scheduler_config"]
-                      : nullptr}) {
-      if (where == nullptr) continue;
-      for (const auto& [key, into] :
-           {std::pair<std::string, bool*>{"recompute_scheduler_enable",
-                                          &plan->engine.scheduler.recompute_scheduler_enable},
-            {"enable_balance_scheduling", &plan->engine.balance_scheduling}}) {
-        if (!where->contains(key)) continue;
-        if (!(*where)[key].is_boolean())
-          return common::invalid_argument("additional_config." + key + " must be a boolean");
-        *into |= (*where)[key].get<bool>();
-      }
-    }
-    if (extra.contains("expanded_kv_cache")) {  // chunkpipe extension key, see EngineConfig
-      if (!extra["expanded_kv_cache"].is_boolean())
-        return common::invalid_argument("additional_config.expanded_kv_cache must be a boolean");
-      plan->engine.expanded_kv_cache = extra["expanded_kv_cache"].get<bool>();
-      if (plan->engine.expanded_kv_cache)
-        LOG(INFO) << "expanded_kv_cache: k_nope and v are cached per token beside the latent";
-    }
-    if (extra.contains("lm_head_int8")) {  // chunkpipe extension key, see model::LoadOptions
-      if (!extra["lm_head_int8"].is_boolean())
-        return common::invalid_argument("additional_config.lm_head_int8 must be a boolean");
-      plan->lm_head_int8 = extra["lm_head_int8"].get<bool>();
-      if (plan->lm_head_int8)
-        LOG(INFO) << "lm_head_int8: the lm_head is quantized to int8 per row at load";
-    }
-    if (extra.contains("finegrained_tp_config")) {
-      const json& f = extra["finegrained_tp_config"];
-      if (!f.is_object())
-        return common::invalid_argument(
-            "additional_config.finegrained_tp_config must be an object");
-      for (const auto& [key, value] : f.items()) {
-        if (!value.is_number_integer())
-          return common::invalid_argument("additional_config.finegrained_tp_config." + key +
-                                          " must be an integer");
-        if (key == "lmhead_tensor_parallel_size") {
-          plan->lmhead_tensor_parallel_size = value.get<int>();
-        } else if (value.get<int64_t>() > 0) {
-          return unbuilt("finegrained_tp_config." + key, "only lmhead_tensor_parallel_size is");
-        }
-      }
-    }
-    if (pcc.enabled) {
-      plan->engine.profiling_chunk = pcc;
-      LOG(INFO) << "profiling_chunk_config enabled: smooth_factor=" << pcc.smooth_factor
-                << ", min_chunk=" << pcc.min_chunk
-                << ", need_timing=" << (pcc.need_timing ? "true" : "false")
-                << ", max_fit_chunk=" << pcc.max_fit_chunk;
-    } else {
-      json unused = extra;
-      unused.erase("expanded_kv_cache");
-      unused.erase("lm_head_int8");
-      unused.erase("finegrained_tp_config");
-      unused.erase("recompute_scheduler_enable");
-      unused.erase("enable_balance_scheduling");
-      if (unused.contains("scheduler_config") && unused["scheduler_config"].is_object()) {
-        unused["scheduler_config"].erase("recompute_scheduler_enable");
-        unused["scheduler_config"].erase("enable_balance_scheduling");
-        if (unused["scheduler_config"].empty()) unused.erase("scheduler_config");
-      }
-      if (!unused.empty())
-        LOG(INFO) << "--additional-config keys accepted and not used on CPU: " << unused.dump();
+// --additional-config: CPP (profiling_chunk_config), the recompute and balance scheduling
+// switches, and chunkpipe's extension keys. Validated first, so that upstream's messages for
+// the CPP settings win over "not built yet".
+common::Status plan_additional_config(const ArgParser& p, ServePlan* plan) {
+  if (!p.given("additional-config")) return {};
+  CP_ASSIGN_OR_RETURN(json extra, json_value(p, "additional-config"));
+  CP_ASSIGN_OR_RETURN(int64_t pp, p.int_option("pipeline-parallel-size", 1));
+  int64_t batched = 2048;
+  if (p.given("max-num-batched-tokens")) {
+    CP_ASSIGN_OR_RETURN(batched, p.int_option("max-num-batched-tokens", 1));
+  }
+  std::vector<std::string> warnings;
+  CP_ASSIGN_OR_RETURN(
+      sched::ProfilingChunkConfig pcc,
+      sched::parse_profiling_chunk_config(extra, static_cast<int>(pp), batched, &warnings));
+  for (const std::string& w : warnings) LOG(WARNING) << w;
+  // vllm-ascend reads the recompute scheduler's and balance scheduling's switches at the top
+  // level and under scheduler_config; their checks follow the parallel plan below.
+  for (const json* where :
+       {&extra, extra.contains("scheduler_config") && extra["scheduler_config"].is_object()
+                    ? &extra["scheduler_config"]
+                    : nullptr}) {
+    if (where == nullptr) continue;
+    for (const auto& [key, into] :
+         {std::pair<std::string, bool*>{"recompute_scheduler_enable",
+                                        &plan->engine.scheduler.recompute_scheduler_enable},
+          {"enable_balance_scheduling", &plan->engine.balance_scheduling}}) {
+      if (!where->contains(key)) continue;
+      if (!(*where)[key].is_boolean())
+        return common::invalid_argument("additional_config." + key + " must be a boolean");
+      *into |= (*where)[key].get<bool>();
     }
   }
+  if (extra.contains("expanded_kv_cache")) {  // chunkpipe extension key, see EngineConfig
+    if (!extra["expanded_kv_cache"].is_boolean())
+      return common::invalid_argument("additional_config.expanded_kv_cache must be a boolean");
+    plan->engine.expanded_kv_cache = extra["expanded_kv_cache"].get<bool>();
+    if (plan->engine.expanded_kv_cache)
+      LOG(INFO) << "expanded_kv_cache: k_nope and v are cached per token beside the latent";
+  }
+  if (extra.contains("lm_head_int8")) {  // chunkpipe extension key, see model::LoadOptions
+    if (!extra["lm_head_int8"].is_boolean())
+      return common::invalid_argument("additional_config.lm_head_int8 must be a boolean");
+    plan->lm_head_int8 = extra["lm_head_int8"].get<bool>();
+    if (plan->lm_head_int8)
+      LOG(INFO) << "lm_head_int8: the lm_head is quantized to int8 per row at load";
+  }
+  if (extra.contains("finegrained_tp_config")) {
+    const json& f = extra["finegrained_tp_config"];
+    if (!f.is_object())
+      return common::invalid_argument("additional_config.finegrained_tp_config must be an object");
+    for (const auto& [key, value] : f.items()) {
+      if (!value.is_number_integer())
+        return common::invalid_argument("additional_config.finegrained_tp_config." + key +
+                                        " must be an integer");
+      if (key == "lmhead_tensor_parallel_size") {
+        plan->lmhead_tensor_parallel_size = value.get<int>();
+      } else if (value.get<int64_t>() > 0) {
+        return unbuilt("finegrained_tp_config." + key, "only lmhead_tensor_parallel_size is");
+      }
+    }
+  }
+  if (pcc.enabled) {
+    plan->engine.profiling_chunk = pcc;
+    LOG(INFO) << "profiling_chunk_config enabled: smooth_factor=" << pcc.smooth_factor
+              << ", min_chunk=" << pcc.min_chunk
+              << ", need_timing=" << (pcc.need_timing ? "true" : "false")
+              << ", max_fit_chunk=" << pcc.max_fit_chunk;
+  } else {
+    json unused = extra;
+    unused.erase("expanded_kv_cache");
+    unused.erase("lm_head_int8");
+    unused.erase("finegrained_tp_config");
+    unused.erase("recompute_scheduler_enable");
+    unused.erase("enable_balance_scheduling");
+    if (unused.contains("scheduler_config") && unused["scheduler_config"].is_object()) {
+      unused["scheduler_config"].erase("recompute_scheduler_enable");
+      unused["scheduler_config"].erase("enable_balance_scheduling");
+      if (unused["scheduler_config"].empty()) unused.erase("scheduler_config");
+    }
+    if (!unused.empty())
+      LOG(INFO) << "--additional-config keys accepted and not used on CPU: " << unused.dump();
+  }
+  return {};
+}
+
+// Pipeline stages and their layer split, tensor, expert and data parallelism, and the nodes.
+common::Status plan_parallel_layout(const ArgParser& p, ServePlan* plan) {
   {
     CP_ASSIGN_OR_RETURN(int64_t pp, p.int_option("pipeline-parallel-size", 1));
     plan->pipeline_parallel_size = static_cast<int>(pp);
@@ -377,6 +378,12 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
       return unbuilt("data parallelism with a multi-node pipeline (--nnodes)",
                      "--data-parallel-* places one rank's engine on one node");
   }
+  return {};
+}
+
+// --kv-transfer-config (PD or the shared-storage connector) and the recompute scheduler, which
+// only a PD decoder runs.
+common::Status plan_kv_transfer(const ArgParser& p, ServePlan* plan) {
   if (p.given("kv-transfer-config")) {
     plan->kv_transfer_config = p.option("kv-transfer-config").value_or("");
     CP_ASSIGN_OR_RETURN(plan->kv_transfer,
@@ -420,30 +427,11 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
                    "\"recomputed\" for the proxy to re-prefill";
     }
   }
-  if (p.given("speculative-config")) {
-    CP_ASSIGN_OR_RETURN(plan->speculative,
-                        parse_speculative_config(*p.option("speculative-config")));
-  }
-  if (p.flag("enable-expert-parallel") && plan->tensor_parallel_size == 1 && !plan->dp.active())
-    LOG(INFO) << "--enable-expert-parallel with one rank: experts stay in this process";
-  // A TP prefiller serves its KV from each stage's TP rank 0 (MLA's latent cache is the same
-  // on every TP rank); a TP decoder would have to load every rank's cache.
-  if (plan->tensor_parallel_size > 1 && !plan->kv_transfer_config.empty() &&
-      plan->kv_transfer.kv_role != "kv_producer")
-    return unbuilt("a " + plan->kv_transfer.kv_role + " with --tensor-parallel-size > 1",
-                   "a tensor-parallel prefiller (kv_producer) is");
-  LOG(INFO) << kernels::kernel_paths_line();
-  if (p.given("compilation-config"))
-    LOG(INFO) << "--compilation-config has no meaning on CPU: kernels run eagerly";
-  if (p.flag("enforce-eager")) LOG(INFO) << "--enforce-eager: the CPU backend always runs eagerly";
-  if (p.flag("trust-remote-code"))
-    LOG(INFO) << "--trust-remote-code: accepted; no model code is loaded from checkpoints";
-  CP_RETURN_IF_ERROR(check_vllm_compat_flags(p));
-  if (p.given("async-scheduling"))
-    LOG(INFO) << "--async-scheduling: the CPU engine schedules synchronously between steps";
-  if (p.given("swap-space"))
-    LOG(INFO) << "--swap-space has no meaning on CPU: the KV cache already lives in host memory";
+  return {};
+}
 
+// --quantization, --dtype and --kv-cache-dtype.
+common::Status plan_precision(const ArgParser& p, ServePlan* plan) {
   if (p.given("quantization")) {
     const std::string q = *p.option("quantization");
     if (q == "ascend") {
@@ -483,7 +471,11 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
                    "--dtype float32 keeps the activations f32)";
     }
   }
+  return {};
+}
 
+// The HTTP server's and the API's flags.
+common::Status plan_server_options(const ArgParser& p, ServePlan* plan) {
   auto& s = plan->server;
   s.host = *p.option("host");
   CP_ASSIGN_OR_RETURN(int64_t port, p.int_option("port", 0));
@@ -572,7 +564,11 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     return common::invalid_argument(
         "--enable-auto-tool-choice requires --tool-call-parser to be set");
   }
+  return {};
+}
 
+// The engine's flags: scheduling, cache, threads and memory.
+common::Status plan_engine_options(const ArgParser& p, ServePlan* plan) {
   auto& e = plan->engine;
   CP_ASSIGN_OR_RETURN(int64_t seed, p.int_option("seed", 0));
   e.seed = static_cast<uint64_t>(seed);
@@ -590,9 +586,9 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
                       p.int_option("long-prefill-token-threshold", 0));
   CP_ASSIGN_OR_RETURN(const std::string policy,
                       p.choice_option("scheduling-policy", {"fcfs", "priority"}));
-  s.priority_scheduling = policy == "priority";
-  e.scheduler.policy =
-      s.priority_scheduling ? sched::SchedulingPolicy::kPriority : sched::SchedulingPolicy::kFcfs;
+  plan->server.priority_scheduling = policy == "priority";
+  e.scheduler.policy = plan->server.priority_scheduling ? sched::SchedulingPolicy::kPriority
+                                                        : sched::SchedulingPolicy::kFcfs;
   CP_ASSIGN_OR_RETURN(int64_t block_size, p.int_option("block-size", 1));
   if (block_size % 16 != 0 && block_size != 1 && block_size != 8) {
     return common::invalid_argument(
@@ -637,6 +633,46 @@ common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
     return common::invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
                                     *p.option("gpu-memory-utilization"));
   }
+  return {};
+}
+
+}  // namespace
+
+common::Status plan_serve(const ArgParser& p, ServePlan* plan) {
+  plan->model_dir = p.positional("MODEL");
+  if (plan->model_dir.empty() && p.option("model")) plan->model_dir = *p.option("model");
+  if (plan->model_dir.empty())
+    return common::invalid_argument("the following arguments are required: MODEL");
+  CP_RETURN_IF_ERROR(plan_additional_config(p, plan));
+  CP_RETURN_IF_ERROR(plan_parallel_layout(p, plan));
+  CP_RETURN_IF_ERROR(plan_kv_transfer(p, plan));
+  if (p.given("speculative-config")) {
+    CP_ASSIGN_OR_RETURN(plan->speculative,
+                        parse_speculative_config(*p.option("speculative-config")));
+  }
+  if (p.flag("enable-expert-parallel") && plan->tensor_parallel_size == 1 && !plan->dp.active())
+    LOG(INFO) << "--enable-expert-parallel with one rank: experts stay in this process";
+  // A TP prefiller serves its KV from each stage's TP rank 0 (MLA's latent cache is the same
+  // on every TP rank); a TP decoder would have to load every rank's cache.
+  if (plan->tensor_parallel_size > 1 && !plan->kv_transfer_config.empty() &&
+      plan->kv_transfer.kv_role != "kv_producer")
+    return unbuilt("a " + plan->kv_transfer.kv_role + " with --tensor-parallel-size > 1",
+                   "a tensor-parallel prefiller (kv_producer) is");
+  LOG(INFO) << kernels::kernel_paths_line();
+  if (p.given("compilation-config"))
+    LOG(INFO) << "--compilation-config has no meaning on CPU: kernels run eagerly";
+  if (p.flag("enforce-eager")) LOG(INFO) << "--enforce-eager: the CPU backend always runs eagerly";
+  if (p.flag("trust-remote-code"))
+    LOG(INFO) << "--trust-remote-code: accepted; no model code is loaded from checkpoints";
+  CP_RETURN_IF_ERROR(check_vllm_compat_flags(p));
+  if (p.given("async-scheduling"))
+    LOG(INFO) << "--async-scheduling: the CPU engine schedules synchronously between steps";
+  if (p.given("swap-space"))
+    LOG(INFO) << "--swap-space has no meaning on CPU: the KV cache already lives in host memory";
+
+  CP_RETURN_IF_ERROR(plan_precision(p, plan));
+  CP_RETURN_IF_ERROR(plan_server_options(p, plan));
+  CP_RETURN_IF_ERROR(plan_engine_options(p, plan));
   CP_RETURN_IF_ERROR(plan_balance_scheduling(plan));
   plan->chat_template_file = p.option("chat-template").value_or("");
   plan->tokenizer_dir = p.option("tokenizer").value_or(plan->model_dir);
