@@ -168,13 +168,27 @@ std::optional<std::string> ArgParser::option(const std::string& name) const {
   return std::nullopt;
 }
 
+common::Result<int64_t> parse_int_value(const std::string& flag, const std::string& text) {
+  int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return common::invalid_argument("argument --" + flag + ": invalid int value: '" + text + "'");
+  }
+  return out;
+}
+
+common::Result<double> parse_float_value(const std::string& flag, const std::string& text) {
+  double out = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return common::invalid_argument("argument --" + flag + ": invalid float value: '" + text + "'");
+  }
+  return out;
+}
+
 common::Result<int64_t> ArgParser::int_option(const std::string& name, int64_t min_value) const {
   const std::string v = option(name).value_or("");
-  int64_t out = 0;
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size()) {
-    return common::invalid_argument("argument --" + name + ": invalid int value: '" + v + "'");
-  }
+  CP_ASSIGN_OR_RETURN(const int64_t out, parse_int_value(name, v));
   if (out < min_value) {
     return common::invalid_argument("argument --" + name + ": must be at least " +
                                     std::to_string(min_value) + ", got " + v);
@@ -194,11 +208,7 @@ common::Result<std::string> ArgParser::choice_option(
 
 common::Result<double> ArgParser::double_option(const std::string& name, double min_value) const {
   const std::string v = option(name).value_or("");
-  double out = 0;
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size()) {
-    return common::invalid_argument("argument --" + name + ": invalid float value: '" + v + "'");
-  }
+  CP_ASSIGN_OR_RETURN(const double out, parse_float_value(name, v));
   if (!(out >= min_value)) {
     return common::invalid_argument("argument --" + name + ": must be at least " +
                                     std::to_string(min_value) + ", got " + v);

@@ -13,6 +13,11 @@
 
 namespace cli {
 
+// The whole of `text` as a number, else argparse's "invalid int/float value" error naming
+// --flag (for values a flag carries inside a list, such as --goodput ttft:MS).
+common::Result<int64_t> parse_int_value(const std::string& flag, const std::string& text);
+common::Result<double> parse_float_value(const std::string& flag, const std::string& text);
+
 class ArgParser {
  public:
   ArgParser(std::string program, std::string description)

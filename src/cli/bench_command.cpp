@@ -213,27 +213,31 @@ int run_bench_serve(int argc, char** argv) {
   }
   sc.metric_percentiles.clear();
   for (const auto& v : split_list(*p.option("metric-percentiles"), ',')) {
-    try {
-      sc.metric_percentiles.push_back(std::stod(v));
-    } catch (...) {
-      return fail(
-          p, "serve",
-          common::invalid_argument("argument --metric-percentiles: invalid value '" + v + "'"),
-          true);
+    common::Result<double> q = parse_float_value("metric-percentiles", v);
+    if (!q.ok() || !(*q >= 0 && *q <= 100)) {
+      return fail(p, "serve",
+                  common::invalid_argument("argument --metric-percentiles: invalid value '" + v +
+                                           "' (percentiles are numbers in [0, 100])"),
+                  true);
     }
+    sc.metric_percentiles.push_back(*q);
   }
   if (auto g = p.option("goodput")) {
     for (const auto& kv : split_list(*g, '\n')) {
       const size_t colon = kv.find(':');
       const std::string k = kv.substr(0, colon);
-      if (colon == std::string::npos || (k != "ttft" && k != "tpot" && k != "e2el")) {
-        return fail(
-            p, "serve",
-            common::invalid_argument(
-                "argument --goodput: expected ttft:MS, tpot:MS or e2el:MS, got '" + kv + "'"),
-            true);
+      common::Result<double> ms = colon == std::string::npos
+                                      ? common::invalid_argument("no value")
+                                      : parse_float_value("goodput", kv.substr(colon + 1));
+      if ((k != "ttft" && k != "tpot" && k != "e2el") || !ms.ok() || !(*ms >= 0)) {
+        return fail(p, "serve",
+                    common::invalid_argument("argument --goodput: expected ttft:MS, tpot:MS or "
+                                             "e2el:MS with MS a number of milliseconds >= 0, "
+                                             "got '" +
+                                             kv + "'"),
+                    true);
       }
-      sc.goodput_ms[k] = std::stod(kv.substr(colon + 1));
+      sc.goodput_ms[k] = *ms;
     }
   }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -331,12 +332,12 @@ common::Status plan_parallel_layout(const ArgParser& p, ServePlan* plan) {
       partition = std::getenv("VLLM_PP_LAYER_PARTITION");
     std::stringstream ss(partition);
     for (std::string item; std::getline(ss, item, ',');) {
-      try {
-        plan->layer_partition.push_back(std::stoi(item));
-      } catch (...) {
+      common::Result<int64_t> layers = parse_int_value("pp-layer-partition", item);
+      if (!layers.ok() || *layers < 0 || *layers > std::numeric_limits<int>::max()) {
         return common::invalid_argument("argument --pp-layer-partition: invalid layer count '" +
                                         item + "'");
       }
+      plan->layer_partition.push_back(static_cast<int>(*layers));
     }
   }
   {
@@ -623,12 +624,7 @@ common::Status plan_engine_options(const ArgParser& p, ServePlan* plan) {
   if (p.given("num-gpu-blocks-override")) {
     CP_ASSIGN_OR_RETURN(plan->num_blocks_override, p.int_option("num-gpu-blocks-override", 1));
   }
-  try {
-    plan->memory_utilization = std::stod(*p.option("gpu-memory-utilization"));
-  } catch (...) {
-    return common::invalid_argument("argument --gpu-memory-utilization: invalid float value: '" +
-                                    *p.option("gpu-memory-utilization") + "'");
-  }
+  CP_ASSIGN_OR_RETURN(plan->memory_utilization, p.double_option("gpu-memory-utilization"));
   if (plan->memory_utilization <= 0 || plan->memory_utilization > 1) {
     return common::invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
                                     *p.option("gpu-memory-utilization"));

@@ -1,5 +1,5 @@
-// The `chunkpipe logits` command as a user runs it: JSON keys of the reference, chunked feeding,
-// and usage errors that name the problem.
+// chunkpipe's commands as a user runs them: `logits` (JSON keys of the reference, chunked feeding),
+// `tokenize`, `quantize`, `bench serve`'s flags, and usage errors that name the problem.
 #include <gtest/gtest.h>
 
 #include "command.h"
@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -172,6 +174,25 @@ CommandResult run_with_input(const std::string& input, const std::string& args) 
   for (char c : input) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
   quoted += "'";
   return e2e::run_shell("printf %s " + quoted + " | " + CHUNKPIPE_BINARY + " " + args);
+}
+
+// Numbers inside list flags are read whole: a bad one is a usage error that names the flag
+// (`--goodput ttft:abc` used to end the client with an uncaught exception).
+TEST(BenchServeCommandTest, BadNumbersInListFlagsAreUsageErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--goodput ttft:abc", "argument --goodput: expected ttft:MS, tpot:MS or e2el:MS"},
+      {"--goodput tpot:-5", "got 'tpot:-5'"},
+      {"--goodput ttft", "got 'ttft'"},
+      {"--goodput ttft:200 itl:5", "got 'itl:5'"},
+      {"--metric-percentiles 99,9x", "argument --metric-percentiles: invalid value '9x'"},
+      {"--metric-percentiles 150", "invalid value '150' (percentiles are numbers in [0, 100])"},
+  };
+  for (const auto& [flags, says] : cases) {
+    // Port 1: nothing listens, and the flags are checked before any request.
+    const CommandResult r = run("bench serve --model m --port 1 " + flags);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << flags << "\n" << r.out;
+  }
 }
 
 TEST(TokenizeCommandTest, EncodesAndDecodesLines) {

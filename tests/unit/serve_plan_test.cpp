@@ -198,6 +198,11 @@ TEST(ServePlanTest, MistakesAreNamed) {
   const std::vector<Case> cases = {
       {{"m", "--gpu-memory-utilization", "1.5"}, "--gpu-memory-utilization must be in (0, 1]"},
       {{"m", "--gpu-memory-utilization", "lots"}, "invalid float value: 'lots'"},
+      {{"m", "--gpu-memory-utilization", "0.9x"}, "invalid float value: '0.9x'"},
+      {{"m", "--pp-layer-partition", "3,5x"},
+       "argument --pp-layer-partition: invalid layer count '5x'"},
+      {{"m", "--pp-layer-partition", "9,-1"},
+       "argument --pp-layer-partition: invalid layer count '-1'"},
       {{"m", "--kv-transfer-config", "{not json"}, "--kv-transfer-config"},
       {{"m", "--kv-transfer-config", R"({"kv_connector": "MooncakeConnectorV1"})"}, "kv_role"},
       {{"m", "--additional-config", "[1]"}, "argument --additional-config: invalid JSON object"},
