@@ -82,6 +82,14 @@ Result<std::string> aligned_prompt(std::vector<int32_t> ids, int64_t len, Tokeni
 }
 
 Result<int64_t> sample_length(const json& spec, std::mt19937_64& rng, const std::string& where) {
+  // Lengths are token counts: at least 1, and far below what an int64 holds, so that every
+  // cast below is defined.
+  constexpr double kMaxLength = 1e9;
+  if (!spec.is_object()) return common::invalid_argument(where + " must be an object");
+  if (spec.contains("Method") && !spec["Method"].is_string())
+    return common::invalid_argument(where + ".Method must be a string");
+  if (spec.contains("Params") && !spec["Params"].is_object())
+    return common::invalid_argument(where + ".Params must be an object");
   const std::string method = spec.value("Method", "");
   const json params = spec.value("Params", json::object());
   auto num = [&](const char* k) -> Result<double> {
@@ -92,12 +100,14 @@ Result<int64_t> sample_length(const json& spec, std::mt19937_64& rng, const std:
   };
   if (method == "fixed") {
     CP_ASSIGN_OR_RETURN(double v, num("Value"));
+    if (!(v >= 1 && v <= kMaxLength))
+      return common::invalid_argument(where + ".Params.Value must be in [1, 1e9]");
     return static_cast<int64_t>(v);
   }
   CP_ASSIGN_OR_RETURN(double lo, num("MinValue"));
   CP_ASSIGN_OR_RETURN(double hi, num("MaxValue"));
-  if (lo < 1 || hi < lo)
-    return common::invalid_argument(where + ": need 1 <= MinValue <= MaxValue");
+  if (!(lo >= 1 && hi >= lo && hi <= kMaxLength))
+    return common::invalid_argument(where + ": need 1 <= MinValue <= MaxValue <= 1e9");
   if (method == "uniform") {
     return std::uniform_int_distribution<int64_t>(static_cast<int64_t>(lo),
                                                   static_cast<int64_t>(hi))(rng);
