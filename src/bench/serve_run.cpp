@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include "common/timer.h"
 #include "httpclient/sse_client.h"
@@ -62,6 +64,30 @@ ServeRunResult run_serve_benchmark(const std::vector<SampleRequest>& samples,
     specs.push_back(std::move(spec));
   }
   httpclient::SseClient client;
+  ServeRunResult out;
+  if (o.ready_check_timeout_s > 0 && !specs.empty()) {
+    std::printf("Starting initial single prompt test run...\n");
+    std::fflush(stdout);
+    httpclient::HttpRequestSpec first = specs.front();
+    first.send_at = 0;
+    const double deadline = common::now_seconds() + o.ready_check_timeout_s;
+    for (;;) {
+      const RequestResult r = client.run({first}, 1, {}).front();
+      if (r.success) break;
+      if (common::now_seconds() + 1 > deadline) {
+        char seconds[32];
+        std::snprintf(seconds, sizeof(seconds), "%g", o.ready_check_timeout_s);
+        out.ready_check_error =
+            std::string("the endpoint did not answer the first request within ") + seconds +
+            " s (last error: " + r.error + ")";
+        return out;
+      }
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    std::printf("Initial test run completed.\n");
+  } else {
+    std::printf("Skipping endpoint ready check.\n");
+  }
   if (o.num_warmups > 0) {
     std::printf("Warming up with %lld requests...\n", static_cast<long long>(o.num_warmups));
     std::vector<httpclient::HttpRequestSpec> warm(
@@ -70,7 +96,6 @@ ServeRunResult run_serve_benchmark(const std::vector<SampleRequest>& samples,
     client.run(warm, o.max_concurrency.value_or(0), {});
     std::printf("Warmup run completed.\n");
   }
-  std::printf("Skipping endpoint ready check.\n");
   // Python's float repr, as vLLM prints it (20.0, 0.5).
   const std::string rate = o.request_rate < 0 ? "inf" : json(o.request_rate).dump();
   std::printf("Traffic request rate: %s\n", rate.c_str());
@@ -82,7 +107,6 @@ ServeRunResult run_serve_benchmark(const std::vector<SampleRequest>& samples,
   rusage before{};
   getrusage(RUSAGE_SELF, &before);
   const size_t total = specs.size();
-  ServeRunResult out;
   const double start = common::now_seconds();
   out.results = client.run(specs, o.max_concurrency.value_or(0), [&](size_t done) {
     if (!o.progress) return;

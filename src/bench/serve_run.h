@@ -1,6 +1,6 @@
 // One `bench serve` run: the request bodies vLLM's benchmark sends, gamma-distributed arrival
-// times (shape = burstiness; Poisson at 1), optional warm-up, then every request streamed
-// through httpclient::SseClient with vLLM's preamble lines and an optional progress bar.
+// times (shape = burstiness; Poisson at 1), an optional ready check and warm-up, then every request
+// streamed through httpclient::SseClient with vLLM's preamble lines and an optional progress bar.
 // Single-threaded.
 #pragma once
 
@@ -30,11 +30,16 @@ struct ServeRunOptions {
   double burstiness = 1.0;
   std::optional<int> max_concurrency;
   int64_t num_warmups = 0;
+  // > 0: before anything else, send the first request until one succeeds, for at most this
+  // many seconds (vLLM's endpoint ready check); 0 skips it.
+  double ready_check_timeout_s = 0;
   uint64_t seed = 0;
   bool progress = false;  // a progress bar on stderr
 };
 
 struct ServeRunResult {
+  // Set when the ready check ran out of time; nothing was measured then.
+  std::optional<std::string> ready_check_error;
   std::vector<RequestResult> results;  // one per sample, in order
   double duration_s = 0;
   double client_cpu_ms_per_request = 0;

@@ -159,6 +159,15 @@ int run_bench_serve(int argc, char** argv) {
       headers.push_back(kv.substr(0, eq) + ": " + kv.substr(eq + 1));
     }
   }
+  if (auto md = p.option("metadata")) {
+    for (const auto& kv : split_list(*md, '\n')) {
+      if (kv.find('=') == std::string::npos)
+        return fail(
+            p, "serve",
+            common::invalid_argument("argument --metadata: expected KEY=VALUE, got '" + kv + "'"),
+            true);
+    }
+  }
   auto num_prompts = p.int_option("num-prompts", 1);
   auto seed = p.int_option("seed", 0);
   auto warmups = p.int_option("num-warmups", 0);
@@ -345,9 +354,16 @@ int run_bench_serve(int argc, char** argv) {
   run.burstiness = *burstiness;
   run.max_concurrency = max_concurrency;
   run.num_warmups = *warmups;
+  {
+    auto timeout = p.int_option("ready-check-timeout-sec", 0);
+    if (!timeout.ok()) return fail(p, "serve", timeout.status(), true);
+    run.ready_check_timeout_s = static_cast<double>(*timeout);
+  }
   run.seed = static_cast<uint64_t>(*seed);
   run.progress = !p.flag("disable-tqdm") && isatty(STDERR_FILENO);
   bench::ServeRunResult ran = bench::run_serve_benchmark(*samples, run);
+  if (ran.ready_check_error)
+    return fail(p, "serve", common::unavailable(*ran.ready_check_error), false);
   auto& results = ran.results;
   const double duration = ran.duration_s;
   int printed = 0;
@@ -369,9 +385,9 @@ int run_bench_serve(int argc, char** argv) {
   }
   if (p.flag("save-result")) {
     if (auto md = p.option("metadata")) {
-      for (const auto& kv : split_list(*md, '\n')) {
+      for (const auto& kv : split_list(*md, '\n')) {  // each has an '=' (checked above)
         const size_t eq = kv.find('=');
-        if (eq != std::string::npos) s.result[kv.substr(0, eq)] = kv.substr(eq + 1);
+        s.result[kv.substr(0, eq)] = kv.substr(eq + 1);
       }
     }
     std::string name = p.option("result-filename").value_or("");

@@ -1470,6 +1470,26 @@ TEST_F(ServeTest, BenchServeCountsEveryTokenAndReadsServerTimings) {
   r = e2e::run_shell(base + " --use-beam-search");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("beam search is not served"), std::string::npos) << r.out;
+
+  // The endpoint ready check (vLLM's --ready-check-timeout-sec): a live server passes it before
+  // the warm-up; a port nobody serves fails the run with exit 1 after the timeout.
+  r = e2e::run_shell(base + " --ready-check-timeout-sec 30 --num-warmups 1 --metadata k=v");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t ready = r.out.find("Initial test run completed.");
+  EXPECT_NE(ready, std::string::npos) << r.out;
+  EXPECT_LT(ready, r.out.find("Warmup run completed.")) << r.out;
+  EXPECT_EQ(r.out.find("Skipping endpoint ready check."), std::string::npos) << r.out;
+  r = e2e::run_shell(std::string(CHUNKPIPE_BINARY) + " bench serve --model m --tokenizer " +
+                     CHUNKPIPE_TOKENIZER_DIR + " --num-prompts 2 --random-input 16 --port " +
+                     std::to_string(e2e::free_port()) + " --ready-check-timeout-sec 2");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("the endpoint did not answer the first request within 2 s"),
+            std::string::npos)
+      << r.out;
+  r = e2e::run_shell(base + " --metadata novalue");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("argument --metadata: expected KEY=VALUE, got 'novalue'"), std::string::npos)
+      << r.out;
   std::filesystem::remove_all(dir);
 }
 
