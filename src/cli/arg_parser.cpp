@@ -186,12 +186,17 @@ common::Result<double> parse_float_value(const std::string& flag, const std::str
   return out;
 }
 
-common::Result<int64_t> ArgParser::int_option(const std::string& name, int64_t min_value) const {
+common::Result<int64_t> ArgParser::int_option(const std::string& name, int64_t min_value,
+                                              int64_t max_value) const {
   const std::string v = option(name).value_or("");
   CP_ASSIGN_OR_RETURN(const int64_t out, parse_int_value(name, v));
   if (out < min_value) {
     return common::invalid_argument("argument --" + name + ": must be at least " +
                                     std::to_string(min_value) + ", got " + v);
+  }
+  if (out > max_value) {
+    return common::invalid_argument("argument --" + name + ": must be at most " +
+                                    std::to_string(max_value) + ", got " + v);
   }
   return out;
 }

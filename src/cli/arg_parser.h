@@ -41,9 +41,10 @@ class ArgParser {
   std::string positional(const std::string& name) const;
   std::optional<std::string> option(const std::string& name) const;
   bool flag(const std::string& name) const;
-  // The option's value as an integer >= min_value; errors in argparse's wording. The option
-  // must have a value (a default or one given).
-  common::Result<int64_t> int_option(const std::string& name, int64_t min_value) const;
+  // The option's value as an integer in [min_value, max_value]; errors in argparse's wording.
+  // The option must have a value (a default or one given).
+  common::Result<int64_t> int_option(const std::string& name, int64_t min_value,
+                                     int64_t max_value = std::numeric_limits<int64_t>::max()) const;
   // The option's value, one of `choices` (argparse's "invalid choice" error otherwise, listing
   // them as given). The option must have a value (a default or one given).
   common::Result<std::string> choice_option(const std::string& name,

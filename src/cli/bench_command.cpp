@@ -26,6 +26,7 @@
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
 #include "cli/engine_sizing.h"
+#include "cli/flag_limits.h"
 #include "common/logging.h"
 #include "common/timer.h"
 #include "engine/engine_core.h"
@@ -453,9 +454,9 @@ common::Result<LocalEngine> start_engine(const ArgParser& p, kernels::Activation
   CP_ASSIGN_OR_RETURN(in.max_model_len, p.int_option("max-model-len", 1));
   in.allow_long_max_model_len = true;  // a benchmark may ask for more than the checkpoint says
   CP_ASSIGN_OR_RETURN(in.max_num_batched_tokens, p.int_option("max-num-batched-tokens", 1));
-  CP_ASSIGN_OR_RETURN(int64_t seqs, p.int_option("max-num-seqs", 1));
+  CP_ASSIGN_OR_RETURN(int64_t seqs, p.int_option("max-num-seqs", 1, kMaxIntFlag));
   in.max_num_seqs = static_cast<int32_t>(seqs);
-  CP_ASSIGN_OR_RETURN(int64_t bs, p.int_option("block-size", 1));
+  CP_ASSIGN_OR_RETURN(int64_t bs, p.int_option("block-size", 1, kMaxBlockSize));
   in.block_size = static_cast<int>(bs);
   c.bf16_kv_cache = kv_dtype == model::KvCacheDtype::kBf16;
   in.kv_bytes_per_block = worker::ModelRunner::kv_bytes_per_block(e.model->config(), in.block_size,
@@ -467,7 +468,7 @@ common::Result<LocalEngine> start_engine(const ArgParser& p, kernels::Activation
   c.scheduler.max_model_len = sizing.max_model_len;
   c.block_size = in.block_size;
   c.num_kv_blocks = sizing.num_kv_blocks;
-  CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1));
+  CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1, kMaxThreads));
   c.num_threads = static_cast<int>(threads);
   CP_ASSIGN_OR_RETURN(int64_t seed, p.int_option("seed", 0));
   c.seed = static_cast<uint64_t>(seed);

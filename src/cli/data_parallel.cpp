@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "cli/flag_limits.h"
 #include "common/logging.h"
 #include "dist/group_factory.h"
 #include "dist/host_ip.h"
@@ -19,8 +20,7 @@ std::string data_parallel_bind_host(const DataParallelPlan& plan) {
 
 common::Status plan_data_parallel(const ArgParser& p, int tp, int pp, int lmhead,
                                   DataParallelPlan* plan) {
-  CP_ASSIGN_OR_RETURN(int64_t size, p.int_option("data-parallel-size", 1));
-  if (size > 1024) return common::invalid_argument("--data-parallel-size must be at most 1024");
+  CP_ASSIGN_OR_RETURN(int64_t size, p.int_option("data-parallel-size", 1, kMaxRanks));
   plan->size = static_cast<int>(size);
   plan->headless = p.flag("headless");
   plan->engine_of = p.option("dp-engine-of").value_or("");
@@ -32,7 +32,7 @@ common::Status plan_data_parallel(const ArgParser& p, int tp, int pp, int lmhead
     plan->rpc_port = static_cast<int>(port);
   }
   if (p.given("data-parallel-rank")) {
-    CP_ASSIGN_OR_RETURN(int64_t rank, p.int_option("data-parallel-rank", 0));
+    CP_ASSIGN_OR_RETURN(int64_t rank, p.int_option("data-parallel-rank", 0, kMaxRanks));
     if (rank >= size)
       return common::invalid_argument("--data-parallel-rank " + std::to_string(rank) +
                                       " must be below --data-parallel-size " +
@@ -43,12 +43,12 @@ common::Status plan_data_parallel(const ArgParser& p, int tp, int pp, int lmhead
     return common::invalid_argument("--dp-engine-of needs --data-parallel-rank");
   }
   if (p.given("data-parallel-start-rank")) {
-    CP_ASSIGN_OR_RETURN(int64_t start, p.int_option("data-parallel-start-rank", 0));
+    CP_ASSIGN_OR_RETURN(int64_t start, p.int_option("data-parallel-start-rank", 0, kMaxRanks));
     plan->start_rank = static_cast<int>(start);
   }
   int64_t local = size;
   if (p.given("data-parallel-size-local")) {
-    CP_ASSIGN_OR_RETURN(local, p.int_option("data-parallel-size-local", 0));
+    CP_ASSIGN_OR_RETURN(local, p.int_option("data-parallel-size-local", 0, kMaxRanks));
   } else if (plan->headless) {
     local = size - plan->start_rank;
   }

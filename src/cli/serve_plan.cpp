@@ -14,6 +14,7 @@
 
 #include "api/generation_defaults.h"
 #include "cli/activation_dtype.h"
+#include "cli/flag_limits.h"
 #include "cli/vllm_compat_flags.h"
 #include "common/logging.h"
 #include "kernels/cpu_features.h"
@@ -242,7 +243,7 @@ common::Status unbuilt(const std::string& what, const std::string& issue) {
 common::Status plan_additional_config(const ArgParser& p, ServePlan* plan) {
   if (!p.given("additional-config")) return {};
   CP_ASSIGN_OR_RETURN(json extra, json_value(p, "additional-config"));
-  CP_ASSIGN_OR_RETURN(int64_t pp, p.int_option("pipeline-parallel-size", 1));
+  CP_ASSIGN_OR_RETURN(int64_t pp, p.int_option("pipeline-parallel-size", 1, kMaxRanks));
   int64_t batched = 2048;
   if (p.given("max-num-batched-tokens")) {
     CP_ASSIGN_OR_RETURN(batched, p.int_option("max-num-batched-tokens", 1));
@@ -325,7 +326,7 @@ common::Status plan_additional_config(const ArgParser& p, ServePlan* plan) {
 // Pipeline stages and their layer split, tensor, expert and data parallelism, and the nodes.
 common::Status plan_parallel_layout(const ArgParser& p, ServePlan* plan) {
   {
-    CP_ASSIGN_OR_RETURN(int64_t pp, p.int_option("pipeline-parallel-size", 1));
+    CP_ASSIGN_OR_RETURN(int64_t pp, p.int_option("pipeline-parallel-size", 1, kMaxRanks));
     plan->pipeline_parallel_size = static_cast<int>(pp);
     std::string partition = p.option("pp-layer-partition").value_or("");
     if (partition.empty() && std::getenv("VLLM_PP_LAYER_PARTITION"))
@@ -352,9 +353,9 @@ common::Status plan_parallel_layout(const ArgParser& p, ServePlan* plan) {
   }
   {
     auto& t = plan->topology;
-    CP_ASSIGN_OR_RETURN(int64_t nnodes, p.int_option("nnodes", 1));
-    CP_ASSIGN_OR_RETURN(int64_t node_rank, p.int_option("node-rank", 0));
-    CP_ASSIGN_OR_RETURN(int64_t master_port, p.int_option("master-port", 1));
+    CP_ASSIGN_OR_RETURN(int64_t nnodes, p.int_option("nnodes", 1, kMaxRanks));
+    CP_ASSIGN_OR_RETURN(int64_t node_rank, p.int_option("node-rank", 0, kMaxRanks));
+    CP_ASSIGN_OR_RETURN(int64_t master_port, p.int_option("master-port", 1, 65535));
     t.num_stages = plan->pipeline_parallel_size;
     t.nnodes = static_cast<int>(nnodes);
     t.node_rank = static_cast<int>(node_rank);
@@ -506,11 +507,11 @@ common::Status plan_server_options(const ArgParser& p, ServePlan* plan) {
     }
     s.reasoning_parser = *rp;
   }
-  CP_ASSIGN_OR_RETURN(int64_t max_logprobs, p.int_option("max-logprobs", 0));
+  CP_ASSIGN_OR_RETURN(int64_t max_logprobs, p.int_option("max-logprobs", 0, kMaxIntFlag));
   s.max_logprobs = static_cast<int>(max_logprobs);
-  CP_ASSIGN_OR_RETURN(int64_t http_threads, p.int_option("http-threads", 1));
+  CP_ASSIGN_OR_RETURN(int64_t http_threads, p.int_option("http-threads", 1, kMaxThreads));
   s.http_threads = static_cast<int>(http_threads);
-  CP_ASSIGN_OR_RETURN(int64_t worker_threads, p.int_option("http-worker-threads", 1));
+  CP_ASSIGN_OR_RETURN(int64_t worker_threads, p.int_option("http-worker-threads", 1, kMaxThreads));
   s.worker_threads = static_cast<int>(worker_threads);
   CP_ASSIGN_OR_RETURN(int64_t body_bytes, p.int_option("max-request-body-bytes", 1));
   s.max_body_bytes = static_cast<size_t>(body_bytes);
@@ -573,7 +574,7 @@ common::Status plan_engine_options(const ArgParser& p, ServePlan* plan) {
   auto& e = plan->engine;
   CP_ASSIGN_OR_RETURN(int64_t seed, p.int_option("seed", 0));
   e.seed = static_cast<uint64_t>(seed);
-  CP_ASSIGN_OR_RETURN(int64_t max_num_seqs, p.int_option("max-num-seqs", 1));
+  CP_ASSIGN_OR_RETURN(int64_t max_num_seqs, p.int_option("max-num-seqs", 1, kMaxIntFlag));
   e.scheduler.max_num_seqs = static_cast<int32_t>(max_num_seqs);
   // --logprobs-mode's choices, in sched::LogprobsMode's order.
   const std::vector<std::string> logprobs_modes = {"raw_logprobs", "raw_logits",
@@ -590,7 +591,7 @@ common::Status plan_engine_options(const ArgParser& p, ServePlan* plan) {
   plan->server.priority_scheduling = policy == "priority";
   e.scheduler.policy = plan->server.priority_scheduling ? sched::SchedulingPolicy::kPriority
                                                         : sched::SchedulingPolicy::kFcfs;
-  CP_ASSIGN_OR_RETURN(int64_t block_size, p.int_option("block-size", 1));
+  CP_ASSIGN_OR_RETURN(int64_t block_size, p.int_option("block-size", 1, kMaxBlockSize));
   if (block_size % 16 != 0 && block_size != 1 && block_size != 8) {
     return common::invalid_argument(
         "argument --block-size: invalid choice: " + std::to_string(block_size) +
@@ -606,7 +607,7 @@ common::Status plan_engine_options(const ArgParser& p, ServePlan* plan) {
     CP_ASSIGN_OR_RETURN(e.max_log_len, p.int_option("max-log-len", 0));
   }
   e.trace_file = p.option("trace-file").value_or("");
-  CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1));
+  CP_ASSIGN_OR_RETURN(int64_t threads, p.int_option("threads", 1, kMaxThreads));
   e.num_threads = static_cast<int>(threads);
   // --threads is per rank (stage x TP rank); a node's data-parallel engines share its cores.
   // External ranks, one process each, take OMP_NUM_THREADS when set (the seeds set it).
