@@ -2,6 +2,7 @@
 // rates (or a cost model fitted by a chunkpipe server here, read from its log) it predicts the
 // TTFT of one prompt with fixed chunks, with vllm-ascend's chunking and with chunkpipe's plan,
 // through the same planner and pipeline recurrence the scheduler uses, and prints each plan.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
+#include "cli/flag_limits.h"
 #include "model/config.h"
 #include "sched/chunk_planner.h"
 #include "sched/chunk_predictor.h"
@@ -136,17 +138,17 @@ int run_cpp_sim_command(int argc, char** argv) {
   p.add_flag("plans", "print every chunk of each plan");
   auto fail = [&](const common::Status& st, int code) { return p.fail(st, code); };
   if (auto code = p.parse_or_exit(argc, argv, 2)) return *code;
-  auto prompt = p.int_option("prompt", 1);
-  auto chunk = p.int_option("chunk", 1);
-  auto stages = p.int_option("stages", 1);
-  auto tp = p.int_option("tp", 1);
-  auto page = p.int_option("page-size", 1);
-  auto align = p.int_option("align", 1);
+  auto prompt = p.int_option("prompt", 1, kMaxIntFlag);
+  auto chunk = p.int_option("chunk", 1, kMaxIntFlag);
+  auto stages = p.int_option("stages", 1, kMaxRanks);
+  auto tp = p.int_option("tp", 1, kMaxRanks);
+  auto page = p.int_option("page-size", 1, kMaxBlockSize);
+  auto align = p.int_option("align", 1, kMaxBlockSize);
   for (auto* r : {&prompt, &chunk, &stages, &tp, &page, &align})
     if (!r->ok()) return fail(r->status(), 2);
   int64_t min_chunk = *chunk / 8;
   if (p.given("min-chunk")) {
-    auto m = p.int_option("min-chunk", 1);
+    auto m = p.int_option("min-chunk", 1, kMaxIntFlag);
     if (!m.ok()) return fail(m.status(), 2);
     min_chunk = *m;
   }
@@ -189,10 +191,21 @@ int run_cpp_sim_command(int argc, char** argv) {
     model = sched::cost_model_from_dims(dims, rates);
   }
 
+  // The planner tries every chunk count up to prompt / min_chunk, each with a recurrence over
+  // its chunks; beyond a few thousand chunks that is minutes of work for no plan anyone runs.
+  constexpr int64_t kMostChunks = 4096;
+  const int64_t smallest = std::max<int64_t>(1, std::min(min_chunk, *chunk));
+  if ((*prompt + smallest - 1) / smallest > kMostChunks) {
+    return fail(common::invalid_argument("--prompt " + std::to_string(*prompt) +
+                                         " in chunks of --min-chunk " + std::to_string(smallest) +
+                                         " makes more than " + std::to_string(kMostChunks) +
+                                         " chunks; cpp-sim plans at most that many"),
+                2);
+  }
   sched::PlanOptions o;
   o.prompt_tokens = *prompt;
   o.max_chunk = *chunk;
-  o.min_chunk = std::min(min_chunk, *chunk);
+  o.min_chunk = smallest;
   o.align = *align;
   o.num_stages = static_cast<int>(*stages);
   o.min_predicted_gain = num["min-predicted-gain"];

@@ -21,6 +21,7 @@
 
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
+#include "cli/flag_limits.h"
 #include "common/logging.h"
 #include "dist/process.h"
 
@@ -58,12 +59,12 @@ int run_launch_dp_command(int argc, char** argv) {
   if (!p.option("dp-size")) return usage_error("the following arguments are required: --dp-size");
   if (!p.option("dp-address"))
     return usage_error("the following arguments are required: --dp-address");
-  auto dp_size = p.int_option("dp-size", 1);
-  auto tp_size = p.int_option("tp-size", 1);
-  auto local = p.int_option("dp-size-local", -1);
-  auto start = p.int_option("dp-rank-start", 0);
-  auto rpc_port = p.int_option("dp-rpc-port", 1);
-  auto start_port = p.int_option("vllm-start-port", 1);
+  auto dp_size = p.int_option("dp-size", 1, kMaxRanks);
+  auto tp_size = p.int_option("tp-size", 1, kMaxRanks);
+  auto local = p.int_option("dp-size-local", -1, kMaxRanks);
+  auto start = p.int_option("dp-rank-start", 0, kMaxRanks);
+  auto rpc_port = p.int_option("dp-rpc-port", 1, 65535);
+  auto start_port = p.int_option("vllm-start-port", 1, 65535);
   for (const auto* r : {&dp_size, &tp_size, &local, &start, &rpc_port, &start_port})
     if (!r->ok()) return usage_error(r->status().message());
   const int64_t n_local = *local < 0 ? *dp_size : *local;

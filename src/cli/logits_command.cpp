@@ -14,6 +14,7 @@
 #include "cli/activation_dtype.h"
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
+#include "cli/flag_limits.h"
 #include "common/thread_pool.h"
 #include "common/timer.h"
 #include "model/deepseek_v3.h"
@@ -92,8 +93,8 @@ int run_logits_command(int argc, char** argv) {
   auto ids = parse_ids(*p.option("ids"));
   if (!ids.ok()) return fail(ids.status(), 2);
   auto chunk = p.int_option("chunk", 0);
-  auto threads = p.int_option("threads", 1);
-  auto block_size = p.int_option("block-size", 1);
+  auto threads = p.int_option("threads", 1, kMaxThreads);
+  auto block_size = p.int_option("block-size", 1, kMaxBlockSize);
   if (!chunk.ok()) return fail(chunk.status(), 2);
   if (!threads.ok()) return fail(threads.status(), 2);
   if (!block_size.ok()) return fail(block_size.status(), 2);

@@ -5,12 +5,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <new>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
+#include "cli/flag_limits.h"
 #include "common/timer.h"
 #include "model/checkpoint_writer.h"
 #include "model/weights.h"
@@ -100,7 +105,10 @@ int run_make_model_command(int argc, char** argv) {
   if (auto code = p.parse_or_exit(argc, argv, 2)) return *code;
   std::map<std::string, int64_t> v;
   for (const IntFlag& f : kIntFlags) {
-    auto r = p.int_option(f.name, 0);
+    // Config fields are int in the loader; the seed may take any non-negative int64.
+    auto r = p.int_option(
+        f.name, 0,
+        std::string(f.name) == "seed" ? std::numeric_limits<int64_t>::max() : kMaxIntFlag);
     if (!r.ok()) return fail(r.status(), 2);
     v[f.name] = *r;
   }
@@ -165,10 +173,19 @@ int run_make_model_command(int argc, char** argv) {
 
   const std::string dir = p.positional("DIR");
   const double t0 = common::now_seconds();
-  model::ModelWeights w =
-      model::random_weights(*parsed, dtype == "bf16" ? tensor::DType::kBF16 : tensor::DType::kF32,
-                            static_cast<uint64_t>(v["seed"]));
-  auto tensors = model::weights_to_tensors(*parsed, w, p.flag("fp8"));
+  // Dimensions the config accepts can still ask for more memory than the machine has; the
+  // weights are the only allocation that grows with them, so a failed one is reported here.
+  std::vector<model::TensorToWrite> tensors;
+  try {
+    model::ModelWeights w =
+        model::random_weights(*parsed, dtype == "bf16" ? tensor::DType::kBF16 : tensor::DType::kF32,
+                              static_cast<uint64_t>(v["seed"]));
+    tensors = model::weights_to_tensors(*parsed, w, p.flag("fp8"));
+  } catch (const std::bad_alloc&) {
+    return fail(common::invalid_argument("the weights of this model do not fit in memory "
+                                         "(check --hidden, --vocab, --experts and the sizes)"),
+                1);
+  }
   const size_t n_tensors = tensors.size();
   if (auto st = model::write_safetensors_checkpoint(dir, std::move(tensors),
                                                     static_cast<int>(v["shards"]));

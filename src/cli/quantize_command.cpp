@@ -6,6 +6,7 @@
 
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
+#include "cli/flag_limits.h"
 #include "common/timer.h"
 #include "model/w8a8_quantizer.h"
 
@@ -27,9 +28,9 @@ int run_quantize_command(int argc, char** argv) {
   if (auto code = p.parse_or_exit(argc, argv, 2)) return *code;
   if (!p.flag("w8a8"))
     return p.fail(common::invalid_argument("argument --w8a8 is required (the scheme to write)"), 2);
-  auto tokens = p.int_option("calibration-tokens", 2);
-  auto shards = p.int_option("shards", 1);
-  auto threads = p.int_option("threads", 1);
+  auto tokens = p.int_option("calibration-tokens", 2, kMaxIntFlag);
+  auto shards = p.int_option("shards", 1, 9999);
+  auto threads = p.int_option("threads", 1, kMaxThreads);
   for (auto* r : {&tokens, &shards, &threads})
     if (!r->ok()) return p.fail(r->status(), 2);
   model::W8A8QuantizeOptions options;

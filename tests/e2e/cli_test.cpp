@@ -1,5 +1,6 @@
 // chunkpipe's commands as a user runs them: `logits` (JSON keys of the reference, chunked feeding),
-// `tokenize`, `quantize`, `bench serve`'s flags, and usage errors that name the problem.
+// `tokenize`, `quantize`, `bench serve`'s flags, limits on numbers, and usage errors that name
+// the problem.
 #include <gtest/gtest.h>
 
 #include "command.h"
@@ -193,6 +194,29 @@ TEST(BenchServeCommandTest, BadNumbersInListFlagsAreUsageErrors) {
     EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.out;
     EXPECT_NE(r.out.find(says), std::string::npos) << flags << "\n" << r.out;
   }
+}
+
+// Values that would wrap an int, start more threads than a process can, allocate more than the
+// machine has, or plan for minutes are refused by name (each used to abort or hang).
+TEST(CommandLimitsTest, HugeNumbersAreRefusedByName) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"logits " + kModel + " --ids 1 --threads 99999999",
+       "argument --threads: must be at most 1024, got 99999999"},
+      {"cpp-sim --stages 99999999999", "argument --stages: must be at most 1024"},
+      {"cpp-sim --prompt 1000000 --chunk 1",
+       "--prompt 1000000 in chunks of --min-chunk 1 makes more than 4096 chunks"},
+      {"make-model /tmp/chunkpipe_never --no-tokenizer --hidden 99999999999",
+       "argument --hidden: must be at most 2147483647"},
+      {"make-model /tmp/chunkpipe_never --no-tokenizer --hidden 999999 --vocab 999999",
+       "the weights of this model do not fit in memory"},
+  };
+  for (const auto& [args, says] : cases) {
+    const CommandResult r = run(args);
+    EXPECT_NE(r.exit_code, 0) << args << "\n" << r.out;
+    EXPECT_LT(r.exit_code, 128) << args << ": ended by a signal\n" << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << args << "\n" << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists("/tmp/chunkpipe_never/model.safetensors"));
 }
 
 TEST(TokenizeCommandTest, EncodesAndDecodesLines) {
