@@ -168,22 +168,28 @@ std::optional<std::string> ArgParser::option(const std::string& name) const {
   return std::nullopt;
 }
 
-common::Result<int64_t> parse_int_value(const std::string& flag, const std::string& text) {
-  int64_t out = 0;
+namespace {
+
+// All of `text` as a T (from_chars: no locale, no leading space, nothing left over).
+template <typename T>
+common::Result<T> parse_whole(const std::string& flag, const std::string& text, const char* kind) {
+  T out{};
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
   if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
-    return common::invalid_argument("argument --" + flag + ": invalid int value: '" + text + "'");
+    return common::invalid_argument("argument --" + flag + ": invalid " + kind + " value: '" +
+                                    text + "'");
   }
   return out;
 }
 
+}  // namespace
+
+common::Result<int64_t> parse_int_value(const std::string& flag, const std::string& text) {
+  return parse_whole<int64_t>(flag, text, "int");
+}
+
 common::Result<double> parse_float_value(const std::string& flag, const std::string& text) {
-  double out = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
-    return common::invalid_argument("argument --" + flag + ": invalid float value: '" + text + "'");
-  }
-  return out;
+  return parse_whole<double>(flag, text, "float");
 }
 
 common::Result<int64_t> ArgParser::int_option(const std::string& name, int64_t min_value,
