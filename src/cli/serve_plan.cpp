@@ -192,8 +192,14 @@ common::Result<int64_t> max_model_len_value(const ArgParser& p) {
   }
   int64_t out = 0;
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || out < 1) {
+  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size()) {
     return common::invalid_argument("argument --max-model-len: invalid int value: '" +
+                                    *p.option("max-model-len") + "'");
+  }
+  // Token counts past 2^31 - 1 are no context any checkpoint has (and 9e18M would overflow).
+  if (out < 1 || out > kMaxIntFlag / mult) {
+    return common::invalid_argument("argument --max-model-len: must be in [1, " +
+                                    std::to_string(kMaxIntFlag) + "] tokens, got '" +
                                     *p.option("max-model-len") + "'");
   }
   return out * mult;
@@ -243,6 +249,8 @@ common::Status unbuilt(const std::string& what, const std::string& issue) {
 common::Status plan_additional_config(const ArgParser& p, ServePlan* plan) {
   if (!p.given("additional-config")) return {};
   CP_ASSIGN_OR_RETURN(json extra, json_value(p, "additional-config"));
+  if (extra.contains("scheduler_config") && !extra["scheduler_config"].is_object())
+    return common::invalid_argument("additional_config.scheduler_config must be a JSON object");
   CP_ASSIGN_OR_RETURN(int64_t pp, p.int_option("pipeline-parallel-size", 1, kMaxRanks));
   int64_t batched = 2048;
   if (p.given("max-num-batched-tokens")) {
@@ -293,7 +301,12 @@ common::Status plan_additional_config(const ArgParser& p, ServePlan* plan) {
         return common::invalid_argument("additional_config.finegrained_tp_config." + key +
                                         " must be an integer");
       if (key == "lmhead_tensor_parallel_size") {
-        plan->lmhead_tensor_parallel_size = value.get<int>();
+        if (value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxRanks)
+          return common::invalid_argument(
+              "additional_config.finegrained_tp_config.lmhead_tensor_parallel_size must be in "
+              "[0, " +
+              std::to_string(kMaxRanks) + "], got " + value.dump());
+        plan->lmhead_tensor_parallel_size = static_cast<int>(value.get<int64_t>());
       } else if (value.get<int64_t>() > 0) {
         return unbuilt("finegrained_tp_config." + key, "only lmhead_tensor_parallel_size is");
       }

@@ -202,6 +202,11 @@ TEST(ServePlanTest, MistakesAreNamed) {
       {{"m", "--pp-layer-partition", "3,5x"},
        "argument --pp-layer-partition: invalid layer count '5x'"},
       {{"m", "--threads", "99999999"}, "argument --threads: must be at most 1024, got 99999999"},
+      {{"m", "--additional-config", R"({"scheduler_config": 5})"},
+       "additional_config.scheduler_config must be a JSON object"},
+      {{"m", "--additional-config",
+        R"({"finegrained_tp_config": {"lmhead_tensor_parallel_size": 99999999999}})"},
+       "lmhead_tensor_parallel_size must be in [0, 1024], got 99999999999"},
       {{"m", "--pipeline-parallel-size", "99999999999"},
        "argument --pipeline-parallel-size: must be at most 1024"},
       {{"m", "--max-num-seqs", "99999999999"},
@@ -311,6 +316,36 @@ TEST(ServePlanTest, SchedulingPolicyLogprobsModeAndPrefillThreshold) {
     ASSERT_TRUE(m.status.ok()) << name;
     EXPECT_EQ(m.plan.engine.logprobs_mode, mode) << name;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// --max-model-len takes vLLM's human-readable forms; a count that would not fit is refused.
+TEST(ServePlanTest, MaxModelLenReadsSuffixesAndRefusesOverflow) {
+  auto value = [](const std::string& text) {
+    std::vector<std::string> all = {"chunkpipe", "serve", "m", "--max-model-len", text};
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    cli::ArgParser p("chunkpipe serve", "test");
+    p.add_positional("MODEL", "model directory");
+    cli::add_serve_flags(p);
+    EXPECT_TRUE(p.parse(static_cast<int>(argv.size()), argv.data(), 2).ok());
+    return cli::max_model_len_value(p);
+  };
+  EXPECT_EQ(*value("32k"), 32000);
+  EXPECT_EQ(*value("32K"), 32768);
+  EXPECT_EQ(*value("1m"), 1000000);
+  EXPECT_EQ(*value("4096"), 4096);
+  for (const char* bad : {"0", "-1", "99999999999999M", "9223372036854775807", "2048M"}) {
+    const auto r = value(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("argument --max-model-len: must be in [1, 2147483647]"),
+              std::string::npos)
+        << r.status().message();
+  }
+  EXPECT_NE(value("12x").status().message().find("invalid int value: '12x'"), std::string::npos);
 }
 
 }  // namespace
