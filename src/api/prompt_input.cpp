@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <climits>
 
+#include "api/json_fields.h"
+
 namespace api {
 
 using nlohmann::json;
@@ -21,17 +23,23 @@ std::optional<ApiError> parse_completion_prompts(const json& body, int64_t vocab
   if (!body.contains("prompt")) return bad_request("'prompt' is required");
   const json& p = body["prompt"];
   auto text = [&](const json& s) { prompts->push_back({true, s.get<std::string>(), {}}); };
-  auto ids = [&](const json& a) -> bool {
-    const bool ok =
-        a.is_array() && !a.empty() && std::all_of(a.begin(), a.end(), [&](const json& x) {
-          return x.is_number_integer() &&
-                 !(x.is_number_unsigned() && x.get<uint64_t>() > INT32_MAX) &&
-                 x.get<int64_t>() >= 0 && x.get<int64_t>() < vocab_size;
-        });
-    if (ok) prompts->push_back({false, {}, a.get<std::vector<int32_t>>()});
-    return ok;
+  // A list of ids: each an integer in [0, vocab_size); the error names the first that is not.
+  auto ids = [&](const json& a) -> std::optional<ApiError> {
+    if (!a.is_array() || a.empty())
+      return bad_request("'prompt' token id lists must be non-empty lists of integers");
+    for (const json& x : a) {
+      if (!x.is_number_integer())
+        return bad_request("'prompt' token ids must be integers, got " + json_preview(x));
+      const bool in_vocab = !(x.is_number_unsigned() && x.get<uint64_t>() > INT32_MAX) &&
+                            x.get<int64_t>() >= 0 && x.get<int64_t>() < vocab_size;
+      if (!in_vocab) {
+        return bad_request("'prompt' holds token id " + json_preview(x) +
+                           ", outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+      }
+    }
+    prompts->push_back({false, {}, a.get<std::vector<int32_t>>()});
+    return std::nullopt;
   };
-  const char* kBadIds = "'prompt' token ids must be integers in [0, vocab size)";
   if (p.is_string()) {
     text(p);
   } else if (p.is_array() && !p.empty() && p[0].is_string()) {
@@ -40,10 +48,10 @@ std::optional<ApiError> parse_completion_prompts(const json& body, int64_t vocab
       text(s);
     }
   } else if (p.is_array() && !p.empty() && p[0].is_number()) {
-    if (!ids(p)) return bad_request(kBadIds);
+    if (auto e = ids(p)) return e;
   } else if (p.is_array() && !p.empty() && p[0].is_array()) {
     for (const json& a : p) {
-      if (!ids(a)) return bad_request(kBadIds);
+      if (auto e = ids(a)) return e;
     }
   } else {
     return bad_request(

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "api/json_fields.h"
+#include "sched/token_id_checks.h"
 
 namespace api {
 namespace {
@@ -86,7 +87,10 @@ std::optional<ApiError> parse_allowed_token_ids(const json& body, int64_t vocab_
     const bool in_vocab = !(x.is_number_unsigned() &&
                             x.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) &&
                           x.get<int64_t>() >= 0 && x.get<int64_t>() < vocab_size;
-    if (!in_vocab) return bad_request("allowed_token_ids contains out-of-vocab token id!");
+    if (!in_vocab) {  // vLLM's words, then the id and the size
+      return bad_request("allowed_token_ids contains out-of-vocab token id! (" + json_preview(x) +
+                         "; vocabulary size " + std::to_string(vocab_size) + ")");
+    }
     s->allowed_token_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
   }
   std::sort(s->allowed_token_ids.begin(), s->allowed_token_ids.end());
@@ -223,6 +227,9 @@ std::optional<ApiError> parse_common_fields(const json& body, Endpoint endpoint,
       return bad_request("'stop_token_ids' must be a list of non-negative 32-bit integers");
     }
     s.stop_token_ids = st.get<std::vector<int32_t>>();
+    // vLLM ignores a stop id the model can never sample; a 400 that names it is clearer.
+    if (auto bad = sched::first_out_of_vocab(s.stop_token_ids, vocab_size))
+      return bad_request(sched::out_of_vocab_message("stop_token_ids", *bad, vocab_size));
   }
   int64_t max_tokens = 0;
   if (endpoint == Endpoint::kChat) {
@@ -387,6 +394,19 @@ std::optional<ApiError> check_prompt_bytes(size_t text_bytes, size_t max_token_b
                      " tokens. However, your request has at least " + std::to_string(at_least) +
                      " input tokens (" + std::to_string(text_bytes) +
                      " bytes). Please reduce the length of the input messages.");
+}
+
+std::optional<ApiError> check_sampling_token_ids(const sched::SamplingParams& sampling,
+                                                 int64_t vocab_size) {
+  if (auto why = sched::out_of_vocab_sampling(sampling, vocab_size)) return bad_request(*why);
+  return std::nullopt;
+}
+
+std::optional<ApiError> check_prompt_token_ids(const std::vector<int32_t>& ids,
+                                               int64_t vocab_size) {
+  if (auto bad = sched::first_out_of_vocab(ids, vocab_size))
+    return bad_request(sched::out_of_vocab_message("prompt", *bad, vocab_size));
+  return std::nullopt;
 }
 
 json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {

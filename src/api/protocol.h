@@ -85,6 +85,13 @@ std::optional<ApiError> resolve_truncation(int64_t max_model_len, CommonRequestF
 // toward `keep`, as Hugging Face's left truncation leaves special tokens (`had_bos`).
 void truncate_prompt(int64_t keep, bool had_bos, std::vector<int32_t>* ids);
 
+// A 400 naming the field and the id when a token-id field of `sampling` (stop_token_ids,
+// logit_bias, allowed_token_ids, bad words as tokenized) reaches past the model's vocab_size rows.
+std::optional<ApiError> check_sampling_token_ids(const sched::SamplingParams& sampling,
+                                                 int64_t vocab_size);
+// The same for a tokenized prompt ('prompt').
+std::optional<ApiError> check_prompt_token_ids(const std::vector<int32_t>& ids, int64_t vocab_size);
+
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
 }  // namespace api

@@ -434,8 +434,9 @@ HttpResponse ApiServer::handle_detokenize(const HttpRequest& req) const {
   for (const json& t : body["tokens"]) {
     if (!t.is_number_integer() || (t.is_number_unsigned() && t.get<uint64_t>() > INT32_MAX) ||
         t.get<int64_t>() < 0 || t.get<int64_t>() >= tokenizer_.vocab_size()) {
-      return error_response(
-          api::bad_request("token id " + api::json_preview(t) + " is out of vocabulary"));
+      return error_response(api::bad_request("'tokens' holds token id " + api::json_preview(t) +
+                                             ", outside the vocabulary [0, " +
+                                             std::to_string(tokenizer_.vocab_size()) + ")"));
     }
     ids.push_back(t.get<int32_t>());
   }
@@ -542,13 +543,7 @@ std::optional<api::ApiError> ApiServer::resolve_prompt_limits(
     std::vector<int32_t>* max_tokens) const {
   for (const auto& ids : prompts.token_ids) {
     if (ids.empty()) return api::bad_request("The prompt is empty.");
-    for (int32_t id : ids) {
-      if (id < 0 || id >= config_.model_vocab_size) {
-        return api::bad_request("Token id " + std::to_string(id) +
-                                " is out of vocabulary (the model has " +
-                                std::to_string(config_.model_vocab_size) + " rows)");
-      }
-    }
+    if (auto e = api::check_prompt_token_ids(ids, config_.model_vocab_size)) return e;
     api::CommonRequestFields copy = f;
     if (auto e = api::resolve_max_tokens(static_cast<int64_t>(ids.size()), config_.max_model_len,
                                          endpoint, &copy)) {
@@ -593,6 +588,9 @@ void ApiServer::handle_generate(const std::shared_ptr<HttpExchange>& ex, bool ch
   }
   if (auto e = api::resolve_truncation(config_.max_model_len, &f)) return fail(*e);
   f.sampling.bad_words_token_ids = bad_words_token_ids(tokenizer_, f.bad_words);
+  // Every id field, bad words included (the tokenizer's table may outgrow a small model's), is
+  // checked against the model's rows here; the engine and the workers check again.
+  if (auto e = api::check_sampling_token_ids(f.sampling, config_.model_vocab_size)) return fail(*e);
 
   // Tool calling (chat only): which parser reads the output, if any.
   std::string tool_parser;

@@ -402,6 +402,57 @@ TEST_F(AbuseTest, ValidationGapsAreClosed) {
   expect_alive(port());
 }
 
+// 12b. Token ids past the vocabulary (129280 rows) in every field that carries ids get a 400
+// naming the field and the id, on both routes, streamed or not; one used to kill the engine.
+TEST_F(AbuseTest, OutOfVocabularyIdsInEveryFieldGetA400) {
+  ASSERT_TRUE(server_->ready());
+  const std::string chat = R"("messages":[{"role":"user","content":"x"}])";
+  struct Case {
+    std::string path, body, needle;
+  };
+  std::vector<Case> cases;
+  for (const std::string stream : {"false", "true"}) {
+    for (const std::string& ids :
+         {std::string("[129280]"), std::string("[190575]"), std::string("[3, 2147483647]")}) {
+      const std::string field = R"("stream":)" + stream + R"(,"stop_token_ids":)" + ids;
+      const std::string first = ids == "[3, 2147483647]" ? "2147483647" : ids.substr(1, 6);
+      const std::string needle = "'stop_token_ids' holds token id " + first;
+      cases.push_back(
+          {"/v1/completions", R"({"prompt":"a","max_tokens":3,)" + field + "}", needle});
+      cases.push_back({"/v1/completions",
+                       R"({"prompt":"a","max_tokens":3,"min_tokens":2,)" + field + "}", needle});
+      cases.push_back(
+          {"/v1/chat/completions", "{" + chat + R"(,"max_tokens":3,)" + field + "}", needle});
+    }
+  }
+  for (const std::string route_body :
+       {R"("prompt":"a",)", R"("messages":[{"role":"user","content":"x"}],)"}) {
+    const std::string path = route_body[1] == 'p' ? "/v1/completions" : "/v1/chat/completions";
+    cases.push_back({path, "{" + route_body + R"("allowed_token_ids":[5,129280]})",
+                     "allowed_token_ids contains out-of-vocab token id! (129280"});
+    cases.push_back(
+        {path, "{" + route_body + R"("logit_bias":{"129280":1}})", "[129280] in logit_bias"});
+  }
+  cases.push_back({"/v1/completions", R"({"prompt":[1,2,129280],"max_tokens":2})",
+                   "'prompt' holds token id 129280"});
+  cases.push_back({"/v1/completions", R"({"prompt":[[1,2],[7,-4]],"max_tokens":2})",
+                   "'prompt' holds token id -4"});
+  cases.push_back({"/v1/completions", R"({"prompt":[5,4294967296],"max_tokens":2})",
+                   "'prompt' holds token id 4294967296"});
+  cases.push_back({"/detokenize", R"({"tokens":[1,129280]})", "'tokens' holds token id 129280"});
+  for (const Case& c : cases) {
+    const Reply r = post(port(), c.path, c.body, c.path != "/detokenize");
+    EXPECT_EQ(r.status, 400) << c.body << " -> " << r.body;
+    EXPECT_NE(r.body.find(c.needle), std::string::npos) << c.body << " -> " << r.body;
+    EXPECT_NE(r.body.find("BadRequestError"), std::string::npos) << r.body;
+  }
+  // The last id of the vocabulary is a valid stop id.
+  const Reply last =
+      post(port(), "/v1/completions", R"({"prompt":"a","max_tokens":3,"stop_token_ids":[129279]})");
+  EXPECT_EQ(last.status, 200) << last.body;
+  expect_alive(port());
+}
+
 // 13. Routes: 405, 401 before 404 on /v1, /tokenize's model, HTTP/1.0.
 TEST_F(AbuseTest, RoutingErrorsFollowVllm) {
   ASSERT_TRUE(server_->ready());

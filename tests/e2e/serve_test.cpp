@@ -198,7 +198,8 @@ TEST_F(ServeTest, BadInputGetsTheRightStatusAndTheServerKeepsServing) {
       {"/v1/chat/completions", R"({"messages": "hi"})", 400, "'messages' must be a list"},
       {"/v1/completions", R"({"prompt": "a", "stream_options": {"include_usage": true}})", 400,
        "Stream options can only be defined when `stream=True`."},
-      {"/v1/completions", R"({"prompt": [1, 2, 99999999]})", 400, "token ids must be integers"},
+      {"/v1/completions", R"({"prompt": [1, 2, 99999999]})", 400,
+       "'prompt' holds token id 99999999"},
       {"/v1/completions", R"({"prompt": "a"})", 401, "Unauthorized", false},
   };
   for (const Case& c : cases) {

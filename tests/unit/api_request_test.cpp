@@ -112,7 +112,10 @@ TEST(PromptInputTest, EveryShapeAndTheErrors) {
   p.clear();
   auto e = api::parse_completion_prompts({{"prompt", {1, 100}}}, 100, &p);
   ASSERT_TRUE(e);
-  EXPECT_NE(e->message.find("[0, vocab size)"), std::string::npos);
+  EXPECT_EQ(e->message, "'prompt' holds token id 100, outside the vocabulary [0, 100)");
+  e = api::parse_completion_prompts({{"prompt", {{1, 2}, {3, -7}}}}, 100, &p);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "'prompt' holds token id -7, outside the vocabulary [0, 100)");
   EXPECT_TRUE(api::parse_completion_prompts({{"prompt", {"a", 1}}}, 100, &p));
   EXPECT_TRUE(api::parse_completion_prompts({{"prompt", 5}}, 100, &p));
   EXPECT_TRUE(api::parse_completion_prompts(json::object(), 100, &p));
@@ -236,9 +239,12 @@ TEST(SamplingFieldsRequestTest, ParsedOrRefusedByName) {
   EXPECT_EQ(refusal({{"allowed_token_ids", json::array()}}),
             "allowed_token_ids is not None and empty!");
   EXPECT_EQ(refusal({{"allowed_token_ids", {1000}}}),
-            "allowed_token_ids contains out-of-vocab token id!");
+            "allowed_token_ids contains out-of-vocab token id! (1000; vocabulary size 1000)");
   EXPECT_EQ(refusal({{"allowed_token_ids", {-1}}}),
-            "allowed_token_ids contains out-of-vocab token id!");
+            "allowed_token_ids contains out-of-vocab token id! (-1; vocabulary size 1000)");
+  EXPECT_EQ(refusal({{"stop_token_ids", {5, 1000}}}),
+            "'stop_token_ids' holds token id 1000, outside the vocabulary [0, 1000)");
+  EXPECT_EQ(refusal({{"stop_token_ids", {999}}}), "accepted");
   EXPECT_EQ(refusal({{"allowed_token_ids", "1"}}),
             "'allowed_token_ids' must be a list of token ids");
   f = {};
