@@ -474,6 +474,7 @@ common::Result<LocalEngine> start_engine(const ArgParser& p, kernels::Activation
   c.seed = static_cast<uint64_t>(seed);
   c.enable_prefix_caching = false;  // as vLLM's latency benchmark forces
   c.model_eos_token_id = static_cast<int32_t>(e.model->config().eos_token_id);
+  c.model_vocab_size = e.model->config().vocab_size;
   e.core = std::make_unique<engine::EngineCore>(
       std::make_unique<engine::UniProcExecutor>(*e.model, engine::runner_options(c)), *e.tok, c);
   return e;

@@ -623,6 +623,7 @@ int run_serve_command(int argc, char** argv) {
   const int64_t num_blocks = sizing->num_kv_blocks;
   plan.engine.num_kv_blocks = num_blocks;
   plan.engine.model_eos_token_id = static_cast<int32_t>(mc.eos_token_id);
+  plan.engine.model_vocab_size = mc.vocab_size;
   const int64_t kv_tokens = num_blocks * plan.engine.block_size;
   LOG(INFO) << "KV cache size: " << kv_tokens << " tokens (" << num_blocks << " blocks of "
             << plan.engine.block_size << ")";

@@ -55,7 +55,11 @@ struct RequestOutput {
   int64_t num_prompt_tokens = 0;
   int64_t num_output_tokens = 0;
   int64_t num_cached_tokens = 0;
-  std::string error;               // set when the engine failed (finish_reason is then abort)
+  std::string error;  // set when the request failed (finish_reason is then abort)
+  // With `error`: 0 when the engine failed (every request fails; 500 EngineDeadError); else the
+  // HTTP status of a request that failed alone while the engine serves on (400: its own data was
+  // refused at the engine's intake; 500: the workers refused it).
+  int error_status = 0;
   std::string kv_transfer_params;  // the KV connector's handoff (JSON), on the finished output
   int engine_index = 0;  // the data-parallel engine that produced it (on the finished output)
 };

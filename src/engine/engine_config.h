@@ -32,6 +32,9 @@ struct EngineConfig {
   int64_t max_log_len = -1;  // characters / ids of text and id lists in those lines (< 0: all)
   // config.json's eos_token_id: the stop token when the tokenizer names no EOS.
   int32_t model_eos_token_id = -1;
+  // config.json's vocab_size: a request whose prompt or sampling ids reach past it is refused
+  // at intake, alone (sched/token_id_checks.h); 0: the workers' own check is the only one.
+  int64_t model_vocab_size = 0;
   // CPP: dynamic chunk sizing (startup profiling, online calibration); see
   // sched/profiling_chunk_config.h. Validated by the caller.
   std::optional<sched::ProfilingChunkConfig> profiling_chunk;

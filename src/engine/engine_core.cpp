@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/timer.h"
 #include "engine/request_log.h"
+#include "sched/token_id_checks.h"
 
 namespace engine {
 namespace {
@@ -178,7 +179,27 @@ void EngineCore::run_planned_profiling() {
   scheduler_.set_chunk_predictor(predictor_.get());
 }
 
+void EngineCore::refuse(const std::string& request_id, const std::string& why,
+                        const OutputCallback& callback) const {
+  LOG(WARNING) << "Request " << request_id << " refused: " << why;
+  RequestOutput out;
+  out.request_id = request_id;
+  out.finished = true;
+  out.finish_reason = sched::FinishReason::kAbort;
+  out.engine_index = config_.engine_index;
+  out.error = why;
+  out.error_status = 400;
+  callback(out);
+}
+
 void EngineCore::add_request(EngineRequest request, OutputCallback callback) {
+  // Whatever sent it (the API server, a data-parallel front end), ids outside the model's rows
+  // fail this request alone, before any worker sees them.
+  if (config_.model_vocab_size > 0) {
+    if (auto why = sched::out_of_vocab_request(request.prompt_token_ids, request.sampling,
+                                               config_.model_vocab_size))
+      return refuse(request.request_id, *why, callback);
+  }
   auto r = std::make_unique<sched::Request>();
   r->request_id = std::move(request.request_id);
   r->prompt_token_ids = std::move(request.prompt_token_ids);
@@ -290,6 +311,11 @@ void EngineCore::loop() {
       aborts.swap(aborts_);
     }
     for (auto& [req, cb] : incoming) {
+      if (tracked_.count(req->request_id)) {  // a peer reused a live id: this one fails alone
+        refuse(req->request_id,
+               "request id " + req->request_id + " is already running on this engine", cb);
+        continue;
+      }
       Tracked t;
       t.callback = std::move(cb);
       t.detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(
@@ -627,6 +653,18 @@ void EngineCore::finish_load_failures() {
   }
 }
 
+void EngineCore::finish_rejected(const std::vector<sched::RejectedRequest>& rejected) {
+  for (const sched::RejectedRequest& r : rejected) {
+    if (!tracked_.count(r.req_id)) continue;  // aborted while its step was in flight
+    LOG(ERROR) << "Request " << r.req_id << " failed: the workers refused it (" << r.why
+               << "); the engine serves on";
+    RequestOutput out;
+    out.error = "the workers refused this request: " + r.why;
+    out.error_status = 500;
+    finish(r.req_id, sched::FinishReason::kAbort, &out);
+  }
+}
+
 void EngineCore::finish_recomputed() {
   std::vector<std::unique_ptr<sched::Request>> gone;
   {
@@ -714,6 +752,9 @@ void EngineCore::complete_step(const sched::SchedulerOutput& so,
     if (!predictor_->need_timing())
       LOG(INFO) << "[ProfilingChunk] Online calibration finished; step timing is off";
   }
+  // Before the scheduler's update: a refused request's blocks hold no KV and must never reach
+  // the prefix cache.
+  finish_rejected(result.rejected);
   collect_prompt_logprobs(so, result);
   std::vector<std::vector<int32_t>> sampled(so.scheduled.size());
   for (size_t i = 0; i < so.scheduled.size(); ++i) {

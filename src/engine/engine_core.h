@@ -116,6 +116,11 @@ class EngineCore : public EngineClient {
   // The executor failed: finish every request with `why`, stop accepting work, report.
   void fail_engine(const std::string& why);
   void finish(const std::string& id, sched::FinishReason reason, RequestOutput* out);
+  // Finishes a request the engine will not take (its own data is wrong) with a 400, alone.
+  void refuse(const std::string& request_id, const std::string& why,
+              const OutputCallback& callback) const;
+  // Fails alone each request the workers refused for its own data (ModelRunnerOutput::rejected).
+  void finish_rejected(const std::vector<sched::RejectedRequest>& rejected);
   // A finished request's histograms (e2e, its phases, token counts). Called with mu_ held.
   void observe_finished(const Tracked& t, int64_t num_generated);
   // Files a step's prompt logprobs (ModelRunnerOutput::prompt_logprobs) by position.

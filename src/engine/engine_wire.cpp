@@ -63,6 +63,7 @@ std::vector<uint8_t> encode_output(const RequestOutput& o) {
   w.put(o.num_output_tokens);
   w.put(o.num_cached_tokens);
   w.put_string(o.error);
+  w.put<int32_t>(o.error_status);
   w.put_string(o.kv_transfer_params);
   return out;
 }
@@ -97,6 +98,7 @@ common::Result<RequestOutput> decode_output(const std::vector<uint8_t>& bytes) {
   r.get(&o.num_output_tokens);
   r.get(&o.num_cached_tokens);
   r.get_string(&o.error);
+  r.get(&o.error_status);
   r.get_string(&o.kv_transfer_params);
   if (!r.ok() || !r.at_end()) return malformed("output");
   return o;

@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <unordered_set>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -146,6 +147,7 @@ common::Status PipelineExecutor::submit(const sched::SchedulerOutput& output,
   f.meta = meta;
   for (const auto& s : output.scheduled) {
     f.samples.push_back(s.samples);
+    f.req_ids.push_back(s.req_id);
     f.num_spec.push_back(s.spec_token_ids.size());
     f.tokens += s.num_scheduled_tokens;
     f.history += s.num_computed_tokens;
@@ -179,8 +181,12 @@ common::Result<sched::ModelRunnerOutput> PipelineExecutor::take_oldest() {
   out.draft_token_ids.resize(f.samples.size());
   out.prompt_logprobs.resize(f.samples.size());  // the engine bounds each by its prompt
   out.kv_transfers = kv_aggregator_.aggregate(step.transfers);
+  out.rejected = std::move(step.rejected);
+  std::unordered_set<std::string> rejected;
+  for (const sched::RejectedRequest& r : out.rejected) rejected.insert(r.req_id);
   for (size_t i = 0; i < out.sampled.size(); ++i) {
     const size_t n = out.sampled[i].size();
+    if (n == 0 && rejected.count(f.req_ids[i])) continue;  // held back: it fails alone
     if (f.samples[i] ? n == 0 || n > f.num_spec[i] + 1 : n != 0)
       return common::data_loss("the last stage sent " + std::to_string(n) +
                                " tokens for a sequence that " +

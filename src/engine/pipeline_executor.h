@@ -71,6 +71,7 @@ class PipelineExecutor : public Executor {
   struct InFlight {
     StepMeta meta;
     std::vector<bool> samples;
+    std::vector<std::string> req_ids;
     std::vector<size_t> num_spec;  // drafts each entry verifies
     int64_t tokens = 0, history = 0;
   };

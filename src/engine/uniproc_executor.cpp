@@ -20,6 +20,7 @@ common::Status UniProcExecutor::submit(const sched::SchedulerOutput& output,
   out.draft_token_ids = std::move(result->draft_token_ids);
   out.prompt_logprobs = std::move(result->prompt_logprobs);
   out.kv_transfers = std::move(result->transfers);
+  out.rejected = std::move(result->rejected);
   out.last_stage_ms = out.max_stage_ms = (common::now_seconds() - t0) * 1000.0;
   done_.push_back(std::move(out));
   return {};

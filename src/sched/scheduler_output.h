@@ -94,6 +94,13 @@ struct KvTransferReport {
   }
 };
 
+// A request the workers refused for its own data (token ids past the vocabulary): it fails
+// alone, and the engine finishes it; the rest of its step ran without it.
+struct RejectedRequest {
+  std::string req_id;
+  std::string why;
+};
+
 struct ModelRunnerOutput {
   // Entry i: scheduled[i]'s tokens: none when it does not sample, one, or with drafts the
   // accepted drafts and then the one sampled after them (1 .. spec_token_ids.size() + 1).
@@ -107,6 +114,8 @@ struct ModelRunnerOutput {
   double last_stage_ms = 0;       // the last pipeline stage's own time for the step
   double max_stage_ms = 0;        // the slowest stage's time for the step
   KvTransferReport kv_transfers;  // the KV connector's, if any
+  // Requests the workers refused this step; their entries above are empty.
+  std::vector<RejectedRequest> rejected;
 };
 
 }  // namespace sched

@@ -16,6 +16,17 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// How a failed choice is reported (engine::RequestOutput::error_status).
+struct ErrorKind {
+  int status;
+  const char* type;
+};
+ErrorKind error_kind(int error_status) {
+  if (error_status == 400) return {400, "BadRequestError"};
+  if (error_status != 0) return {error_status, "InternalServerError"};
+  return {500, "EngineDeadError"};
+}
+
 }  // namespace
 
 GenerateSession::GenerateSession(engine::EngineClient& engine,
@@ -230,12 +241,14 @@ void GenerateSession::on_output(size_t index, const engine::RequestOutput& o) {
     c.finish_reason = o.finish_reason;
     c.stop_reason = api::stop_reason_json(o.stop_reason);
     c.error = o.error;
+    c.error_status = o.error_status;
   }
 
   if (plan_.stream) {
     if (!c.error.empty()) {  // vLLM streams the error as a data event, then [DONE]
       abort_unfinished();
-      send_stream_error(c.error, "EngineDeadError", 500);
+      const ErrorKind kind = error_kind(c.error_status);
+      send_stream_error(c.error, kind.type, kind.status);
       return finish_session();
     }
     stream_delta(index, o, lp_before, d, tools);
@@ -339,9 +352,10 @@ void GenerateSession::send_stream_end() {
 void GenerateSession::respond_whole() {
   for (const auto& c : plan_.choices) {
     if (!c.error.empty()) {
+      const ErrorKind kind = error_kind(c.error_status);
       HttpResponse r;
-      r.status = 500;
-      r.body = dump(api::ApiError{500, c.error, "EngineDeadError"}.body());
+      r.status = kind.status;
+      r.body = dump(api::ApiError{kind.status, c.error, kind.type}.body());
       exchange_->respond(std::move(r));
       return finish_session();
     }

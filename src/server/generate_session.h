@@ -46,7 +46,8 @@ struct GenerateChoice {
   bool finished = false;
   sched::FinishReason finish_reason = sched::FinishReason::kNone;
   nlohmann::json stop_reason = nullptr;
-  std::string error;  // the engine failed (e.g. a pipeline stage died) before finishing
+  std::string error;     // the request failed before finishing (engine::RequestOutput::error)
+  int error_status = 0;  // engine::RequestOutput::error_status
   std::string kv_transfer_params;  // the KV connector's handoff (JSON), when finished
 };
 

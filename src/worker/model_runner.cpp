@@ -107,8 +107,40 @@ common::Result<std::vector<float>> ModelRunner::logits_of_rows(const std::vector
   return logits;
 }
 
+namespace {
+
+// Moves entry j of `v` (one per kept request) to kept_index[j] of a vector of `n` entries.
+template <typename T>
+void spread(const std::vector<size_t>& kept_index, size_t n, std::vector<T>* v) {
+  std::vector<T> full(n);
+  for (size_t j = 0; j < kept_index.size() && j < v->size(); ++j)
+    full[kept_index[j]] = std::move((*v)[j]);
+  *v = std::move(full);
+}
+
+}  // namespace
+
 common::Result<StepResult> ModelRunner::execute_model(const sched::SchedulerOutput& output,
                                                       std::vector<float> hidden) {
+  ScreenedStep screened = states_.screen(output);
+  if (!screened.kept) return execute_screened(output, std::move(hidden));
+  // Some requests were held back: the rest run, and each result goes back to its request's
+  // place in `output`.
+  CP_ASSIGN_OR_RETURN(StepResult result, execute_screened(*screened.kept, std::move(hidden)));
+  // A lock-step rank whose whole step was held back still joins the collectives of the ranks
+  // that compute (the engine decided on the step before the workers screened it).
+  if (screened.kept->empty() && !output.empty() && model_.needs_lockstep())
+    CP_RETURN_IF_ERROR(execute_dummy_batch());
+  const size_t n = output.scheduled.size();
+  spread(screened.kept_index, n, &result.sampled);
+  spread(screened.kept_index, n, &result.draft_token_ids);
+  spread(screened.kept_index, n, &result.prompt_logprobs);
+  result.rejected = std::move(screened.rejected);
+  return result;
+}
+
+common::Result<StepResult> ModelRunner::execute_screened(const sched::SchedulerOutput& output,
+                                                         std::vector<float> hidden) {
   std::vector<CachedRequestState*> states;
   CP_RETURN_IF_ERROR(states_.apply(output, &states));
   StepResult result;

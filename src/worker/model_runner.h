@@ -45,6 +45,8 @@ struct StepResult {
   std::vector<std::vector<int32_t>> draft_token_ids;
   std::vector<std::vector<sched::SampledToken>> prompt_logprobs;  // ModelRunnerOutput's
   FinishedTransfers transfers;                                    // the KV connector's, if any
+  // Requests held back for their own data (RequestStates::screen); their entries are empty.
+  std::vector<sched::RejectedRequest> rejected;
 };
 
 class ModelRunner {
@@ -62,7 +64,9 @@ class ModelRunner {
   size_t num_requests() const { return states_.size(); }
 
   // Applies the step's deltas and runs the slice. `hidden` is the previous stage's output (empty
-  // on the first slice). A step the states refuse (request_states.h) returns the error.
+  // on the first slice), over the step's requests less those screened out. A request whose own
+  // data the model cannot run is held back and listed in StepResult::rejected, and the rest
+  // run; a step the states refuse (request_states.h) returns the error.
   common::Result<StepResult> execute_model(const sched::SchedulerOutput& output,
                                            std::vector<float> hidden = {});
 
@@ -85,6 +89,9 @@ class ModelRunner {
                                     model::KvCacheDtype dtype = model::KvCacheDtype::kF32);
 
  private:
+  // execute_model() on a step with nothing left to hold back.
+  common::Result<StepResult> execute_screened(const sched::SchedulerOutput& output,
+                                              std::vector<float> hidden);
   // Runs the slice on `batch` (with the KV connector's per-layer hooks when `connected`).
   common::Result<std::vector<float>> run(const model::ForwardBatch& batch,
                                          std::vector<float> hidden, bool connected);

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "sched/token_id_checks.h"
+
 namespace worker {
 namespace {
 
@@ -42,6 +44,42 @@ common::Status RequestStates::check_blocks(const std::vector<int32_t>& ids) cons
   return {};
 }
 
+ScreenedStep RequestStates::screen(const sched::SchedulerOutput& output) {
+  for (const std::string& id : output.finished_req_ids) rejected_.erase(id);
+  ScreenedStep step;
+  std::vector<bool> held(output.scheduled.size(), false);
+  bool any = false;
+  for (size_t i = 0; i < output.scheduled.size(); ++i) {
+    const sched::ScheduledRequest& s = output.scheduled[i];
+    if (rejected_.count(s.req_id)) {
+      held[i] = any = true;
+      continue;
+    }
+    if (!s.new_request) continue;
+    const sched::NewRequestData& n = *s.new_request;
+    if (auto why = sched::out_of_vocab_request(n.prompt_token_ids, n.sampling, vocab_size_)) {
+      step.rejected.push_back({s.req_id, *why});
+      rejected_.insert(s.req_id);
+      held[i] = any = true;
+    }
+  }
+  if (!any) return step;
+  sched::SchedulerOutput kept;
+  kept.finished_req_ids = output.finished_req_ids;
+  kept.kv_connector_metadata = output.kv_connector_metadata;
+  kept.num_preempted = output.num_preempted;
+  kept.num_recomputed = output.num_recomputed;
+  kept.kv_connector_poll = output.kv_connector_poll;
+  for (size_t i = 0; i < output.scheduled.size(); ++i) {
+    if (held[i]) continue;
+    kept.scheduled.push_back(output.scheduled[i]);
+    kept.total_num_scheduled_tokens += output.scheduled[i].num_scheduled_tokens;
+    step.kept_index.push_back(i);
+  }
+  step.kept = std::move(kept);
+  return step;
+}
+
 common::Status RequestStates::apply(const sched::SchedulerOutput& output,
                                     std::vector<CachedRequestState*>* states) {
   for (const std::string& id : output.finished_req_ids) states_.erase(id);
@@ -52,11 +90,9 @@ common::Status RequestStates::apply(const sched::SchedulerOutput& output,
     CachedRequestState* st = nullptr;
     if (s.new_request) {
       const sched::NewRequestData& n = *s.new_request;
-      CP_RETURN_IF_ERROR(check_tokens(n.prompt_token_ids));
-      CP_RETURN_IF_ERROR(check_tokens(n.sampling.all_stop_token_ids));
-      for (const auto& [t, bias] : n.sampling.logit_bias) {
-        if (t < 0 || t >= vocab_size_) return refused("logit_bias id " + std::to_string(t));
-      }
+      // screen() holds such a request back: one here means a step that skipped screen().
+      if (auto why = sched::out_of_vocab_request(n.prompt_token_ids, n.sampling, vocab_size_))
+        return refused("request " + s.req_id + " was not screened: " + *why);
       st = &states_[s.req_id];
       st->token_ids = n.prompt_token_ids;
       st->num_prompt_tokens = static_cast<int64_t>(n.prompt_token_ids.size());

@@ -1,14 +1,18 @@
 // RequestStates: what a worker keeps of each request the scheduler has sent it (vLLM's
 // CachedRequestState), built from SchedulerOutput's deltas: token ids, block table, sampling
-// parameters and the request's generator. apply() checks every id that came from another
-// process before it can index the cache, the embedding or the sampler. Not thread-safe.
+// parameters and the request's generator. screen() holds back a request whose own data the
+// model cannot run (token ids past the vocabulary): it fails alone. apply() checks every id
+// that came from another process before it can index the cache, the embedding or the sampler;
+// what it refuses is the engine's own bookkeeping, so the step must not run. Not thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
@@ -37,14 +41,31 @@ struct CachedRequestState {
   }
 };
 
+// A step with the requests screen() held back taken out.
+struct ScreenedStep {
+  // Set only when screen() held some request back: the step without those requests, and
+  // kept_index[j], the index in the original step of kept->scheduled[j].
+  std::optional<sched::SchedulerOutput> kept;
+  std::vector<size_t> kept_index;
+  std::vector<sched::RejectedRequest> rejected;  // refused in this step, each with why
+};
+
 class RequestStates {
  public:
   RequestStates(int64_t vocab_size, int64_t num_blocks, int block_size)
       : vocab_size_(vocab_size), num_blocks_(num_blocks), block_size_(block_size) {}
 
+  // Request data the workers cannot run fails that request alone: a new request whose prompt or
+  // sampling ids lie outside the vocabulary is refused (listed in `rejected`, never given a
+  // state), and it and any later delta for it stay out of every step until the engine lists it
+  // in finished_req_ids. Every stage and rank of a step decides the same way.
+  ScreenedStep screen(const sched::SchedulerOutput& output);
+
   // Drops the finished requests, applies each scheduled request's delta and sets (*states)[i]
-  // to scheduled[i]'s state. A delta for an unknown request, an id out of range, or a chunk
-  // beyond the known tokens or blocks is refused (the step must not run).
+  // to scheduled[i]'s state. `output` is a screened step (screen()'s `kept` when it is set). A
+  // delta for an unknown request, an output or draft token or a block id out of range, or a
+  // chunk beyond the known tokens or blocks is refused: those come from the engine's own
+  // scheduler and sampler, so the step must not run.
   common::Status apply(const sched::SchedulerOutput& output,
                        std::vector<CachedRequestState*>* states);
 
@@ -61,6 +82,7 @@ class RequestStates {
   int64_t vocab_size_, num_blocks_;
   int block_size_;
   std::unordered_map<std::string, CachedRequestState> states_;
+  std::unordered_set<std::string> rejected_;  // refused by screen(), not finished yet
 };
 
 }  // namespace worker

@@ -93,6 +93,11 @@ dist::Message encode_step(const StepEnvelope& step, std::vector<float> payload) 
   for (const auto& tokens : step.prompt_logprobs) sched::write_sampled_tokens(w, tokens);
   w.put<uint64_t>(step.draft_token_ids.size());
   for (const auto& drafts : step.draft_token_ids) w.put_vector(drafts);
+  std::vector<std::string> rejected_ids, rejected_why;
+  for (const auto& [id, why] : step.rejected)
+    rejected_ids.push_back(id), rejected_why.push_back(why);
+  w.put_strings(rejected_ids);
+  w.put_strings(rejected_why);
   const sched::KvTransferReport& t = step.transfers;
   w.put_strings(t.finished_sending);
   w.put_strings(t.finished_recving);
@@ -129,6 +134,12 @@ common::Status decode_step(const dist::Message& m, StepEnvelope* step) {
   step->draft_token_ids.resize(num_drafts);
   for (auto& drafts : step->draft_token_ids)
     if (!r.get_vector(&drafts)) return truncated("step");
+  std::vector<std::string> rejected_ids, rejected_why;
+  if (!r.get_strings(&rejected_ids) || !r.get_strings(&rejected_why) ||
+      rejected_ids.size() != rejected_why.size())
+    return truncated("step");
+  for (size_t i = 0; i < rejected_ids.size(); ++i)
+    step->rejected.push_back({std::move(rejected_ids[i]), std::move(rejected_why[i])});
   sched::KvTransferReport& t = step->transfers;
   std::vector<std::string> failed_ids, failed_why;
   if (!r.get_strings(&t.finished_sending) || !r.get_strings(&t.finished_recving) ||

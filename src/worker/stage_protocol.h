@@ -39,6 +39,8 @@ struct StepEnvelope {
   std::vector<std::vector<sched::SampledToken>> sampled;
   std::vector<std::vector<sched::SampledToken>> prompt_logprobs;  // ModelRunnerOutput's
   std::vector<std::vector<int32_t>> draft_token_ids;
+  // Set by the last stage: the requests the workers refused (ModelRunnerOutput::rejected).
+  std::vector<sched::RejectedRequest> rejected;
   // Set by the last stage: its KV connector's completed transfers.
   sched::KvTransferReport transfers;  // every stage appends its connector's report
 };

@@ -303,6 +303,7 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
           step.sampled = std::move(result->sampled);
           step.draft_token_ids = std::move(result->draft_token_ids);
           step.prompt_logprobs = std::move(result->prompt_logprobs);
+          step.rejected = std::move(result->rejected);  // every stage refuses the same ones
           append_report(std::move(result->transfers), &step.transfers);
           // Only the tokens go back to the engine, which remembers its own steps.
           if (spec.stage + 1 == spec.num_stages) step.output = {};

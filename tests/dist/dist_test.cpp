@@ -180,11 +180,15 @@ TEST(StageProtocolTest, StepRoundTripsAndTruncationIsRejected) {
       {}};
   step.draft_token_ids = {{13, 14}, {}};
   step.prompt_logprobs = {{sched::SampledToken{2, -4.0f, {{8, -0.75f}}, 17}}, {}};
+  step.rejected = {{"held", "'stop_token_ids' holds token id 600"}};
   dist::Message m = worker::encode_step(step, {1.0f, 2.0f});
   ASSERT_EQ(worker::message_kind(m).value(), worker::StageMessageKind::kStep);
   worker::StepEnvelope back;
   ASSERT_TRUE(worker::decode_step(m, &back).ok());
   EXPECT_EQ(back.step_id, 42);
+  ASSERT_EQ(back.rejected.size(), 1u);
+  EXPECT_EQ(back.rejected[0].req_id, "held");
+  EXPECT_EQ(back.rejected[0].why, step.rejected[0].why);
   ASSERT_EQ(back.prompt_logprobs.size(), 2u);
   ASSERT_EQ(back.prompt_logprobs[0].size(), 1u);
   EXPECT_EQ(back.prompt_logprobs[0][0].rank, 17);

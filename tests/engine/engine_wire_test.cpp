@@ -65,6 +65,8 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   o.num_prompt_tokens = 3;
   o.num_output_tokens = 1;
   o.kv_transfer_params = R"({"do_remote_prefill": true})";
+  o.error = "'prompt' holds token id 9";
+  o.error_status = 400;
   const auto obytes = engine::encode_output(o);
   auto oback = engine::decode_output(obytes);
   ASSERT_TRUE(oback.ok()) << oback.status().message();
@@ -78,6 +80,8 @@ TEST(EngineWireTest, RequestAndOutputRoundTrip) {
   EXPECT_EQ(oback->finish_reason, sched::FinishReason::kStop);
   EXPECT_EQ(std::get<std::string>(oback->stop_reason), "END");
   EXPECT_EQ(oback->kv_transfer_params, o.kv_transfer_params);
+  EXPECT_EQ(oback->error, o.error);
+  EXPECT_EQ(oback->error_status, 400);
   auto bad = obytes;
   bad.push_back(0);
   EXPECT_FALSE(engine::decode_output(bad).ok());

@@ -97,4 +97,27 @@ TEST(RequestStatesTest, BadStepsAreRefusedWithTheReason) {
   EXPECT_NE(refusal(early).find("samples before its last token"), std::string::npos);
 }
 
+// screen(): a new request whose own ids lie outside the vocabulary is held back with the field
+// and the id, the others keep their order; a step with nothing to hold back is left as it is.
+TEST(RequestStatesTest, ScreenHoldsBackRequestsWithOutOfVocabularyIds) {
+  worker::RequestStates states(100, 8, 4);
+  sched::SchedulerOutput step;
+  step.scheduled = {fresh("a", {1, 2}, {0}, 2), fresh("b", {1, 2}, {1}, 2),
+                    fresh("c", {3}, {2}, 1)};
+  EXPECT_FALSE(states.screen(step).kept.has_value());
+  step.scheduled[1].new_request->sampling.logit_bias = {{100, 1.0f}};
+  worker::ScreenedStep screened = states.screen(step);
+  ASSERT_TRUE(screened.kept.has_value());
+  ASSERT_EQ(screened.kept->scheduled.size(), 2u);
+  EXPECT_EQ(screened.kept->scheduled[1].req_id, "c");
+  EXPECT_EQ(screened.kept->total_num_scheduled_tokens, 3);
+  EXPECT_EQ(screened.kept_index, (std::vector<size_t>{0, 2}));
+  ASSERT_EQ(screened.rejected.size(), 1u);
+  EXPECT_EQ(screened.rejected[0].why,
+            "'logit_bias' holds token id 100, outside the vocabulary [0, 100)");
+  std::vector<worker::CachedRequestState*> got;
+  ASSERT_TRUE(states.apply(*screened.kept, &got).ok());
+  EXPECT_EQ(states.size(), 2u);
+}
+
 }  // namespace
