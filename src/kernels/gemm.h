@@ -1,9 +1,10 @@
 // Linear layers: y[M, N] = x[M, K] · W[N, K]ᵀ with f32 activations and F32 or BF16 weights.
 // Small M (decode) streams the weights once through an AVX2 or AVX-512 kernel (cpu_features());
-// larger M runs AMX-BF16 on BF16 weights where the CPU has it, else converts weight tiles to f32
-// and runs OpenBLAS sgemm (single-threaded, tiles split across our ThreadPool). With
-// ActivationPrecision::kBf16, BF16 weights see bf16-rounded activations (vdpbf16ps for larger M).
-// Thread-safe for distinct outputs; uses per-thread scratch.
+// larger M runs AMX-BF16 on BF16 weights where the CPU has it, else our AVX2 tiled kernel or the
+// AVX-512 streaming kernel in blocks of rows. Each of those forms a token's outputs the same way
+// whatever the batch and the thread count (docs/ARCHITECTURE.md, "Batch invariance"). With
+// ActivationPrecision::kBf16, BF16 weights see bf16-rounded activations (vdpbf16ps on
+// AVX512_BF16). Thread-safe for distinct outputs; uses per-thread scratch.
 #pragma once
 
 #include <cstdint>
@@ -88,9 +89,14 @@ class ScopedReferenceLinear {
   bool saved_;
 };
 
-// The two fast paths, exposed for tests and the benchmark.
+// The fast paths, exposed for tests and the benchmark. linear_tiled is the AVX2 tiled kernel
+// (larger M): each output equals linear_streaming's on the AVX2 path bit for bit, whatever m
+// and the thread count; linear_blas (OpenBLAS sgemm) is no longer on any path of linear() and
+// stays for comparison.
 void linear_streaming(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
                       common::ThreadPool& pool);
+void linear_tiled(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
+                  common::ThreadPool& pool);
 void linear_blas(const float* x, int64_t m, const tensor::WeightView& w, float* y, int64_t ldy,
                  common::ThreadPool& pool);
 // The streaming kernel over all of w's rows on the calling thread, for callers that split the

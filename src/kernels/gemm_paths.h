@@ -17,6 +17,18 @@ void streaming_range_avx2(const float* x, int64_t m, const tensor::WeightView& w
                           int64_t ldy, int64_t n_begin, int64_t n_end);
 void streaming_range_avx512(const float* x, int64_t m, const tensor::WeightView& w, float* y,
                             int64_t ldy, int64_t n_begin, int64_t n_end);
+// The AVX2 tiled kernel (gemm_tiled_avx2.cpp), each output the AVX2 streaming kernel's bits:
+// x [m, k] packed in tiles of tiled_avx2_tile_rows() rows (tiled_avx2_packed_size floats;
+// pack_tiled_avx2_rows packs tiles [tile_begin, tile_end)), then outputs [n_begin, n_end) of
+// the rows of tiles [tile_begin, tile_end) from the packed rows (x itself for the K % 8 tail).
+int64_t tiled_avx2_tile_rows();
+int64_t tiled_avx2_packed_size(int64_t m, int64_t k);
+void pack_tiled_avx2_rows(const float* x, int64_t m, int64_t k, int64_t tile_begin,
+                          int64_t tile_end, float* out);
+void tiled_range_avx2(const float* packed_x, const float* x, int64_t m, const tensor::WeightView& w,
+                      float* y, int64_t ldy, int64_t n_begin, int64_t n_end, int64_t tile_begin,
+                      int64_t tile_end);
+
 // Up to this many activation rows, the streaming kernels (float and int8) walk the weight rows
 // one at a time in address order instead of four interleaved, so that a decode GEMV reads one
 // sequential stream. On a 2-core AVX-512 EPYC (Zen 4), four interleaved rows of 1-4 KiB read

@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kernels/int8_linear.h"
 #include "test_util.h"
 
 namespace {
@@ -306,6 +308,72 @@ TEST(GemmTest, DecodeOutputsDoNotDependOnTheBatch) {
                 << path.name << " K " << k << " m " << m << " token " << i / n << " row " << i % n
                 << " precision " << static_cast<int>(precision) << " dtype "
                 << static_cast<int>(dtype);
+        }
+      }
+    }
+  }
+}
+
+// A token's outputs are the same bits whatever the batch beside it (1 to 300 rows, across every
+// kernel switch: streaming, tiled, int8) and the thread count (1-3), on every ISA path here, for
+// f32 and bf16 activations on F32 and BF16 weights and for W8A8's int8 weights (dynamic
+// per-token int8 activations). K covers every K % 16 case of the kernels. One switch changes
+// the bits: on AVX512_BF16 with bf16 activations, fewer than kBf16DotMinRows rows run the GEMV
+// form (lanes along K, 32 partial sums per output) and more the dot form (one chain over K per
+// output); each form is invariant, and the two agree to rounding (checked below; ARCHITECTURE,
+// "Batch invariance").
+TEST(GemmTest, ATokensOutputsDoNotDependOnTheBatchOrTheThreads) {
+  const int64_t batches[] = {1, 2, 3, 7, 11, 12, 16, 64, 300};
+  const int64_t n = 70, max_m = 300;
+  std::vector<std::unique_ptr<common::ThreadPool>> pools;
+  for (int t = 1; t <= 3; ++t) pools.push_back(std::make_unique<common::ThreadPool>(t));
+  for (const int64_t k : {int64_t{512}, int64_t{300}, int64_t{264}, int64_t{129}}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kI8}) {
+      tensor::WeightMatrix w;
+      if (dtype == DType::kI8) {
+        auto f = testutil::random_matrix(DType::kF32, n, k, 31);
+        kernels::quantize_weight_rows(f.mutable_f32(), n, k, w);
+      } else {
+        w = testutil::random_matrix(dtype, n, k, 31);
+      }
+      const auto x = testutil::random_vector(static_cast<size_t>(max_m * k), 32);
+      for (const auto precision :
+           {kernels::ActivationPrecision::kF32, kernels::ActivationPrecision::kBf16}) {
+        if (precision == kernels::ActivationPrecision::kBf16 && dtype != DType::kBF16) continue;
+        const kernels::ScopedActivationPrecision scoped(precision);
+        for (const auto& path : testutil::supported_isa_paths()) {
+          kernels::ScopedCpuFeatures isa(path.features);
+          // The two bf16 forms of AVX512_BF16 (without AMX, whose tiles take the rounded rows).
+          const bool two_forms = precision == kernels::ActivationPrecision::kBf16 &&
+                                 kernels::cpu_features().avx512_bf16 &&
+                                 !kernels::amx_bf16_active() && k % 2 == 0;
+          std::vector<float> alone(max_m * n), whole(max_m * n);
+          for (int64_t t = 0; t < max_m; ++t)
+            kernels::linear(x.data() + t * k, 1, w.view(), alone.data() + t * n, *pools[0]);
+          kernels::linear(x.data(), max_m, w.view(), whole.data(), *pools[0]);
+          if (two_forms) {
+            EXPECT_LT(testutil::max_rel_error(whole, alone), 1e-5) << path.name << " K " << k;
+          } else {
+            ASSERT_EQ(whole, alone) << path.name << " K " << k << " " << tensor::dtype_name(dtype);
+          }
+          for (auto& pool_ptr : pools) {
+            common::ThreadPool& pool = *pool_ptr;
+            for (const int64_t m : batches) {
+              const std::vector<float>& expected =
+                  two_forms && m >= kernels::kBf16DotMinRows ? whole : alone;
+              std::vector<float> batch(m * n, -1.0f);
+              // Each batch starts at a different token, so every token meets new neighbours.
+              const int64_t first = (max_m - m) / 2;
+              kernels::linear(x.data() + first * k, m, w.view(), batch.data(), pool);
+              for (int64_t i = 0; i < m * n; ++i) {
+                ASSERT_EQ(batch[i], expected[first * n + i])
+                    << path.name << " K " << k << " dtype " << tensor::dtype_name(dtype)
+                    << " precision " << static_cast<int>(precision) << " threads "
+                    << pool.num_threads() << " batch " << m << " token " << first + i / n
+                    << " output " << i % n;
+              }
+            }
+          }
         }
       }
     }
