@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command: installs dependencies, builds, runs every test with CTest
 # (extra args go to ctest). `scripts/test.sh --sanitize` instead runs the instrumented builds:
-# ASan + UBSan (leak checking on) over the unit and e2e tests in build-asan/, TSan over the
+# ASan + UBSan (leak checking on) over the unit and e2e tests in build-asan/ (not the label avx2
+# reruns of the invariance suites on the AVX2 paths, which the default run has), TSan over the
 # engine, serve, KV transfer, PD, collectives, TP and DP tests in build-tsan/, then a short bounded run of
 # every fuzz target.
 set -euo pipefail
@@ -31,7 +32,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 LSAN_OPTIONS=suppressions="$PWD/tests/sanitizer/lsan.supp":print_suppressions=0 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800 \
-    -E 'two_host_pipeline_test|two_host_tp_test|two_host_dp_test' "$@"
+    -E 'two_host_pipeline_test|two_host_tp_test|two_host_dp_test' -LE avx2 "$@"
 
 echo "== TSan (build-tsan)"
 sanitized_build build-tsan thread chunkpipe engine_test serve_e2e_test abuse_e2e_test transfer_test \
