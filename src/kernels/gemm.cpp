@@ -311,26 +311,39 @@ void linear_tiled(const float* x, int64_t m, const WeightView& w, float* y, int6
                   common::ThreadPool& pool) {
   CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear_tiled: bad weight dtype";
   if (m <= 0 || w.rows == 0) return;
-  const int64_t k = w.cols, tile_rows = detail::tiled_avx2_tile_rows();
+  const bool avx512 = cpu_features().avx512;
+  const int64_t k = w.cols;
+  const int64_t tile_rows =
+      avx512 ? detail::tiled_avx512_tile_rows() : detail::tiled_avx2_tile_rows();
   const int64_t tiles = (m + tile_rows - 1) / tile_rows;
   // The caller's scratch, reached by the workers through a pointer (see linear_amx_row_major).
   thread_local tensor::AlignedBuffer<float> packed_scratch;
-  const size_t size = size_t(detail::tiled_avx2_packed_size(m, k));
+  const size_t size = size_t(avx512 ? detail::tiled_avx512_packed_size(m, k)
+                                    : detail::tiled_avx2_packed_size(m, k));
   if (packed_scratch.size() < size) packed_scratch.resize(size);
   float* packed = packed_scratch.data();
   pool.parallel_for(tiles, 1, [&](int64_t b, int64_t e, int) {
-    detail::pack_tiled_avx2_rows(x, m, k, b, e, packed);
+    if (avx512) {
+      detail::pack_tiled_avx512_rows(x, m, k, b, e, packed);
+    } else {
+      detail::pack_tiled_avx2_rows(x, m, k, b, e, packed);
+    }
   });
   // Blocks of rows whose packed values (8 MiB) stay in the last-level cache while every weight
   // panel of a thread's share passes over them; each panel is packed once per block. On the
   // Zen 4 (2 threads, M 4096, N 2048, K 2048) 2 MiB blocks ran 5% slower and 32 MiB ones 28%.
   const int64_t block_tiles =
       std::max<int64_t>(8, (int64_t{1} << 21) / std::max<int64_t>(k, 8) / tile_rows);
-  const int64_t panels = (w.rows + 15) / 16;
+  const int64_t panel = avx512 ? 32 : 16, panels = (w.rows + panel - 1) / panel;
   for (int64_t t0 = 0; t0 < tiles; t0 += block_tiles) {
     const int64_t t1 = std::min(tiles, t0 + block_tiles);
     pool.parallel_for(panels, 1, [&](int64_t b, int64_t e, int) {
-      detail::tiled_range_avx2(packed, x, m, w, y, ldy, b * 16, std::min(w.rows, e * 16), t0, t1);
+      const int64_t n0 = b * panel, n1 = std::min(w.rows, e * panel);
+      if (avx512) {
+        detail::tiled_range_avx512(packed, m, w, y, ldy, n0, n1, t0, t1);
+      } else {
+        detail::tiled_range_avx2(packed, x, m, w, y, ldy, n0, n1, t0, t1);
+      }
     });
   }
 }
@@ -419,14 +432,9 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
     thread_local Bf16x3Activations split;
     split_bf16x3(x, w.cols, m, w.cols, split, pool);
     linear_amx(split, AmxWeightRows{w.bf16(), nullptr}, w.rows, AmxOutput{y, ldy}, pool);
-  } else if (cpu_features().avx512) {
-    // Blocks of kStreamingMaxRowsBf16Avx512 rows: each output is formed the same way in every
-    // block, and a block's rows stay in the cache while the weights stream past them.
-    for (int64_t r = 0; r < m; r += kStreamingMaxRowsBf16Avx512) {
-      linear_streaming(x + r * w.cols, std::min(kStreamingMaxRowsBf16Avx512, m - r), w, y + r * ldy,
-                       ldy, pool);
-    }
-  } else if (m <= (w.dtype == DType::kF32 ? kStreamingMaxRowsF32 : kStreamingMaxRowsBf16)) {
+  } else if (m <= (w.dtype == DType::kF32  ? kStreamingMaxRowsF32
+                   : cpu_features().avx512 ? kStreamingMaxRowsBf16Avx512
+                                           : kStreamingMaxRowsBf16)) {
     linear_streaming(x, m, w, y, ldy, pool);
   } else {
     linear_tiled(x, m, w, y, ldy, pool);

@@ -35,6 +35,20 @@ inline __m512 load_tail(const void* base, int64_t i, __mmask16 mask) {
   }
 }
 
+}  // namespace
+
+// The lanes' sum in a fixed tree, written out so that it does not depend on the compiler's
+// _mm512_reduce_add_ps: h8[j] = v[8+j] + v[j], h4[j] = h8[4+j] + h8[j], h2[j] = h4[j] +
+// h4[j+2], then h2[0] + h2[1]. The tiled kernel applies the same additions across outputs.
+float reduce16(__m512 v) {
+  const __m256 h8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 1), _mm512_castps512_ps256(v));
+  const __m128 h4 = _mm_add_ps(_mm256_extractf128_ps(h8, 1), _mm256_castps256_ps128(h8));
+  const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+
+namespace {
+
 // out[mb][nb] = dot(w[n0 + nb], x[mb]) for NB weight rows and MB activation rows.
 template <bool kBf16, int NB, int MB>
 inline void dot_tile(const float* x, int64_t k, const void* w, int64_t n0, float* y, int64_t ldy) {
@@ -63,7 +77,7 @@ inline void dot_tile(const float* x, int64_t k, const void* w, int64_t n0, float
     }
   }
   for (int nb = 0; nb < NB; ++nb)
-    for (int mb = 0; mb < MB; ++mb) y[mb * ldy + n0 + nb] = _mm512_reduce_add_ps(acc[nb][mb]);
+    for (int mb = 0; mb < MB; ++mb) y[mb * ldy + n0 + nb] = reduce16(acc[nb][mb]);
 }
 
 template <bool kBf16, int NB>

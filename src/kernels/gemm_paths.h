@@ -21,6 +21,21 @@ void streaming_range_avx512(const float* x, int64_t m, const tensor::WeightView&
 // x [m, k] packed in tiles of tiled_avx2_tile_rows() rows (tiled_avx2_packed_size floats;
 // pack_tiled_avx2_rows packs tiles [tile_begin, tile_end)), then outputs [n_begin, n_end) of
 // the rows of tiles [tile_begin, tile_end) from the packed rows (x itself for the K % 8 tail).
+// Packs `lanes` (a multiple of 8) rows (F32, or BF16 when `bf16`; null rows pack as zeros) for
+// the tiled kernels: value k' < k_end of row l goes to out[(offset[k' % 16] + k' / 16) · lanes +
+// l], zero past k. Baseline code that the AVX-512 tiled kernel calls too.
+void pack_subsum_lanes(const void* const* rows, bool bf16, int64_t lanes, int64_t k, int64_t k_end,
+                       const int64_t* offset, float* out);
+// The AVX-512 tiled kernel (gemm_tiled_avx512.cpp), each output the AVX-512 streaming
+// kernel's bits; the same three steps as the AVX2 one. Both reduce an output's 16 lanes in the
+// tree of reduce16 (gemm_avx512.cpp, AVX-512 code: call it only from there).
+int64_t tiled_avx512_tile_rows();
+int64_t tiled_avx512_packed_size(int64_t m, int64_t k);
+void pack_tiled_avx512_rows(const float* x, int64_t m, int64_t k, int64_t tile_begin,
+                            int64_t tile_end, float* out);
+void tiled_range_avx512(const float* packed_x, int64_t m, const tensor::WeightView& w, float* y,
+                        int64_t ldy, int64_t n_begin, int64_t n_end, int64_t tile_begin,
+                        int64_t tile_end);
 int64_t tiled_avx2_tile_rows();
 int64_t tiled_avx2_packed_size(int64_t m, int64_t k);
 void pack_tiled_avx2_rows(const float* x, int64_t m, int64_t k, int64_t tile_begin,

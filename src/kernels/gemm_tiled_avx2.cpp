@@ -78,6 +78,15 @@ inline __m256 load8(const void* row, int64_t i) {
   }
 }
 
+template <bool kBf16>
+inline float load1(const void* row, int64_t j) {
+  if constexpr (kBf16) {
+    return tensor::bf16_to_f32(static_cast<const uint16_t*>(row)[j]);
+  } else {
+    return static_cast<const float*>(row)[j];
+  }
+}
+
 // Packs `lanes` (a multiple of 8) source rows as [s][t][lanes]: rows[l] is null past the
 // operand's end (packed as zeros). Values are the rows' f32 (bf16 widened exactly).
 template <bool kBf16>
@@ -153,15 +162,6 @@ inline __m256 reduce8(const TileSums& sub, int r, int o0) {
 }
 
 template <bool kBf16>
-inline float load1(const void* row, int64_t j) {
-  if constexpr (kBf16) {
-    return tensor::bf16_to_f32(static_cast<const uint16_t*>(row)[j]);
-  } else {
-    return static_cast<const float*>(row)[j];
-  }
-}
-
-template <bool kBf16>
 void tiled_range(const float* xp, const float* x, int64_t m, const tensor::WeightView& w, float* y,
                  int64_t ldy, int64_t n_begin, int64_t n_end, int64_t tile_begin,
                  int64_t tile_end) {
@@ -216,6 +216,33 @@ void tiled_range(const float* xp, const float* x, int64_t m, const tensor::Weigh
 }
 
 }  // namespace
+
+void pack_subsum_lanes(const void* const* rows, bool bf16, int64_t lanes, int64_t k, int64_t k_end,
+                       const int64_t* offset, float* out) {
+  const int64_t full = std::min(k, k_end) / 8 * 8;  // 8-blocks read whole
+  for (int64_t g = 0; g < lanes; g += 8) {
+    for (int64_t kb = 0; kb < k_end; kb += 8) {
+      __m256 v[8];
+      for (int j = 0; j < 8; ++j) {
+        const void* row = rows[g + j];
+        if (row == nullptr) {
+          v[j] = _mm256_setzero_ps();
+        } else if (kb < full) {
+          v[j] = bf16 ? load8<true>(row, kb) : load8<false>(row, kb);
+        } else {  // past K: zeros
+          alignas(32) float part[8] = {};
+          for (int64_t i = kb; i < std::min(k, kb + 8); ++i)
+            part[i - kb] = bf16 ? load1<true>(row, i) : load1<false>(row, i);
+          v[j] = _mm256_load_ps(part);
+        }
+      }
+      transpose8(v);
+      const int s0 = static_cast<int>(kb % 16);
+      const int64_t t = kb / 16;
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + (offset[s0 + j] + t) * lanes + g, v[j]);
+    }
+  }
+}
 
 int64_t tiled_avx2_packed_size(int64_t m, int64_t k) {
   return (m + kRows - 1) / kRows * kRows * (k / 8 * 8);
