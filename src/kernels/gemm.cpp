@@ -8,7 +8,6 @@
 #include <cblas.h>
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <mutex>
 
 #include "common/check.h"
@@ -31,26 +30,6 @@ void ensure_blas_single_threaded() {
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
-template <bool kBf16>
-inline __m256 load8(const void* base, int64_t i) {
-  if constexpr (kBf16) {
-    __m128i raw =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-  } else {
-    return _mm256_loadu_ps(static_cast<const float*>(base) + i);
-  }
-}
-
-template <bool kBf16>
-inline float load1(const void* base, int64_t i) {
-  if constexpr (kBf16) {
-    return tensor::bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
-  } else {
-    return static_cast<const float*>(base)[i];
-  }
-}
-
 // How the AVX2 streaming kernel forms each output's dot product: K runs in blocks of 8 values,
 // block b accumulates into chain b % kStreamChains (one accumulator per chain, blocks in order),
 // the chains are added in a fixed tree, the lanes reduced, and the last K % 8 products added in
@@ -69,7 +48,7 @@ __attribute__((always_inline)) inline void stream_block(__m256 (&acc)[NB][MB], c
   __m256 xv[MB];
   for (int mb = 0; mb < MB; ++mb) xv[mb] = _mm256_loadu_ps(x + mb * k + i);
   for (int nb = 0; nb < NB; ++nb) {
-    const __m256 wv = load8<kBf16>(rows[nb], i);
+    const __m256 wv = simd::load8<kBf16>(rows[nb], i);
     for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm256_fmadd_ps(wv, xv[mb], acc[nb][mb]);
   }
 }
@@ -84,7 +63,8 @@ __attribute__((always_inline)) inline void stream_finish(
     for (int mb = 0; mb < MB; ++mb) {
       float s = simd::hsum(_mm256_add_ps(chains[0][nb][mb], chains[1][nb][mb]));
       // An explicit FMA per tail value, as the tiled kernel adds them (gemm_tiled_avx2.cpp).
-      for (int64_t j = tail; j < k; ++j) s = std::fma(load1<kBf16>(rows[nb], j), x[mb * k + j], s);
+      for (int64_t j = tail; j < k; ++j)
+        s = std::fma(simd::load1<kBf16>(rows[nb], j), x[mb * k + j], s);
       y[mb * ldy + n0 + nb] = s;
     }
   }
@@ -255,7 +235,7 @@ void detail::streaming_range_avx2(const float* x, int64_t m, const WeightView& w
 
 void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8<true>(src, i));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, simd::load8<true>(src, i));
   for (; i < n; ++i) dst[i] = tensor::bf16_to_f32(src[i]);
 }
 

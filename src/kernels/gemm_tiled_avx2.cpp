@@ -67,26 +67,6 @@ inline void transpose8(__m256 (&r)[8]) {
   r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-template <bool kBf16>
-inline __m256 load8(const void* row, int64_t i) {
-  if constexpr (kBf16) {
-    const __m128i raw =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + i));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-  } else {
-    return _mm256_loadu_ps(static_cast<const float*>(row) + i);
-  }
-}
-
-template <bool kBf16>
-inline float load1(const void* row, int64_t j) {
-  if constexpr (kBf16) {
-    return tensor::bf16_to_f32(static_cast<const uint16_t*>(row)[j]);
-  } else {
-    return static_cast<const float*>(row)[j];
-  }
-}
-
 // Packs `lanes` (a multiple of 8) source rows as [s][t][lanes]: rows[l] is null past the
 // operand's end (packed as zeros). Values are the rows' f32 (bf16 widened exactly).
 template <bool kBf16>
@@ -95,7 +75,7 @@ void pack_subsums(const void* const* rows, int64_t lanes, const SubSumLayout& L,
     for (int64_t kb = 0; kb < L.k8; kb += 8) {  // one 8-block of K: sub-sums s0 .. s0 + 7
       __m256 v[8];
       for (int j = 0; j < 8; ++j)
-        v[j] = rows[g + j] ? load8<kBf16>(rows[g + j], kb) : _mm256_setzero_ps();
+        v[j] = rows[g + j] ? simd::load8<kBf16>(rows[g + j], kb) : _mm256_setzero_ps();
       transpose8(v);  // v[j]: K index kb + j across the 8 rows
       const int s0 = static_cast<int>(kb % 16);
       const int64_t t = kb / 16;
@@ -206,7 +186,8 @@ void tiled_range(const float* xp, const float* x, int64_t m, const tensor::Weigh
           const float* xr = x + (r0 + r) * k;
           for (int64_t o = 0; o < outputs; ++o) {
             float acc = out[o];  // then the tail in order, as stream_finish adds it
-            for (int64_t j = L.k8; j < k; ++j) acc = std::fma(load1<kBf16>(rows[o], j), xr[j], acc);
+            for (int64_t j = L.k8; j < k; ++j)
+              acc = std::fma(simd::load1<kBf16>(rows[o], j), xr[j], acc);
             yr[o] = acc;
           }
         }
@@ -228,11 +209,11 @@ void pack_subsum_lanes(const void* const* rows, bool bf16, int64_t lanes, int64_
         if (row == nullptr) {
           v[j] = _mm256_setzero_ps();
         } else if (kb < full) {
-          v[j] = bf16 ? load8<true>(row, kb) : load8<false>(row, kb);
+          v[j] = bf16 ? simd::load8<true>(row, kb) : simd::load8<false>(row, kb);
         } else {  // past K: zeros
           alignas(32) float part[8] = {};
           for (int64_t i = kb; i < std::min(k, kb + 8); ++i)
-            part[i - kb] = bf16 ? load1<true>(row, i) : load1<false>(row, i);
+            part[i - kb] = bf16 ? simd::load1<true>(row, i) : simd::load1<false>(row, i);
           v[j] = _mm256_load_ps(part);
         }
       }

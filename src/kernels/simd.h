@@ -1,7 +1,7 @@
 // <immintrin.h> for the kernels, with GCC 12's false warnings inside its own AVX-512 intrinsics
-// silenced (GCC bug 105593), and the 256-bit horizontal sums several kernels share. Baseline
-// (AVX2) code only: files compiled for a higher ISA include it before their target region.
-// Pure; thread-safe.
+// silenced (GCC bug 105593), the 256-bit horizontal sums and the weight-row loads several kernels
+// share. Baseline (AVX2) code only: files compiled for a higher ISA include it before their target
+// region. Pure; thread-safe.
 #pragma once
 
 #if defined(__clang__)
@@ -16,7 +16,31 @@
 
 #include <cstdint>
 
+#include "tensor/dtype.h"
+
 namespace kernels::simd {
+
+// Eight values of a weight row from i as f32: BF16 widened exactly (a shift), or F32.
+template <bool kBf16>
+inline __m256 load8(const void* row, int64_t i) {
+  if constexpr (kBf16) {
+    const __m128i raw =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+  } else {
+    return _mm256_loadu_ps(static_cast<const float*>(row) + i);
+  }
+}
+
+// Value i of a BF16 or F32 weight row as f32.
+template <bool kBf16>
+inline float load1(const void* row, int64_t i) {
+  if constexpr (kBf16) {
+    return tensor::bf16_to_f32(static_cast<const uint16_t*>(row)[i]);
+  } else {
+    return static_cast<const float*>(row)[i];
+  }
+}
 
 inline float hsum(__m256 v) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
