@@ -95,11 +95,9 @@ std::string kernel_paths_line() {
   const std::string openblas = std::string("openblas (") + openblas_get_corename() + " kernels)";
   // Larger batches: ours on AVX2 and AVX-512, each output the streaming kernel's bits.
   const std::string tiles =
-      f.avx512
-          ? "avx512 streaming in blocks of " + std::to_string(kStreamingMaxRowsBf16Avx512) +
-                " tokens"
-          : std::string("avx2 (from ") + std::to_string(kStreamingMaxRowsBf16 + 1) +
-                " tokens on bf16 weights, " + std::to_string(kStreamingMaxRowsF32 + 1) + " on f32)";
+      std::string(f.avx512 ? "avx512" : "avx2") + " (from " +
+      std::to_string((f.avx512 ? kStreamingMaxRowsBf16Avx512 : kStreamingMaxRowsBf16) + 1) +
+      " tokens on bf16 weights, " + std::to_string(kStreamingMaxRowsF32 + 1) + " on f32)";
   s += ", linear f32/bf16 tiles ";
   s += f.amx_bf16 ? "amx_bf16 (bf16 weights, f32 activations as three exact bf16 terms, weights "
                     "read in place from 8 to 256 tokens; f32 weights " +
