@@ -98,19 +98,7 @@ void matrix_tensors(const std::string& name, const tensor::WeightView& w, int64_
       scales[bi * sc + bj] = s;
       for (int64_t r = bi * block; r < std::min(rows, (bi + 1) * block); ++r) {
         for (int64_t c = bj * block; c < std::min(cols, (bj + 1) * block); ++c) {
-          // Nearest e4m3 value by search over the 127 non-negative finite codes.
-          const float v = element(w, row0 + r, c) / s;
-          const float a = std::abs(v);
-          uint8_t best = 0;
-          float best_err = INFINITY;
-          for (int code = 0; code < 0x7F; ++code) {
-            const float err = std::abs(tensor::fp8_e4m3_to_f32(static_cast<uint8_t>(code)) - a);
-            if (err < best_err) {
-              best_err = err;
-              best = static_cast<uint8_t>(code);
-            }
-          }
-          q[r * cols + c] = static_cast<uint8_t>(best | (v < 0 ? 0x80 : 0));
+          q[r * cols + c] = tensor::f32_to_fp8_e4m3(element(w, row0 + r, c) / s);
         }
       }
     }

@@ -100,4 +100,26 @@ float fp8_e4m3_to_f32(uint8_t bits) {
   return kTable[bits];
 }
 
+uint8_t f32_to_fp8_e4m3(float v) {
+  const float a = std::abs(v);
+  // Codes 0 .. 0x7E decode to increasing values 0 .. 448: the last one at or below a, then its
+  // upper neighbour if that is strictly nearer.
+  int lo = 0, hi = 0x7E;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (fp8_e4m3_to_f32(static_cast<uint8_t>(mid)) <= a) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  int code = lo;
+  if (code < 0x7E) {
+    const float below = std::abs(fp8_e4m3_to_f32(static_cast<uint8_t>(code)) - a);
+    const float above = std::abs(fp8_e4m3_to_f32(static_cast<uint8_t>(code + 1)) - a);
+    if (above < below) ++code;
+  }
+  return static_cast<uint8_t>(code | (v < 0 ? 0x80 : 0));
+}
+
 }  // namespace tensor

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 namespace {
 
@@ -19,6 +20,43 @@ TEST(DtypeTest, Fp8E4m3KnownValues) {
   EXPECT_TRUE(std::isnan(tensor::fp8_e4m3_to_f32(0x7F)));
   EXPECT_TRUE(std::isnan(tensor::fp8_e4m3_to_f32(0xFF)));
   EXPECT_EQ(tensor::fp8_e4m3_to_f32(0x80), 0.0f);
+}
+
+// The bisecting encoder picks what the search over all 127 codes picked (the checkpoint writer
+// used that search): every code's value and both midpoints around it, and a sweep of values
+// across the range, each with both signs.
+TEST(DtypeTest, Fp8E4m3EncoderEqualsTheSearch) {
+  auto search = [](float v) {
+    const float a = std::abs(v);
+    uint8_t best = 0;
+    float best_err = INFINITY;
+    for (int code = 0; code < 0x7F; ++code) {
+      const float err = std::abs(tensor::fp8_e4m3_to_f32(static_cast<uint8_t>(code)) - a);
+      if (err < best_err) {
+        best_err = err;
+        best = static_cast<uint8_t>(code);
+      }
+    }
+    return static_cast<uint8_t>(best | (v < 0 ? 0x80 : 0));
+  };
+  std::vector<float> values = {0.0f, 448.0f, 449.0f, 1e-12f};
+  for (int code = 0; code < 0x7F; ++code) {
+    const float v = tensor::fp8_e4m3_to_f32(static_cast<uint8_t>(code));
+    values.push_back(v);
+    if (code < 0x7E) {
+      const float next = tensor::fp8_e4m3_to_f32(static_cast<uint8_t>(code + 1));
+      values.push_back((v + next) / 2);  // a tie: the smaller code
+      values.push_back(std::nextafter((v + next) / 2, 0.0f));
+      values.push_back(std::nextafter((v + next) / 2, 1e9f));
+    }
+  }
+  for (float v = 1e-4f; v < 448.0f; v *= 1.0137f) values.push_back(v);
+  for (float v : values) {
+    EXPECT_EQ(tensor::f32_to_fp8_e4m3(v), search(v)) << v;
+    EXPECT_EQ(tensor::f32_to_fp8_e4m3(-v), search(-v)) << -v;
+  }
+  EXPECT_EQ(tensor::f32_to_fp8_e4m3(1.0f), 0x38);
+  EXPECT_EQ(tensor::f32_to_fp8_e4m3(-448.0f), 0xFE);
 }
 
 TEST(DtypeTest, Bf16RoundTripAndRounding) {
