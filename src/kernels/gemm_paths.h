@@ -26,6 +26,12 @@ void streaming_range_avx512(const float* x, int64_t m, const tensor::WeightView&
 // l], zero past k. Baseline code that the AVX-512 tiled kernel calls too.
 void pack_subsum_lanes(const void* const* rows, bool bf16, int64_t lanes, int64_t k, int64_t k_end,
                        const int64_t* offset, float* out);
+// The activations for the tiled kernels: tiles [tile_begin, tile_end) of kSubSumTileRows rows of
+// x [m, k], each packed by pack_subsum_lanes as 8 lanes (the rows past a tile's 6, and past m,
+// are zero) at out + tile · k_end · 8.
+inline constexpr int64_t kSubSumTileRows = 6;
+void pack_subsum_tiles(const float* x, int64_t m, int64_t k, int64_t k_end, const int64_t* offset,
+                       int64_t tile_begin, int64_t tile_end, float* out);
 // The AVX-512 tiled kernel (gemm_tiled_avx512.cpp), each output the AVX-512 streaming
 // kernel's bits; the same three steps as the AVX2 one. Both reduce an output's 16 lanes in the
 // tree of reduce16 (gemm_avx512.cpp, AVX-512 code: call it only from there).

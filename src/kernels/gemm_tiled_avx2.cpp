@@ -7,8 +7,8 @@
 // over k = 16t + s (lane s % 8 of chain s / 8), for the full 16-blocks of K and, for s < 8, the
 // leftover 8-block; the sub-sums are reduced in a fixed tree and the K % 8 tail added in order.
 // Here the sub-sums come from an outer-product micro-kernel: weights packed per panel of 16
-// outputs and activations per tile of 6 rows as [s][t][lanes], 16 outputs in two vectors
-// against 6 broadcast rows (12 accumulators), one pass over t per sub-sum.
+// outputs and activations per tile of 6 rows (8 lanes apart) as [s][t][lanes], 16 outputs in two
+// vectors against 6 broadcast rows (12 accumulators), one pass over t per sub-sum.
 #include "kernels/gemm_paths.h"
 
 #include <algorithm>
@@ -21,8 +21,9 @@
 namespace kernels::detail {
 namespace {
 
-constexpr int64_t kRows = 6;      // activation rows per tile
-constexpr int64_t kOutputs = 16;  // outputs per weight panel
+constexpr int64_t kRows = kSubSumTileRows;  // activation rows per tile
+constexpr int64_t kLanes = 8;               // packed lanes per tile step (rows 6 and 7 are zero)
+constexpr int64_t kOutputs = 16;            // outputs per weight panel
 constexpr int kSubSums = 16;
 // Tiles that share each pass over a panel's sub-sum (its 1/16 of the panel stays in L1 across
 // them). On the Zen 4 (2 threads, N 512-2048, K 512-7168, M 64-2048) 4 beat 1 and 8 by 2-10%.
@@ -67,23 +68,6 @@ inline void transpose8(__m256 (&r)[8]) {
   r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-// Packs `lanes` (a multiple of 8) source rows as [s][t][lanes]: rows[l] is null past the
-// operand's end (packed as zeros). Values are the rows' f32 (bf16 widened exactly).
-template <bool kBf16>
-void pack_subsums(const void* const* rows, int64_t lanes, const SubSumLayout& L, float* out) {
-  for (int64_t g = 0; g < lanes; g += 8) {
-    for (int64_t kb = 0; kb < L.k8; kb += 8) {  // one 8-block of K: sub-sums s0 .. s0 + 7
-      __m256 v[8];
-      for (int j = 0; j < 8; ++j)
-        v[j] = rows[g + j] ? simd::load8<kBf16>(rows[g + j], kb) : _mm256_setzero_ps();
-      transpose8(v);  // v[j]: K index kb + j across the 8 rows
-      const int s0 = static_cast<int>(kb % 16);
-      const int64_t t = kb / 16;
-      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + (L.offset[s0 + j] + t) * lanes + g, v[j]);
-    }
-  }
-}
-
 // One tile's sub-sums: sub[s][r][o] for kRows activation rows against kOutputs outputs.
 using TileSums = float[kSubSums][kRows][kOutputs];
 
@@ -93,7 +77,7 @@ void subsum_pass(const float* xs, const float* ws, int64_t steps, int s, TileSum
   static_assert(kRows == 6 && kOutputs == 16, "the accumulators below are 6 x 2 vectors");
   __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
   __m256 a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
-  for (int64_t t = 0; t < steps; ++t, ws += kOutputs, xs += kRows) {
+  for (int64_t t = 0; t < steps; ++t, ws += kOutputs, xs += kLanes) {
     const __m256 w0 = _mm256_loadu_ps(ws), w1 = _mm256_loadu_ps(ws + 8);
     __m256 b = _mm256_broadcast_ss(xs);
     a00 = _mm256_fmadd_ps(w0, b, a00);
@@ -147,7 +131,7 @@ void tiled_range(const float* xp, const float* x, int64_t m, const tensor::Weigh
                  int64_t tile_end) {
   const int64_t k = w.cols, elem = kBf16 ? 2 : 4;
   const SubSumLayout L(k);
-  const int64_t tile_values = L.total_steps() * kRows;
+  const int64_t tile_values = L.total_steps() * kLanes;
   thread_local tensor::AlignedBuffer<float> panel_scratch, sums_scratch;
   if (panel_scratch.size() < size_t(L.total_steps() * kOutputs))
     panel_scratch.resize(size_t(L.total_steps() * kOutputs));
@@ -161,13 +145,13 @@ void tiled_range(const float* xp, const float* x, int64_t m, const tensor::Weigh
     const void* rows[kOutputs];
     for (int64_t o = 0; o < kOutputs; ++o)
       rows[o] = o < outputs ? static_cast<const char*>(w.data) + (n0 + o) * k * elem : nullptr;
-    pack_subsums<kBf16>(rows, kOutputs, L, panel);
+    pack_subsum_lanes(rows, kBf16, kOutputs, k, L.k8, L.offset, panel);
     for (int64_t g0 = tile_begin; g0 < tile_end; g0 += kGroupTiles) {
       const int64_t group = std::min(kGroupTiles, tile_end - g0);
       // One sub-sum at a time over the group's tiles: its share of the panel stays in L1.
       for (int s = 0; s < kSubSums; ++s) {
         for (int64_t i = 0; i < group; ++i) {
-          subsum_pass(xp + (g0 + i) * tile_values + L.offset[s] * kRows,
+          subsum_pass(xp + (g0 + i) * tile_values + L.offset[s] * kLanes,
                       panel + L.offset[s] * kOutputs, L.steps[s], s, sums[i]);
         }
       }
@@ -225,26 +209,24 @@ void pack_subsum_lanes(const void* const* rows, bool bf16, int64_t lanes, int64_
   }
 }
 
+void pack_subsum_tiles(const float* x, int64_t m, int64_t k, int64_t k_end, const int64_t* offset,
+                       int64_t tile_begin, int64_t tile_end, float* out) {
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const void* rows[8] = {};
+    for (int64_t r = 0; r < kSubSumTileRows; ++r)
+      if (tile * kSubSumTileRows + r < m) rows[r] = x + (tile * kSubSumTileRows + r) * k;
+    pack_subsum_lanes(rows, false, 8, k, k_end, offset, out + tile * k_end * 8);
+  }
+}
+
 int64_t tiled_avx2_packed_size(int64_t m, int64_t k) {
-  return (m + kRows - 1) / kRows * kRows * (k / 8 * 8);
+  return (m + kRows - 1) / kRows * kLanes * (k / 8 * 8);
 }
 
 void pack_tiled_avx2_rows(const float* x, int64_t m, int64_t k, int64_t tile_begin,
                           int64_t tile_end, float* out) {
   const SubSumLayout L(k);
-  // Tiles of 6 rows, packed in groups of 8 lanes by the 8 x 8 transposes: a tile is packed
-  // through an 8-row scratch whose two last rows are dropped.
-  thread_local tensor::AlignedBuffer<float> scratch;
-  if (scratch.size() < size_t(L.total_steps() * 8)) scratch.resize(size_t(L.total_steps() * 8));
-  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    const void* rows[8] = {};
-    for (int64_t r = 0; r < kRows; ++r)
-      if (tile * kRows + r < m) rows[r] = x + (tile * kRows + r) * k;
-    pack_subsums<false>(rows, 8, L, scratch.data());
-    float* dst = out + tile * L.total_steps() * kRows;
-    for (int64_t step = 0; step < L.total_steps(); ++step)
-      for (int64_t r = 0; r < kRows; ++r) dst[step * kRows + r] = scratch[size_t(step * 8 + r)];
-  }
+  pack_subsum_tiles(x, m, k, L.k8, L.offset, tile_begin, tile_end, out);
 }
 
 int64_t tiled_avx2_tile_rows() {

@@ -19,9 +19,9 @@ CHUNKPIPE_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq")
 namespace kernels::detail {
 namespace {
 
-constexpr int64_t kRows = 6;      // activation rows per tile
-constexpr int64_t kLanes = 8;     // packed lanes per tile step (rows 6 and 7 are zero)
-constexpr int64_t kOutputs = 32;  // outputs per weight panel
+constexpr int64_t kRows = kSubSumTileRows;  // activation rows per tile
+constexpr int64_t kLanes = 8;               // packed lanes per tile step (rows 6 and 7 are zero)
+constexpr int64_t kOutputs = 32;            // outputs per weight panel
 constexpr int kSubSums = 16;
 constexpr int64_t kGroupTiles = 4;  // as in the AVX2 kernel
 
@@ -100,13 +100,7 @@ int64_t tiled_avx512_packed_size(int64_t m, int64_t k) {
 void pack_tiled_avx512_rows(const float* x, int64_t m, int64_t k, int64_t tile_begin,
                             int64_t tile_end, float* out) {
   const Layout L(k);
-  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    const void* rows[kLanes] = {};
-    for (int64_t r = 0; r < kRows; ++r)
-      if (tile * kRows + r < m) rows[r] = x + (tile * kRows + r) * k;
-    pack_subsum_lanes(rows, false, kLanes, k, L.total_steps(), L.offset,
-                      out + tile * L.total_steps() * kLanes);
-  }
+  pack_subsum_tiles(x, m, k, L.total_steps(), L.offset, tile_begin, tile_end, out);
 }
 
 void tiled_range_avx512(const float* packed_x, int64_t m, const tensor::WeightView& w, float* y,
