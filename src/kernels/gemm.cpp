@@ -39,65 +39,96 @@ void ensure_blas_single_threaded() {
 // chain: gemm_avx512.cpp.)
 constexpr int kStreamChains = 2;
 
+using simd::WeightKind;
+using simd::WeightRow;
+
+constexpr int64_t element_bytes(WeightKind kind) {
+  return kind == WeightKind::kF32 ? 4 : kind == WeightKind::kBf16 ? 2 : 1;
+}
+
 // acc[nb][mb] += the 8-value block at i of weight row nb against activation row mb. Always
 // inlined, so the accumulators stay in registers.
-template <bool kBf16, int NB, int MB>
+template <WeightKind kKind, int NB, int MB>
 __attribute__((always_inline)) inline void stream_block(__m256 (&acc)[NB][MB], const float* x,
-                                                        int64_t k, const void* const (&rows)[NB],
-                                                        int64_t i) {
+                                                        int64_t k, const WeightRow (&rows)[NB],
+                                                        const __m256 (&scale)[NB], int64_t i) {
   __m256 xv[MB];
   for (int mb = 0; mb < MB; ++mb) xv[mb] = _mm256_loadu_ps(x + mb * k + i);
   for (int nb = 0; nb < NB; ++nb) {
-    const __m256 wv = simd::load8<kBf16>(rows[nb], i);
+    const __m256 wv = simd::load8<kKind>(rows[nb], i, scale[nb]);
     for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm256_fmadd_ps(wv, xv[mb], acc[nb][mb]);
   }
 }
 
 // Adds the chains, reduces the lanes, adds the scalar tail from `tail` on, and stores.
-template <bool kBf16, int NB, int MB>
+template <WeightKind kKind, int NB, int MB>
 __attribute__((always_inline)) inline void stream_finish(
     const __m256 (&chains)[kStreamChains][NB][MB], const float* x, int64_t k,
-    const void* const (&rows)[NB], int64_t tail, int64_t n0, float* y, int64_t ldy) {
+    const WeightRow (&rows)[NB], int64_t tail, int64_t n0, float* y, int64_t ldy) {
   static_assert(kStreamChains == 2, "the tree below adds two chains");
   for (int nb = 0; nb < NB; ++nb) {
     for (int mb = 0; mb < MB; ++mb) {
       float s = simd::hsum(_mm256_add_ps(chains[0][nb][mb], chains[1][nb][mb]));
       // An explicit FMA per tail value, as the tiled kernel adds them (gemm_tiled_avx2.cpp).
       for (int64_t j = tail; j < k; ++j)
-        s = std::fma(simd::load1<kBf16>(rows[nb], j), x[mb * k + j], s);
+        s = std::fma(simd::load1<kKind>(rows[nb], j), x[mb * k + j], s);
       y[mb * ldy + n0 + nb] = s;
     }
   }
+}
+
+// Weight row n of w as the streaming kernels read it.
+template <WeightKind kKind>
+WeightRow weight_row(const WeightView& w, int64_t n) {
+  WeightRow row{static_cast<const char*>(w.data) + n * w.cols * element_bytes(kKind)};
+  if constexpr (kKind == WeightKind::kFp8) {
+    row.scale = w.fp8.row(n);
+    row.scale_log2 = w.fp8.block_cols_log2;
+  }
+  return row;
 }
 
 // NB weight rows against MB activation rows, the chains in lockstep: NB · MB · kStreamChains
 // accumulators, so at most 3 × 2 tiles in the 16 registers. With kStream (decode's one row at
 // a time, read once in address order), each step also asks for the lines 4 KiB ahead, as the
 // int8 GEMV does.
-template <bool kBf16, int NB, int MB, bool kStream>
-void stream_tile(const float* x, int64_t k, const void* w, int64_t n0, float* y, int64_t ldy) {
-  constexpr int64_t elem = kBf16 ? 2 : 4, step = 8 * kStreamChains;
-  const void* rows[NB];
-  for (int nb = 0; nb < NB; ++nb) rows[nb] = static_cast<const char*>(w) + (n0 + nb) * k * elem;
-  const void* const(&rows_ref)[NB] = rows;
+template <WeightKind kKind, int NB, int MB, bool kStream>
+void stream_tile(const float* x, const WeightView& w, int64_t n0, float* y, int64_t ldy) {
+  constexpr int64_t elem = element_bytes(kKind), step = 8 * kStreamChains;
+  const int64_t k = w.cols;
+  WeightRow rows[NB];
+  for (int nb = 0; nb < NB; ++nb) rows[nb] = weight_row<kKind>(w, n0 + nb);
+  const WeightRow(&rows_ref)[NB] = rows;
   __m256 acc[kStreamChains][NB][MB];
   for (auto& chain : acc)
     for (auto& row : chain)
       for (auto& v : row) v = _mm256_setzero_ps();
+  // K in segments that share an FP8 scale block (all of K for the other kinds), each block's
+  // scale broadcast once; the FMAs run in the same order either way.
+  const int64_t segment = kKind == WeightKind::kFp8 ? int64_t{1} << w.fp8.block_cols_log2 : k;
+  __m256 scale[NB];
+  const __m256(&scale_ref)[NB] = scale;
   int64_t i = 0;
-  for (; i + step <= k; i += step) {
-    if constexpr (kStream) {
-      for (int64_t byte = 0; byte < step * elem; byte += 64)
-        _mm_prefetch(static_cast<const char*>(rows[0]) + i * elem + byte + 4096, _MM_HINT_T0);
+  for (int64_t end = std::min(k, segment); i + step <= k; end = std::min(k, end + segment)) {
+    for (int nb = 0; nb < NB; ++nb) scale[nb] = simd::block_scale8<kKind>(rows[nb], i);
+    for (; i + step <= end; i += step) {
+      if constexpr (kStream) {
+        for (int64_t byte = 0; byte < step * elem; byte += 64)
+          _mm_prefetch(static_cast<const char*>(rows[0].data) + i * elem + byte + 4096,
+                       _MM_HINT_T0);
+      }
+      for (int c = 0; c < kStreamChains; ++c)
+        stream_block<kKind, NB, MB>(acc[c], x, k, rows_ref, scale_ref, i + 8 * c);
     }
-    for (int c = 0; c < kStreamChains; ++c)
-      stream_block<kBf16, NB, MB>(acc[c], x, k, rows_ref, i + 8 * c);
   }
-  for (int c = 0; i + 8 <= k; i += 8, ++c) stream_block<kBf16, NB, MB>(acc[c], x, k, rows_ref, i);
-  stream_finish<kBf16, NB, MB>(acc, x, k, rows_ref, i, n0, y, ldy);
+  if (i + 8 <= k)
+    for (int nb = 0; nb < NB; ++nb) scale[nb] = simd::block_scale8<kKind>(rows[nb], i);
+  for (int c = 0; i + 8 <= k; i += 8, ++c)
+    stream_block<kKind, NB, MB>(acc[c], x, k, rows_ref, scale_ref, i);
+  stream_finish<kKind, NB, MB>(acc, x, k, rows_ref, i, n0, y, ldy);
 }
 
-template <bool kBf16>
+template <WeightKind kKind>
 void streaming_range_avx2_t(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
                             int64_t n_begin, int64_t n_end) {
   const int64_t k = w.cols;
@@ -105,15 +136,13 @@ void streaming_range_avx2_t(const float* x, int64_t m, const WeightView& w, floa
   // At most kSequentialMaxRows rows: one weight row at a time, in address order (below).
   for (; m > detail::kSequentialMaxRows && n + 3 <= n_end; n += 3) {
     int64_t r = 0;
-    for (; r + 2 <= m; r += 2)
-      stream_tile<kBf16, 3, 2, false>(x + r * k, k, w.data, n, y + r * ldy, ldy);
-    if (r < m) stream_tile<kBf16, 3, 1, false>(x + r * k, k, w.data, n, y + r * ldy, ldy);
+    for (; r + 2 <= m; r += 2) stream_tile<kKind, 3, 2, false>(x + r * k, w, n, y + r * ldy, ldy);
+    if (r < m) stream_tile<kKind, 3, 1, false>(x + r * k, w, n, y + r * ldy, ldy);
   }
   for (; n < n_end; ++n) {
     int64_t r = 0;
-    for (; r + 2 <= m; r += 2)
-      stream_tile<kBf16, 1, 2, true>(x + r * k, k, w.data, n, y + r * ldy, ldy);
-    if (r < m) stream_tile<kBf16, 1, 1, true>(x + r * k, k, w.data, n, y + r * ldy, ldy);
+    for (; r + 2 <= m; r += 2) stream_tile<kKind, 1, 2, true>(x + r * k, w, n, y + r * ldy, ldy);
+    if (r < m) stream_tile<kKind, 1, 1, true>(x + r * k, w, n, y + r * ldy, ldy);
   }
 }
 
@@ -226,10 +255,45 @@ void linear_bf16_gemv(const float* x, int64_t m, const WeightView& w, float* y, 
 
 void detail::streaming_range_avx2(const float* x, int64_t m, const WeightView& w, float* y,
                                   int64_t ldy, int64_t n_begin, int64_t n_end) {
-  if (w.dtype == DType::kBF16) {
-    streaming_range_avx2_t<true>(x, m, w, y, ldy, n_begin, n_end);
-  } else {
-    streaming_range_avx2_t<false>(x, m, w, y, ldy, n_begin, n_end);
+  switch (w.dtype) {
+    case DType::kBF16:
+      return streaming_range_avx2_t<WeightKind::kBf16>(x, m, w, y, ldy, n_begin, n_end);
+    case DType::kF8E4M3:
+      return streaming_range_avx2_t<WeightKind::kFp8>(x, m, w, y, ldy, n_begin, n_end);
+    default:
+      return streaming_range_avx2_t<WeightKind::kF32>(x, m, w, y, ldy, n_begin, n_end);
+  }
+}
+
+void detail::dequantize_fp8_rows(const WeightView& w, int64_t n0, int64_t count, float* out) {
+  const int64_t k = w.cols;
+  for (int64_t r = 0; r < count; ++r) {
+    const WeightRow row = weight_row<WeightKind::kFp8>(w, n0 + r);
+    float* dst = out + r * k;
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+      const __m256 scale = simd::block_scale8<WeightKind::kFp8>(row, i);
+      _mm256_storeu_ps(dst + i, simd::load8<WeightKind::kFp8>(row, i, scale));
+    }
+    for (; i < k; ++i) dst[i] = simd::load1<WeightKind::kFp8>(row, i);
+  }
+}
+
+void detail::PanelRows::get(int64_t n0, int64_t count, int64_t slots, const void** rows) {
+  const int64_t k = w_.cols;
+  if (w_.dtype == DType::kF8E4M3) {
+    if (scratch_.size() < size_t(slots * k)) scratch_.resize(size_t(slots * k));
+    dequantize_fp8_rows(w_, n0, count, scratch_.data());
+  }
+  for (int64_t o = 0; o < slots; ++o) {
+    if (o >= count) {
+      rows[o] = nullptr;
+    } else if (w_.dtype == DType::kF8E4M3) {
+      rows[o] = scratch_.data() + o * k;
+    } else {
+      rows[o] =
+          static_cast<const char*>(w_.data) + (n0 + o) * k * tensor::dtype_size_bytes(w_.dtype);
+    }
   }
 }
 
@@ -240,23 +304,30 @@ void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
 }
 
 namespace {
-auto streaming_range() {
-  return cpu_features().avx512 ? detail::streaming_range_avx512 : detail::streaming_range_avx2;
+// FP8 weights take the AVX2 kernels on every machine: widening e4m3 costs more vector work per
+// weight than the 512-bit forms repay on a CPU that splits them in two (Zen 4: 526 against 777
+// microseconds for V3's q_a_proj at batch 1, chunkpipe_bench --v3-linears), and one kernel
+// family gives FP8 outputs the same bits on every machine.
+bool avx512_for(const WeightView& w) {
+  return cpu_features().avx512 && w.dtype != DType::kF8E4M3;
+}
+auto streaming_range(const WeightView& w) {
+  return avx512_for(w) ? detail::streaming_range_avx512 : detail::streaming_range_avx2;
 }
 }  // namespace
 
 void linear_streaming(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
                       common::ThreadPool& pool) {
-  const auto range = streaming_range();
+  const auto range = streaming_range(w);
   auto body = [&](int64_t b, int64_t e, int) { range(x, m, w, y, ldy, b, e); };
   detail::for_weight_rows(pool, w.rows, m, body);
 }
 
 void linear_streaming_serial(const float* x, int64_t m, const WeightView& w, float* y,
                              int64_t ldy) {
-  CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16)
+  CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16 || w.dtype == DType::kF8E4M3)
       << "linear_streaming_serial: unsupported weight dtype";
-  if (m > 0) streaming_range()(x, m, w, y, ldy, 0, w.rows);
+  if (m > 0) streaming_range(w)(x, m, w, y, ldy, 0, w.rows);
 }
 
 void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
@@ -269,6 +340,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t
 
 void linear_blas(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
                  common::ThreadPool& pool) {
+  CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear_blas: F32 or BF16 weights";
   const int64_t k = w.cols;
   // Weight tiles of ~4 MiB of f32: wide enough for sgemm to reach its full rate.
   const int64_t tile_n =
@@ -289,9 +361,10 @@ void linear_blas(const float* x, int64_t m, const WeightView& w, float* y, int64
 
 void linear_tiled(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy,
                   common::ThreadPool& pool) {
-  CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear_tiled: bad weight dtype";
+  CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16 || w.dtype == DType::kF8E4M3)
+      << "linear_tiled: bad weight dtype";
   if (m <= 0 || w.rows == 0) return;
-  const bool avx512 = cpu_features().avx512;
+  const bool avx512 = avx512_for(w);
   const int64_t k = w.cols;
   const int64_t tile_rows =
       avx512 ? detail::tiled_avx512_tile_rows() : detail::tiled_avx2_tile_rows();
@@ -389,7 +462,8 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
     if (g_reference_linear) return linear_int8_reference(x, m, w, y, ldy);
     return linear_int8(x, m, w, y, ldy, pool);
   }
-  CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16) << "linear: unsupported weight dtype";
+  CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16 || w.dtype == DType::kF8E4M3)
+      << "linear: unsupported weight dtype";
   if (m <= 0 || w.rows == 0) return;
   if (w.dtype == DType::kBF16 && g_activation_precision == ActivationPrecision::kBf16) {
     if (cpu_features().avx512_bf16 && !amx_bf16_active()) {
@@ -412,9 +486,10 @@ void linear(const float* x, int64_t m, const WeightView& w, float* y, int64_t ld
     thread_local Bf16x3Activations split;
     split_bf16x3(x, w.cols, m, w.cols, split, pool);
     linear_amx(split, AmxWeightRows{w.bf16(), nullptr}, w.rows, AmxOutput{y, ldy}, pool);
-  } else if (m <= (w.dtype == DType::kF32  ? kStreamingMaxRowsF32
-                   : cpu_features().avx512 ? kStreamingMaxRowsBf16Avx512
-                                           : kStreamingMaxRowsBf16)) {
+  } else if (m <= (w.dtype == DType::kF32      ? kStreamingMaxRowsF32
+                   : w.dtype == DType::kF8E4M3 ? kStreamingMaxRowsFp8
+                   : cpu_features().avx512     ? kStreamingMaxRowsBf16Avx512
+                                               : kStreamingMaxRowsBf16)) {
     linear_streaming(x, m, w, y, ldy, pool);
   } else {
     linear_tiled(x, m, w, y, ldy, pool);

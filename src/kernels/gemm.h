@@ -1,4 +1,4 @@
-// Linear layers: y[M, N] = x[M, K] · W[N, K]ᵀ with f32 activations and F32 or BF16 weights.
+// Linear layers: y[M, N] = x[M, K] · W[N, K]ᵀ with f32 activations and F32, BF16 or FP8 weights.
 // Small M (decode) streams the weights once through an AVX2 or AVX-512 kernel (cpu_features());
 // larger M runs AMX-BF16 on BF16 weights where the CPU has it, else our AVX2 tiled kernel or the
 // AVX-512 streaming kernel in blocks of rows. Each of those forms a token's outputs the same way
@@ -20,6 +20,12 @@ namespace kernels {
 // conversion to f32 costs the BLAS path), f32 weights ~16.
 inline constexpr int64_t kStreamingMaxRowsBf16 = 48;
 inline constexpr int64_t kStreamingMaxRowsF32 = 16;
+// FP8 weights (e4m3 with 128x128 block scales, held as stored) are widened in registers by the
+// AVX2 streaming kernel up to this many rows, and beyond it widened per 16-row panel into f32
+// for the AVX2 tiled kernel, on every machine: each output has the bits the AVX2 F32 kernels
+// give on the dequantized values (so within rounding of the AVX-512 F32 kernels' bits), the same
+// whatever the batch, the thread count and the CPU.
+inline constexpr int64_t kStreamingMaxRowsFp8 = 16;
 // The AVX-512 streaming kernel (4 weight rows × 4 tokens, 16 lanes) keeps 90-97% of the FMA peak
 // on BF16 weights up to 256 rows, where sgemm on weights converted per tile reaches 73-76% (2
 // cores of a Zen 4 EPYC, chunkpipe_bench, N 1024-2048, K 2048-7168; at K 512 they tie at 256).

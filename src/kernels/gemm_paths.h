@@ -7,12 +7,13 @@
 #include <cstdint>
 
 #include "kernels/gemm.h"
+#include "tensor/aligned_buffer.h"
 #include "tensor/weight_matrix.h"
 
 namespace kernels::detail {
 
-// F32 or BF16 weights, f32 activations; weights streamed once per pair (AVX2) or quad
-// (AVX-512) of activation rows.
+// F32 or BF16 weights (and FP8 on AVX2 only, widened in registers: simd.h), f32 activations;
+// weights streamed once per pair (AVX2) or quad (AVX-512) of activation rows.
 void streaming_range_avx2(const float* x, int64_t m, const tensor::WeightView& w, float* y,
                           int64_t ldy, int64_t n_begin, int64_t n_end);
 void streaming_range_avx512(const float* x, int64_t m, const tensor::WeightView& w, float* y,
@@ -32,6 +33,23 @@ void pack_subsum_lanes(const void* const* rows, bool bf16, int64_t lanes, int64_
 inline constexpr int64_t kSubSumTileRows = 6;
 void pack_subsum_tiles(const float* x, int64_t m, int64_t k, int64_t k_end, const int64_t* offset,
                        int64_t tile_begin, int64_t tile_end, float* out);
+// The weight rows of the AVX2 tiled kernel's panel as pack_subsum_lanes reads them: F32 or BF16
+// rows in place, FP8 rows widened into `scratch` as the f32 values fp8 · scale (the same bits as
+// dequantizing at load gives), so that every FP8 output equals the AVX2 F32 kernels' on those
+// values. Baseline code; one per thread (the scratch is the caller's).
+class PanelRows {
+ public:
+  PanelRows(const tensor::WeightView& w, tensor::AlignedBuffer<float>& scratch)
+      : w_(w), scratch_(scratch) {}
+  // rows[o] for o < slots: weight row n0 + o, or null at and past `count`.
+  void get(int64_t n0, int64_t count, int64_t slots, const void** rows);
+
+ private:
+  const tensor::WeightView& w_;
+  tensor::AlignedBuffer<float>& scratch_;
+};
+// Rows [n0, n0 + count) of the FP8 w as f32 into out [count, w.cols]: fp8 · block scale.
+void dequantize_fp8_rows(const tensor::WeightView& w, int64_t n0, int64_t count, float* out);
 // The AVX-512 tiled kernel (gemm_tiled_avx512.cpp), each output the AVX-512 streaming
 // kernel's bits; the same three steps as the AVX2 one. Both reduce an output's 16 lanes in the
 // tree of reduce16 (gemm_avx512.cpp, AVX-512 code: call it only from there).

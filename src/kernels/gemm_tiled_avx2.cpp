@@ -1,4 +1,5 @@
-// The AVX2 tiled linear kernel for larger M (prefill): y = x · Wᵀ with F32 or BF16 weights, each
+// The AVX2 tiled linear kernel for larger M (prefill): y = x · Wᵀ with F32, BF16 or FP8 weights
+// (FP8 panels widened to f32 rows first, gemm_paths.h's PanelRows), each
 // output the same bits as the AVX2 streaming kernel (gemm.cpp) gives it, so that a token's
 // outputs depend neither on the rows beside it nor on the thread count. OpenBLAS cannot promise
 // that: its kernels and blocking change with the shape of each call and with the machine.
@@ -129,12 +130,13 @@ template <bool kBf16>
 void tiled_range(const float* xp, const float* x, int64_t m, const tensor::WeightView& w, float* y,
                  int64_t ldy, int64_t n_begin, int64_t n_end, int64_t tile_begin,
                  int64_t tile_end) {
-  const int64_t k = w.cols, elem = kBf16 ? 2 : 4;
+  const int64_t k = w.cols;
   const SubSumLayout L(k);
   const int64_t tile_values = L.total_steps() * kLanes;
-  thread_local tensor::AlignedBuffer<float> panel_scratch, sums_scratch;
+  thread_local tensor::AlignedBuffer<float> panel_scratch, sums_scratch, fp8_scratch;
   if (panel_scratch.size() < size_t(L.total_steps() * kOutputs))
     panel_scratch.resize(size_t(L.total_steps() * kOutputs));
+  PanelRows panel_rows(w, fp8_scratch);
   constexpr size_t kTileSums = sizeof(TileSums) / sizeof(float);
   if (sums_scratch.size() < size_t(kGroupTiles) * kTileSums)
     sums_scratch.resize(size_t(kGroupTiles) * kTileSums);
@@ -143,8 +145,7 @@ void tiled_range(const float* xp, const float* x, int64_t m, const tensor::Weigh
   for (int64_t n0 = n_begin; n0 < n_end; n0 += kOutputs) {
     const int64_t outputs = std::min(kOutputs, n_end - n0);
     const void* rows[kOutputs];
-    for (int64_t o = 0; o < kOutputs; ++o)
-      rows[o] = o < outputs ? static_cast<const char*>(w.data) + (n0 + o) * k * elem : nullptr;
+    panel_rows.get(n0, outputs, kOutputs, rows);
     pack_subsum_lanes(rows, kBf16, kOutputs, k, L.k8, L.offset, panel);
     for (int64_t g0 = tile_begin; g0 < tile_end; g0 += kGroupTiles) {
       const int64_t group = std::min(kGroupTiles, tile_end - g0);
@@ -238,7 +239,7 @@ void tiled_range_avx2(const float* packed_x, const float* x, int64_t m, const te
                       int64_t tile_end) {
   if (w.dtype == tensor::DType::kBF16) {
     tiled_range<true>(packed_x, x, m, w, y, ldy, n_begin, n_end, tile_begin, tile_end);
-  } else {
+  } else {  // F32, or FP8 through PanelRows' f32 rows
     tiled_range<false>(packed_x, x, m, w, y, ldy, n_begin, n_end, tile_begin, tile_end);
   }
 }

@@ -1,7 +1,8 @@
 // WeightMatrix: an owned row-major [rows, cols] matrix in the storage dtype the kernels consume
-// (F32, BF16, or I8 with its W8A8 quantization parameters), plus WeightView, the non-owning view
-// passed to kernels. Immutable after construction; safe to read from many threads.
-// Invariant for I8: row_scale and row_sum hold `rows` entries; row_bias is empty or `rows`.
+// (F32, BF16, FP8 e4m3 with its block scales, or I8 with its W8A8 quantization parameters), plus
+// WeightView, the non-owning view passed to kernels. Immutable after construction; safe to read
+// from many threads. Invariants: I8's row_scale and row_sum hold `rows` entries, row_bias is
+// empty or `rows`; FP8's block scales cover [ceil(rows / block_rows), ceil(cols / block_cols)].
 #pragma once
 
 #include <cstdint>
@@ -24,19 +25,34 @@ struct Int8Quant {
   const int32_t* row_sum = nullptr;   // [N]: Σ_k Wq[n, k], for kernels that offset xq by 128
 };
 
+// FP8 block scaling as DeepSeek-V3's checkpoints store it (weight_scale_inv): element (r, c) is
+// fp8(Wq[r, c]) · scale[(r / block_rows) · scale_cols + c / block_cols]. block_cols is a power
+// of two, at least 16, so that a kernel's 8- or 16-value vector shares one scale
+// (block_cols_log2 finds it with a shift).
+struct Fp8BlockScale {
+  const float* scale = nullptr;
+  int64_t scale_cols = 0;
+  int64_t block_rows = 128;
+  int block_cols_log2 = 7;
+  const float* row(int64_t r) const { return scale + (r / block_rows) * scale_cols; }
+};
+
 struct WeightView {
-  DType dtype = DType::kF32;  // kF32, kBF16 or kI8
+  DType dtype = DType::kF32;  // kF32, kBF16, kF8E4M3 or kI8
   int64_t rows = 0;           // output features (N)
   int64_t cols = 0;           // input features (K)
   const void* data = nullptr;
-  Int8Quant quant;  // kI8 only
+  Int8Quant quant;    // kI8 only
+  Fp8BlockScale fp8;  // kF8E4M3 only
 
   const float* f32() const { return static_cast<const float*>(data); }
   const uint16_t* bf16() const { return static_cast<const uint16_t*>(data); }
   const int8_t* i8() const { return static_cast<const int8_t*>(data); }
-  // Rows [begin, begin + count) in place, with their I8 per-row parameters.
+  // Rows [begin, begin + count) in place, with their I8 per-row parameters (FP8: begin a
+  // multiple of block_rows).
   WeightView row_range(int64_t begin, int64_t count) const {
     WeightView v = *this;
+    if (dtype == DType::kF8E4M3) v.fp8.scale = fp8.row(begin);
     v.data = static_cast<const uint8_t*>(data) + begin * cols * dtype_size_bytes(dtype);
     v.rows = count;
     if (quant.row_scale) v.quant.row_scale += begin;
@@ -52,6 +68,9 @@ struct WeightView {
         return f32()[r * cols + c];
       case DType::kBF16:
         return bf16_to_f32(bf16()[r * cols + c]);
+      case DType::kF8E4M3:
+        return fp8_e4m3_to_f32(static_cast<const uint8_t*>(data)[r * cols + c]) *
+               fp8.row(r)[c >> fp8.block_cols_log2];
       default:
         return float(i8()[r * cols + c]) * quant.row_scale[r] /
                (quant.static_activation ? quant.input_scale : 1.0f);
@@ -88,6 +107,18 @@ class WeightMatrix {
     if (row_bias_.size() != size_t(rows_)) row_bias_.resize(size_t(rows_));
     return row_bias_.data();
   }
+  // FP8 only: the block scales [ceil(rows / block_rows), ceil(cols / 2^block_cols_log2)] to
+  // fill.
+  float* mutable_fp8_scale(int64_t block_rows, int block_cols_log2) {
+    fp8_block_rows_ = block_rows;
+    fp8_block_cols_log2_ = block_cols_log2;
+    const int64_t bc = int64_t{1} << block_cols_log2;
+    fp8_scale_cols_ = (cols_ + bc - 1) / bc;
+    fp8_scale_.resize(size_t((rows_ + block_rows - 1) / block_rows * fp8_scale_cols_));
+    return fp8_scale_.data();
+  }
+  size_t fp8_scale_count() const { return fp8_scale_.size(); }
+
   // Records the activation quantization and computes the row sums the kernels need.
   void finish_int8(bool static_activation, float input_scale = 1.0f, float input_offset = 0.0f) {
     static_activation_ = static_activation;
@@ -113,6 +144,9 @@ class WeightMatrix {
                  row_bias_.size() ? row_bias_.data() : nullptr,
                  row_sum_.data()};
     }
+    if (dtype_ == DType::kF8E4M3) {
+      v.fp8 = {fp8_scale_.data(), fp8_scale_cols_, fp8_block_rows_, fp8_block_cols_log2_};
+    }
     return v;
   }
 
@@ -126,6 +160,10 @@ class WeightMatrix {
   float input_scale_ = 1.0f, input_offset_ = 0.0f;
   AlignedBuffer<float> row_scale_;
   AlignedBuffer<int32_t> row_bias_, row_sum_;
+  // FP8 only.
+  AlignedBuffer<float> fp8_scale_;
+  int64_t fp8_scale_cols_ = 0, fp8_block_rows_ = 128;
+  int fp8_block_cols_log2_ = 7;
 };
 
 }  // namespace tensor
