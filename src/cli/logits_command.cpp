@@ -15,10 +15,12 @@
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
 #include "cli/flag_limits.h"
+#include "common/process_memory.h"
 #include "common/thread_pool.h"
 #include "common/timer.h"
 #include "model/deepseek_v3.h"
 #include "model/sequence_runner.h"
+#include "model/weight_census.h"
 
 namespace cli {
 namespace {
@@ -74,6 +76,9 @@ int run_logits_command(int argc, char** argv) {
   p.add_option("threads", "worker threads",
                std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   p.add_option("out", "write the JSON here instead of stdout");
+  p.add_flag("fp8-dequantize",
+             "widen FP8 linears to f32 at load, as chunkpipe did before it held them as FP8 "
+             "(for comparison: the same logits, four times the weight memory)");
   add_dtype_option(p);
   add_kv_cache_dtype_option(p);
   if (auto st = p.parse(argc, argv, 2); !st.ok()) {
@@ -117,6 +122,7 @@ int run_logits_command(int argc, char** argv) {
 
   model::LoadOptions load;
   load.load_mtp = opts.mtp;
+  load.fp8_dequantize = p.flag("fp8-dequantize");
   const double t0 = common::now_seconds();
   auto loaded = model::DeepseekV3Model::load(p.positional("MODEL"), load);
   if (!loaded.ok()) return fail(loaded.status(), 1);
@@ -156,6 +162,8 @@ int run_logits_command(int argc, char** argv) {
     out["mtp"] = m;
   }
   out["timing"] = {{"load_s", t1 - t0}, {"forward_s", t2 - t1}};
+  out["peak_rss_bytes"] = common::peak_resident_bytes();
+  out["weight_bytes"] = model::weight_census((*loaded)->weights()).total();
   const std::string text = out.dump(-1, ' ', false, json::error_handler_t::replace);
   if (auto path = p.option("out")) {
     std::ofstream f(*path);

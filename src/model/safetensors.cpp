@@ -221,6 +221,14 @@ Result<const TensorInfo*> Checkpoint::find(const std::string& name) const {
   return it->second;
 }
 
+void release_pages(const TensorInfo& t) {
+  // Whole pages inside the tensor only: a page it shares with a neighbour stays.
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (uintptr_t(t.data) + page - 1) / page * page;
+  const uintptr_t end = (uintptr_t(t.data) + t.size_bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 std::vector<std::string> Checkpoint::tensor_names() const {
   std::vector<std::string> names;
   for (const auto& [name, info] : index_) names.push_back(name);

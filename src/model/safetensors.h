@@ -25,6 +25,11 @@ struct TensorInfo {
   std::string shape_string() const;
 };
 
+// Drops the process's mapped pages of `t` (they stay in the page cache, and a later read maps
+// them again): a loader that has copied a tensor calls it, so that the checkpoint's pages do
+// not count twice in the resident memory while the rest loads.
+void release_pages(const TensorInfo& t);
+
 class SafetensorsFile {
  public:
   // Maps `path` and validates the header: length, JSON, dtypes, offsets, sizes.

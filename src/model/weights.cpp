@@ -1,11 +1,14 @@
-// Weight loading: name mapping (deepseek-v3-model.md §2), shape checks against config.json,
-// dtype conversion and FP8 block dequantization (§3), and random initialization for benchmarks.
+// Weight loading: name mapping, shape checks against config.json, dtype conversion, FP8 weights
+// kept as stored with their block scales (or block-dequantized to F32 where the kernels cannot
+// read them in place), and random initialization for benchmarks.
 #include "model/weights.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "common/check.h"
@@ -47,6 +50,14 @@ class WeightLoader {
   // padded vocabulary shard) are zeros. BF16 stays BF16 unless force_f32; all else is F32.
   Result<WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols,
                               bool force_f32 = false, Slice slice = {}) const {
+    Result<WeightMatrix> m = matrix_copy(name, rows, cols, force_f32, slice);
+    // Copied: its mapped pages need not stay resident beside the copy.
+    if (auto t = ck_.find(name); t.ok()) release_pages(**t);
+    return m;
+  }
+
+  Result<WeightMatrix> matrix_copy(const std::string& name, int64_t rows, int64_t cols,
+                                   bool force_f32, Slice slice) const {
     CP_ASSIGN_OR_RETURN(const TensorInfo* t, ck_.find(name));
     // W8A8: the description's type decides (a tensor it leaves out is FLOAT unless stored I8).
     if (quant_ != nullptr && (quant_->types.count(name) || t->dtype == DType::kI8)) {
@@ -88,6 +99,11 @@ class WeightLoader {
     CHECK(0 <= r0 && r0 <= r1 && 0 <= c0 && c0 <= c1 && c1 <= cols) << "bad slice of " << name;
     const int64_t out_rows = r1 - r0, out_cols = c1 - c0;
     const int64_t real_rows = std::max<int64_t>(0, std::min(r1, rows) - r0);
+    if (t->dtype == DType::kF8E4M3 && !force_f32 && !fp8_dequantize_) {
+      CP_ASSIGN_OR_RETURN(std::optional<WeightMatrix> kept,
+                          fp8_matrix(*t, rows, cols, r0, r1, c0, c1));
+      if (kept) return std::move(*kept);
+    }
     if (t->dtype == DType::kBF16 && !force_f32) {
       WeightMatrix m(DType::kBF16, out_rows, out_cols);
       std::memset(m.mutable_bytes(), 0, m.size_bytes());
@@ -170,10 +186,20 @@ class WeightLoader {
       CP_ASSIGN_OR_RETURN(w.gate_up, concat_int8_rows(gate, up, prefix + "{gate,up}_proj"));
       return w;
     }
-    if (gate.dtype() != up.dtype()) CP_RETURN_IF_ERROR(load(true, &gate, &up));
+    // FP8 halves stack only when gate's rows end on a scale block; else both become F32.
+    const bool fp8 = gate.dtype() == DType::kF8E4M3;
+    if (gate.dtype() != up.dtype() || (fp8 && gate.rows() % gate.view().fp8.block_rows != 0))
+      CP_RETURN_IF_ERROR(load(true, &gate, &up));
     w.gate_up = WeightMatrix(gate.dtype(), 2 * part.size(), h);
     std::memcpy(w.gate_up.mutable_bytes(), gate.view().data, gate.size_bytes());
     std::memcpy(w.gate_up.mutable_bytes() + gate.size_bytes(), up.view().data, up.size_bytes());
+    if (gate.dtype() == DType::kF8E4M3) {
+      const tensor::Fp8BlockScale& g = gate.view().fp8;
+      float* scale = w.gate_up.mutable_fp8_scale(g.block_rows, g.block_cols_log2);
+      std::memcpy(scale, g.scale, gate.fp8_scale_count() * sizeof(float));
+      std::memcpy(scale + gate.fp8_scale_count(), up.view().fp8.scale,
+                  up.fp8_scale_count() * sizeof(float));
+    }
     return w;
   }
 
@@ -192,6 +218,7 @@ class WeightLoader {
     return m;
   }
   void set_mix_static(bool mix_static) { mix_static_ = mix_static; }
+  void set_fp8_dequantize(bool dequantize) { fp8_dequantize_ = dequantize; }
   void set_head_split(const LmHeadParallel& l) {
     if (l.active()) head_split_ = TensorParallel{l.rank, l.size, false};
   }
@@ -254,11 +281,7 @@ class WeightLoader {
       const ShardRange expert_part =
           tp_.expert_parallel ? ShardRange{0, inter} : even_shard(inter, tp_);
       m.first_expert = static_cast<int>(experts.begin);
-      for (int64_t i = experts.begin; i < experts.end; ++i) {
-        CP_ASSIGN_OR_RETURN(MlpWeights ew,
-                            mlp(p + "mlp.experts." + std::to_string(i) + ".", inter, expert_part));
-        m.experts.push_back(std::move(ew));
-      }
+      CP_ASSIGN_OR_RETURN(m.experts, load_experts(p, experts, inter, expert_part));
       for (const MlpWeights& ew : m.experts) m.expert_views.push_back(ew.view());
       if (c.n_shared_experts > 0) {
         const int64_t shared = inter * c.n_shared_experts;
@@ -272,6 +295,35 @@ class WeightLoader {
           w.dense_mlp, mlp(p + "mlp.", c.intermediate_size, even_shard(c.intermediate_size, tp_)));
     }
     return w;
+  }
+
+  // Experts [range.begin, range.end) of the layer at `prefix`, on every hardware thread: the
+  // copies (and FP8's NaN scan) run at memory speed instead of one core's. The first failure in
+  // expert order is returned.
+  Result<std::vector<MlpWeights>> load_experts(const std::string& prefix, ShardRange range,
+                                               int64_t inter, ShardRange part) const {
+    const int64_t count = range.size();
+    std::vector<std::optional<Result<MlpWeights>>> loaded(static_cast<size_t>(count));
+    std::atomic<int64_t> next{0};
+    auto work = [&] {
+      for (int64_t i; (i = next.fetch_add(1)) < count;) {
+        loaded[size_t(i)].emplace(
+            mlp(prefix + "mlp.experts." + std::to_string(range.begin + i) + ".", inter, part));
+      }
+    };
+    const int threads = static_cast<int>(
+        std::min<int64_t>(count, std::max(1u, std::thread::hardware_concurrency())));
+    std::vector<std::thread> workers;
+    for (int t = 1; t < threads; ++t) workers.emplace_back(work);
+    work();
+    for (std::thread& w : workers) w.join();
+    std::vector<MlpWeights> out;
+    out.reserve(size_t(count));
+    for (auto& r : loaded) {
+      if (!r->ok()) return r->status();
+      out.push_back(std::move(**r));
+    }
+    return out;
   }
 
   // A whole [rows, cols] matrix in f32, whatever the description says (rot.weight).
@@ -314,11 +366,12 @@ class WeightLoader {
     return m;
   }
 
-  // W[i, j] = fp8(W_q[i, j]) · weight_scale_inv[i / block_rows, j / block_cols].
-  // Rows [r0, r1) and columns [c0, c1) only: a shard boundary may cut a scale block, and
-  // each element still takes its own block's scale.
-  Status dequantize_fp8(const TensorInfo& t, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
-                        int64_t c0, int64_t c1, float* out) const {
+  // An FP8 weight's weight_scale_inv, checked against its shape and the block size.
+  struct Fp8Scales {
+    const TensorInfo* tensor = nullptr;
+    int64_t block_rows = 0, block_cols = 0, scale_cols = 0;
+  };
+  Result<Fp8Scales> fp8_scales(const TensorInfo& t, int64_t rows, int64_t cols) const {
     const std::string& name = t.name;
     if (name.size() < 6 || name.compare(name.size() - 6, 6, "weight") != 0) {
       return common::invalid_argument(file_of(t) + ": FP8 tensor '" + name + "' is not a weight");
@@ -334,7 +387,61 @@ class WeightLoader {
           shape_str(rows, cols) + " in " + std::to_string(br) + "x" + std::to_string(bc) +
           " blocks, got " + std::string(tensor::dtype_name(s->dtype)) + " " + s->shape_string());
     }
-    std::vector<float> scales(static_cast<size_t>(sr * sc));
+    return Fp8Scales{s, br, bc, sc};
+  }
+
+  // Rows [r0, r1) and columns [c0, c1) of an FP8 weight held as stored: its codes and the scale
+  // blocks that cover them. nullopt where the kernels cannot read it in place, which then
+  // becomes F32 as before: a slice that starts inside a scale block, a block width that is not
+  // a power of two of at least 16, padding rows, or a scale too large to carry the kernels'
+  // factor of 256 (simd.h). A NaN code (0x7f / 0xff) fails the load.
+  Result<std::optional<WeightMatrix>> fp8_matrix(const TensorInfo& t, int64_t rows, int64_t cols,
+                                                 int64_t r0, int64_t r1, int64_t c0,
+                                                 int64_t c1) const {
+    CP_ASSIGN_OR_RETURN(Fp8Scales s, fp8_scales(t, rows, cols));
+    const int64_t br = s.block_rows, bc = s.block_cols;
+    const bool pow2 = bc >= 16 && (bc & (bc - 1)) == 0;
+    if (!pow2 || r0 % br != 0 || c0 % bc != 0 || r1 > rows) return std::optional<WeightMatrix>();
+    const int64_t out_rows = r1 - r0, out_cols = c1 - c0;
+    int log2 = 0;
+    while ((int64_t{1} << log2) < bc) ++log2;
+    WeightMatrix m(DType::kF8E4M3, out_rows, out_cols);
+    float* scale = m.mutable_fp8_scale(br, log2);
+    const int64_t scale_rows = (out_rows + br - 1) / br, scale_cols = (out_cols + bc - 1) / bc;
+    const float* src_scale = reinterpret_cast<const float*>(s.tensor->data);
+    for (int64_t i = 0; i < scale_rows; ++i) {
+      for (int64_t j = 0; j < scale_cols; ++j) {
+        float v;
+        std::memcpy(&v, src_scale + (r0 / br + i) * s.scale_cols + c0 / bc + j, sizeof(v));
+        if (!(std::fabs(v) < 0x1p100f)) return std::optional<WeightMatrix>();
+        scale[i * scale_cols + j] = v;
+      }
+    }
+    uint8_t* codes = m.mutable_bytes();
+    for (int64_t i = 0; i < out_rows; ++i) {
+      uint8_t* dst = codes + i * out_cols;
+      std::memcpy(dst, t.data + (r0 + i) * cols + c0, size_t(out_cols));
+      bool nan = false;
+      for (int64_t j = 0; j < out_cols; ++j) nan |= (dst[j] & 0x7f) == 0x7f;
+      if (nan) {
+        int64_t j = 0;
+        while ((dst[j] & 0x7f) != 0x7f) ++j;
+        return common::data_loss(file_of(t) + ": FP8 tensor '" + t.name + "' holds a NaN code at " +
+                                 shape_str(r0 + i, c0 + j) + " (a corrupt checkpoint)");
+      }
+    }
+    return std::optional<WeightMatrix>(std::move(m));
+  }
+
+  // W[i, j] = fp8(W_q[i, j]) · weight_scale_inv[i / block_rows, j / block_cols].
+  // Rows [r0, r1) and columns [c0, c1) only: a shard boundary may cut a scale block, and
+  // each element still takes its own block's scale.
+  Status dequantize_fp8(const TensorInfo& t, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                        int64_t c0, int64_t c1, float* out) const {
+    CP_ASSIGN_OR_RETURN(Fp8Scales fs, fp8_scales(t, rows, cols));
+    const TensorInfo* s = fs.tensor;
+    const int64_t br = fs.block_rows, bc = fs.block_cols, sc = fs.scale_cols;
+    std::vector<float> scales(static_cast<size_t>(s->shape[0] * sc));
     std::memcpy(scales.data(), s->data, scales.size() * sizeof(float));
     const int64_t w = c1 - c0;
     for (int64_t i = r0; i < r1; ++i) {
@@ -352,6 +459,7 @@ class WeightLoader {
   DataParallelExperts dp_experts_;
   const QuantDescription* quant_;  // W8A8 checkpoints; null otherwise
   bool mix_static_ = false;
+  bool fp8_dequantize_ = false;
   std::optional<TensorParallel> head_split_;
 };
 
@@ -522,6 +630,7 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
   }
   WeightLoader loader(ck, c, options.tp, options.dp_experts, quant ? &*quant : nullptr);
   loader.set_mix_static(options.w8a8_mix_static);
+  loader.set_fp8_dequantize(options.fp8_dequantize);
   loader.set_head_split(options.lmhead_tp);
   ModelWeights w;
   const int64_t h = c.hidden_size;

@@ -1,7 +1,8 @@
 // The DeepSeek-V3 weight set in kernel-ready form, loaded from a Checkpoint (or filled with
-// random values for benchmarks). Linear weights stay BF16 or F32 as stored; F16 and FP8
-// (block-dequantized with weight_scale_inv) become F32; msmodelslim W8A8 / W4A8 weights become
-// I8 with their scales (quant_model_description.json). Immutable after load; thread-safe reads.
+// random values for benchmarks). Linear weights stay BF16, F32 or FP8 e4m3 (with its
+// weight_scale_inv blocks) as stored; F16 becomes F32, and so do FP8 slices the kernels cannot
+// read in place; msmodelslim W8A8 / W4A8 weights become I8 with their scales
+// (quant_model_description.json). Immutable after load; thread-safe reads.
 #pragma once
 
 #include <cstdint>
@@ -107,6 +108,9 @@ struct LoadOptions {
   // FLOAT; this halves the head's bytes per decode step (llama.cpp's Q8_0 quantizes its output
   // tensor too). Off by default.
   bool lm_head_int8 = false;
+  // FP8 linears block-dequantized to F32 at load, as chunkpipe loaded them before it held them
+  // as FP8: four times the memory, the same outputs. For comparisons and tests.
+  bool fp8_dequantize = false;
   TensorParallel tp;               // this rank's shard (whole model when tp.size == 1)
   LmHeadParallel lmhead_tp;        // splits the heads over their own group instead of tp's
   DataParallelExperts dp_experts;  // routed experts split over DP x TP (tp.expert_parallel)
