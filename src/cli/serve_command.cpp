@@ -29,6 +29,7 @@
 #include "cli/speculative_config.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/process_memory.h"
 #include "common/timer.h"
 #include "dist/process.h"
 #include "engine/dp_engine_client.h"
@@ -40,6 +41,7 @@
 #include "kernels/gemm.h"
 #include "model/deepseek_v3.h"
 #include "model/tensor_parallel.h"
+#include "model/weight_census.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
 #include "server/stats_logger.h"
@@ -507,6 +509,8 @@ int run_serve_command(int argc, char** argv) {
     if (!model.ok()) return fail_start(model.status().message());
     whole_model = std::move(model).value();
     mc = whole_model->config();
+    LOG(INFO) << "Model " << model::census_line(model::weight_census(whole_model->weights()))
+              << "; resident memory " << model::gib_text(common::resident_bytes());
     if (plan.dp.lockstep) {
       whole_model->set_expert_group(dp_groups.dp.get());
       whole_model->set_lmhead_group(dp_groups.lmhead.get());
@@ -626,7 +630,8 @@ int run_serve_command(int argc, char** argv) {
   plan.engine.model_vocab_size = mc.vocab_size;
   const int64_t kv_tokens = num_blocks * plan.engine.block_size;
   LOG(INFO) << "KV cache size: " << kv_tokens << " tokens (" << num_blocks << " blocks of "
-            << plan.engine.block_size << ")";
+            << plan.engine.block_size << ", "
+            << model::gib_text(num_blocks * sizing_in.kv_bytes_per_block) << ")";
   LOG(INFO) << "Maximum concurrency for " << max_model_len << " tokens per request: "
             << std::round(100.0 * double(kv_tokens) / double(max_model_len)) / 100.0 << "x";
 

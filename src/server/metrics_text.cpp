@@ -7,6 +7,8 @@
 #include <sstream>
 #include <vector>
 
+#include "common/process_memory.h"
+
 namespace server {
 namespace {
 
@@ -228,6 +230,13 @@ void render_engine(Writer& w, const engine::MetricsSnapshot& s, const std::strin
 std::string render_metrics(const std::vector<engine::EngineMetrics>& engines,
                            const std::string& model_name, const ParentRequestMetrics* parents) {
   Writer w;
+  // The process collector's names, as prometheus_client exports them for vLLM's API server.
+  w.family("process_resident_memory_bytes", "Resident memory size in bytes.", "gauge");
+  w.sample("process_resident_memory_bytes " + num(double(common::resident_bytes())));
+  w.family("chunkpipe:process_peak_resident_memory_bytes",
+           "Peak resident memory size of this process in bytes.", "gauge");
+  w.sample("chunkpipe:process_peak_resident_memory_bytes " +
+           num(double(common::peak_resident_bytes())));
   for (const engine::EngineMetrics& e : engines) {
     std::optional<ParentRequestMetrics::Histograms> p;
     if (parents) p = parents->of_engine(e.engine_index);

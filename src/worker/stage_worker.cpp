@@ -13,12 +13,14 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "common/process_memory.h"
 #include "common/timer.h"
 #include "dist/group_factory.h"
 #include "dist/host_ip.h"
 #include "kernels/gemm.h"
 #include "model/deepseek_v3.h"
 #include "model/tensor_parallel.h"
+#include "model/weight_census.h"
 #include "worker/model_runner.h"
 #include "worker/stage_protocol.h"
 
@@ -202,6 +204,8 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
     return 1;
   }
   const std::unique_ptr<model::DeepseekV3Model> slice = std::move(model).value();
+  LOG(INFO) << name << ": " << model::census_line(model::weight_census(slice->weights()))
+            << "; resident memory " << model::gib_text(common::resident_bytes());
   std::unique_ptr<dist::ProcessGroup> group;
   if (spec.tp_size > 1) {
     auto joined = join_stage_group(spec);

@@ -989,6 +989,16 @@ TEST_F(ServeTest, PerRequestHistogramsCountEachFinishedRequest) {
   EXPECT_NE(text->body.find("vllm:request_prompt_tokens_bucket{model_name=\"deepseek_v3\","
                             "engine=\"0\",le=\"5.0\"}"),
             std::string::npos);
+  // The process's resident memory, as prometheus_client's process collector names it: at least
+  // the test model's weights, and no more than its peak.
+  const size_t rss_at = text->body.find("\nprocess_resident_memory_bytes ");
+  const size_t peak_at = text->body.find("\nchunkpipe:process_peak_resident_memory_bytes ");
+  ASSERT_NE(rss_at, std::string::npos);
+  ASSERT_NE(peak_at, std::string::npos);
+  const double rss = std::stod(text->body.substr(text->body.find(' ', rss_at) + 1));
+  const double peak = std::stod(text->body.substr(text->body.find(' ', peak_at) + 1));
+  EXPECT_GT(rss, 1e6);
+  EXPECT_LE(rss, peak * 1.001 + 4096);
 }
 
 TEST_F(ServeTest, RepeatedPromptHitsThePrefixCache) {
