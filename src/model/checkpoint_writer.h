@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,23 @@ struct TensorToWrite {
   std::vector<uint8_t> bytes;
 };
 
+// A tensor whose bytes are produced in order, piece by piece, as the file is written: a
+// checkpoint far larger than memory streams through a buffer.
+struct TensorSource {
+  using Sink = std::function<void(const uint8_t* data, size_t bytes)>;
+  std::string name;
+  tensor::DType dtype;
+  std::vector<int64_t> shape;
+  size_t bytes = 0;
+  std::function<void(const Sink&)> produce;  // calls the sink with `bytes` bytes in all
+};
+
 // Splits the tensors (sorted by name) into `num_shards` files of similar size, named
 // `stem`.safetensors or `stem`-0000i-of-0000n.safetensors with `stem`.safetensors.index.json.
+common::Status write_safetensors(const std::string& dir, std::vector<TensorSource> tensors,
+                                 int num_shards, const std::string& stem = "model");
+
+// The same for tensors held in memory.
 common::Status write_safetensors_checkpoint(const std::string& dir,
                                             std::vector<TensorToWrite> tensors, int num_shards,
                                             const std::string& stem = "model");

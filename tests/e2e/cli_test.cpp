@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -259,6 +260,54 @@ TEST(QuantizeCommandTest, WritesALoadableW8A8Checkpoint) {
   EXPECT_EQ(no_scheme.exit_code, 2);
   EXPECT_NE(no_scheme.out.find("argument --w8a8 is required"), std::string::npos);
   std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
+}
+
+// make-model --preset deepseek-v3 streams V3's layout (here with small dimension overrides, so
+// that it runs in a test): FP8 linears with weight_scale_inv, BF16 embeddings, head, norms and
+// router, the same bytes from the same seed; it loads, serves logits, and `quantize --w8a8`
+// reads it.
+TEST(MakeModelCommandTest, PresetStreamsALoadableFp8Checkpoint) {
+  char tmpl[] = "/tmp/chunkpipe_preset_XXXXXX";
+  const std::string root = mkdtemp(tmpl);
+  const std::string dims =
+      " --preset deepseek-v3 --layers 2 --dense-layers 1 --experts 8 --n-group 4 --topk-group 2 "
+      "--top-k 2 --hidden 256 --inter 512 --moe-inter 128 --heads 4 --q-lora-rank 64 "
+      "--kv-lora-rank 64 --qk-nope 32 --qk-rope 16 --v-head 32 --vocab 2048 --no-tokenizer "
+      "--shards 2 --seed 5";
+  CommandResult a = run("make-model " + root + "/a" + dims);
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  const nlohmann::json summary = nlohmann::json::parse(a.out);
+  EXPECT_EQ(summary["shards"], 2);
+  EXPECT_GT(summary["bytes"].get<double>(), 1e6);
+  CommandResult b = run("make-model " + root + "/b" + dims);
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  for (const char* f : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                        "config.json", "model.safetensors.index.json"}) {
+    std::ifstream fa(root + "/a/" + f, std::ios::binary), fb(root + "/b/" + f, std::ios::binary);
+    const std::string ca((std::istreambuf_iterator<char>(fa)), {});
+    const std::string cb((std::istreambuf_iterator<char>(fb)), {});
+    EXPECT_FALSE(ca.empty()) << f;
+    EXPECT_TRUE(ca == cb) << f << " differs between two runs with the same seed";
+  }
+  const auto config = nlohmann::json::parse(std::ifstream(root + "/a/config.json"));
+  EXPECT_EQ(config["quantization_config"]["quant_method"], "fp8");
+  EXPECT_EQ(config["first_k_dense_replace"], 1);
+  EXPECT_EQ(config["num_nextn_predict_layers"], 1);  // the preset's, not overridden
+  const auto index = nlohmann::json::parse(std::ifstream(root + "/a/model.safetensors.index.json"));
+  EXPECT_TRUE(
+      index["weight_map"].contains("model.layers.1.mlp.experts.7.down_proj.weight_scale_inv"));
+  EXPECT_TRUE(index["weight_map"].contains("model.layers.2.eh_proj.weight"));
+  CommandResult logits = run("logits " + root + "/a --ids 0,5,17,42 --mtp 2>/dev/null");
+  ASSERT_EQ(logits.exit_code, 0) << logits.out;
+  const nlohmann::json out = nlohmann::json::parse(logits.out);
+  EXPECT_EQ(out["last_logits"].size(), 2048u);
+  for (float v : out["last_logits"]) ASSERT_TRUE(std::isfinite(v));
+  CommandResult q = run("quantize " + root + "/a " + root + "/w8a8 --w8a8");
+  EXPECT_EQ(q.exit_code, 0) << q.out;
+  CommandResult bad = run("make-model " + root + "/c --preset deepseek-v2");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--preset: invalid choice: 'deepseek-v2'"), std::string::npos) << bad.out;
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
