@@ -18,6 +18,8 @@
 //                   [--kv-cache-dtype f32|bf16]  (the latent cache's dtype, model::KvCacheDtype)
 //                   [--decode-attention 1024,16384]  (mla_decode_attention alone, one query
 //                   token of the model's dims over an f32 cache of each context length)
+//                   [--v3-linears]  (DeepSeek-V3's own linears in FP8, BF16, I8 and F32: decode
+//                   GEMV from memory and prefill of --prefill rows)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -270,6 +272,87 @@ void bench_gemv_from_memory(const std::vector<int>& thread_counts,
                     std::string(tensor::dtype_name(dt)).c_str(), static_cast<long long>(shape.n),
                     static_cast<long long>(shape.k), thread_counts[ti], gbs,
                     100 * gbs / bandwidths[ti]);
+      }
+    }
+  }
+}
+
+// A [n, k] weight of DeepSeek-V3's shapes in `dt` (FP8 with 128x128 block scales, BF16, I8
+// per-row W8A8 or F32), with deterministic values of the checkpoint's magnitudes.
+tensor::WeightMatrix v3_weight(tensor::DType dt, int64_t n, int64_t k) {
+  const int64_t count = n * k;
+  if (dt == tensor::DType::kI8) {
+    std::vector<float> v(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) v[i] = float((i * 2654435761u) % 1000) * 1e-5f - 5e-3f;
+    tensor::WeightMatrix m;
+    kernels::quantize_weight_rows(v.data(), n, k, m);
+    return m;
+  }
+  tensor::WeightMatrix m(dt, n, k);
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = float((i * 2654435761u) % 1000) * 1e-5f - 5e-3f;
+    if (dt == tensor::DType::kF8E4M3) {
+      m.mutable_bytes()[i] = static_cast<uint8_t>((i * 37 + 11) & 0xfe);  // no NaN code
+    } else if (dt == tensor::DType::kBF16) {
+      m.mutable_bf16()[i] = tensor::f32_to_bf16(v);
+    } else {
+      m.mutable_f32()[i] = v;
+    }
+  }
+  if (dt == tensor::DType::kF8E4M3) {
+    float* scale = m.mutable_fp8_scale(128, 7);
+    for (size_t i = 0; i < m.fp8_scale_count(); ++i) scale[i] = 1e-4f * float(1 + i % 7);
+  }
+  return m;
+}
+
+// DeepSeek-V3's own linears (hidden 7168, 128 heads, experts of 2048, TP 1) through linear()
+// for each weight dtype: decode's GEMV from memory (copies laid end to end past 512 MB, each
+// read once per pass; GB/s and % of the read roof, and the weight rows per second) and prefill
+// of `prefill_rows` tokens (GFLOP/s and % of the FMA peak).
+void bench_v3_linears(const std::vector<int>& thread_counts, const std::vector<double>& peaks,
+                      const std::vector<double>& bandwidths, int64_t prefill_rows) {
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"q_a_proj", 1536, 7168},       {"q_b_proj", 24576, 1536},
+                          {"kv_a_proj", 576, 7168},       {"o_proj", 7168, 16384},
+                          {"expert gate_up", 4096, 7168}, {"expert down", 7168, 2048}};
+  const tensor::DType dtypes[] = {tensor::DType::kF8E4M3, tensor::DType::kBF16, tensor::DType::kI8,
+                                  tensor::DType::kF32};
+  std::printf(
+      "\n== DeepSeek-V3 linears: decode GEMV from memory (GB/s of weights, %% of read roof, "
+      "microseconds per matrix) and prefill M=%lld (GFLOP/s, %% of FMA peak) ==\n",
+      static_cast<long long>(prefill_rows));
+  std::printf("%-15s %-7s %6s %6s | %7s %22s %10s %20s\n", "shape", "W", "N", "K", "threads",
+              "decode GB/s (% roof)", "us/matrix", "prefill GFLOP/s (%)");
+  for (const Shape& s : shapes) {
+    for (const tensor::DType dt : dtypes) {
+      const tensor::WeightMatrix one = v3_weight(dt, s.n, s.k);
+      const int64_t bytes = int64_t(one.size_bytes());
+      const int64_t copies = std::max<int64_t>(1, (int64_t{512} << 20) / bytes + 1);
+      std::vector<tensor::WeightMatrix> mats;
+      for (int64_t c = 0; c < copies; ++c) mats.push_back(v3_weight(dt, s.n, s.k));
+      std::vector<float> x(static_cast<size_t>(prefill_rows * s.k)), y(size_t(prefill_rows * s.n));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 17) * 0.01f - 0.08f;
+      for (size_t ti = 0; ti < thread_counts.size(); ++ti) {
+        common::ThreadPool pool(thread_counts[ti]);
+        const double decode_s = best_seconds(
+            [&] {
+              for (const auto& m : mats) kernels::linear(x.data(), 1, m.view(), y.data(), pool);
+            },
+            0.0, 3);
+        const double gbs = double(copies * bytes) / decode_s / 1e9;
+        const double prefill_s = best_seconds(
+            [&] { kernels::linear(x.data(), prefill_rows, one.view(), y.data(), pool); }, 0.0, 2);
+        const double gflops = 2.0 * double(prefill_rows * s.n * s.k) / prefill_s / 1e9;
+        std::printf("%-15s %-7s %6lld %6lld | %7d %14.1f (%3.0f%%) %10.1f %12.1f (%3.0f%%)\n",
+                    s.name, std::string(tensor::dtype_name(dt)).c_str(),
+                    static_cast<long long>(s.n), static_cast<long long>(s.k), thread_counts[ti],
+                    gbs, 100 * gbs / bandwidths[ti], 1e6 * decode_s / double(copies), gflops,
+                    100 * gflops / peaks[ti]);
+        std::fflush(stdout);
       }
     }
   }
@@ -627,6 +710,7 @@ int main(int argc, char** argv) {
   std::string kv_cache_dtype = "f32";
   std::vector<int64_t> attention_contexts;
   bool skip_gemm = false, skip_model = false, lm_head_int8 = false, gemv_only = false;
+  bool v3_linears = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -664,6 +748,8 @@ int main(int argc, char** argv) {
       skip_model = true;
     else if (a == "--lm-head-int8")
       lm_head_int8 = true;
+    else if (a == "--v3-linears")
+      v3_linears = true;
     else {
       std::fprintf(stderr, "error: unrecognized argument: %s\n", a.c_str());
       return 2;
@@ -720,6 +806,7 @@ int main(int argc, char** argv) {
       "products can pass them)\n");
   if (!skip_gemm && !gemv_only) bench_gemm(threads, peaks, dpbf16_peaks);
   if (!skip_gemm) bench_gemv_from_memory(threads, bandwidths);
+  if (v3_linears) bench_v3_linears(threads, peaks, bandwidths, prefill);
   if (!attention_contexts.empty()) {
     bench_decode_attention(model_name, attention_contexts, threads, peaks, bandwidths);
   }
