@@ -14,13 +14,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../ops/test_util.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu_features.h"
 #include "model/deepseek_v3.h"
 #include "model/safetensors.h"
 #include "model/sequence_runner.h"
 #include "model/weight_census.h"
-#include "../ops/test_util.h"
 
 namespace {
 

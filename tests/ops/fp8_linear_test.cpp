@@ -83,7 +83,8 @@ TEST_P(Fp8LinearTest, EveryPathGivesTheAvx2F32KernelsBitsOnTheDequantizedWeights
       kernels::linear(x.data(), m, w.fp8.view(), got.data(), pool());
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), bytes)) << path.name << " linear m " << m;
       kernels::linear_streaming(x.data(), m, w.fp8.view(), got.data(), s.n, pool());
-      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), bytes)) << path.name << " streaming m " << m;
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), bytes))
+          << path.name << " streaming m " << m;
       kernels::linear_tiled(x.data(), m, w.fp8.view(), got.data(), s.n, pool());
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), bytes)) << path.name << " tiled m " << m;
       // And within rounding of the kernels this path runs on the F32 weights.
@@ -118,8 +119,8 @@ TEST(Fp8LinearTest, EveryFiniteCodeWidensExactly) {
       std::vector<float> x(static_cast<size_t>(k), 0.0f), y(static_cast<size_t>(n));
       x[size_t(c)] = 1.0f;
       kernels::linear(x.data(), 1, w.view(), y.data(), pool());
-      const float want = (c & 0x7f) == 0x7f ? 0.0f
-                                            : tensor::fp8_e4m3_to_f32(uint8_t(c)) * scale[c / 128];
+      const float want =
+          (c & 0x7f) == 0x7f ? 0.0f : tensor::fp8_e4m3_to_f32(uint8_t(c)) * scale[c / 128];
       for (int64_t r = 0; r < n; ++r) ASSERT_EQ(y[size_t(r)], want) << path.name << " code " << c;
       ASSERT_EQ(w.view().at(1, c), want);
     }
@@ -130,8 +131,7 @@ TEST(Fp8LinearTest, RowRangeKeepsTheBlockScales) {
   const Fp8Pair w = random_fp8(384, 256, 128, 7, 3);
   const tensor::WeightView part = w.fp8.view().row_range(128, 200);
   for (int64_t r = 0; r < 200; r += 37)
-    for (int64_t c = 0; c < 256; c += 41)
-      EXPECT_EQ(part.at(r, c), w.f32.view().at(128 + r, c));
+    for (int64_t c = 0; c < 256; c += 41) EXPECT_EQ(part.at(r, c), w.f32.view().at(128 + r, c));
 }
 
 }  // namespace
