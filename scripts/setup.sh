@@ -7,7 +7,7 @@ packages=(
   g++ cmake make ccache pkg-config git
   nlohmann-json3-dev libopenblas-dev libpcre2-dev nodejs
   libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcpp-httplib-dev libcurl4-openssl-dev
-  libzmq3-dev libucx-dev libgloo-dev iproute2 curl libboost1.81-dev
+  libzmq3-dev libucx-dev libgloo-dev iproute2 curl libboost1.81-dev libnuma-dev
   clang-format clang libclang-rt-14-dev libfuzzer-14-dev
 )
 missing=()

@@ -36,11 +36,40 @@ common::Result<Sizing> plan_sizing(const SizingInput& in) {
                                     ") must be greater than or equal to max_num_seqs (" +
                                     std::to_string(in.max_num_seqs) + ").");
   }
-  const int64_t kv_bytes = in.kv_cache_bytes.value_or(
-      static_cast<int64_t>(in.memory_utilization * static_cast<double>(in.host_memory_bytes)) -
-      in.weight_bytes);
+  const int64_t usable =
+      static_cast<int64_t>(in.memory_utilization * static_cast<double>(in.host_memory_bytes));
+  const int64_t kv_bytes = in.kv_cache_bytes.value_or(usable - in.weight_bytes - in.scratch_bytes);
   const int64_t per_block = std::max<int64_t>(in.kv_bytes_per_block, 1);
   const int64_t blocks_per_seq = (s.max_model_len + in.block_size - 1) / in.block_size;
+  // Weights and scratch, with the --kv-cache-memory asked for, must fit before anything loads
+  // (without it, a KV cache too small for one request gets vLLM's message below).
+  if (in.host_memory_bytes > 0 && !in.num_blocks_override) {
+    const int64_t kv_needed = in.kv_cache_bytes.value_or(blocks_per_seq * per_block);
+    const int64_t need = in.weight_bytes + in.scratch_bytes + kv_needed;
+    const int64_t limit = in.kv_cache_bytes ? in.host_memory_bytes : usable;
+    if (need - (in.kv_cache_bytes ? 0 : kv_needed) > limit) {
+      std::ostringstream m;
+      const auto gib = [](int64_t b) { return double(b) / double(int64_t{1} << 30); };
+      m.precision(3);
+      m << "The model does not fit in memory: weights " << gib(in.weight_bytes) << " GiB + scratch "
+        << gib(in.scratch_bytes) << " GiB for max_num_batched_tokens=" << s.max_num_batched_tokens
+        << " + KV cache " << gib(kv_needed) << " GiB ("
+        << (in.kv_cache_bytes ? std::string("--kv-cache-memory")
+                              : "one request of max_model_len=" + std::to_string(s.max_model_len))
+        << ") = " << gib(need) << " GiB, more than ";
+      if (in.kv_cache_bytes) {
+        m << "the host's ";
+      } else {
+        m << in.memory_utilization << " (--gpu-memory-utilization) of the host's ";
+      }
+      m << gib(in.host_memory_bytes) << " GiB (" << gib(limit)
+        << " GiB). Lower --max-model-len or --max-num-batched-tokens"
+        << (in.kv_cache_bytes ? ", lower --kv-cache-memory" : ", raise --gpu-memory-utilization")
+        << ", or hold fewer weights per host (--pipeline-parallel-size or --tensor-parallel-size "
+           "over more nodes, a W8A8 checkpoint).";
+      return common::invalid_argument(m.str());
+    }
+  }
   if (in.num_blocks_override) {
     const int64_t n = *in.num_blocks_override;
     if (n < blocks_per_seq) {

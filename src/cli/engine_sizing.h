@@ -1,5 +1,6 @@
 // Engine sizing: max_model_len, the token budget and the KV cache's block count from the flags
-// and the model, with vLLM's defaults and its error messages. A pure function, shared by
+// and the model, with vLLM's defaults and its error messages, and the refusal of a plan whose
+// weights, scratch and smallest KV cache exceed the host's memory. A pure function, shared by
 // `serve` and `bench latency|throughput` so both size an engine the same way.
 #pragma once
 
@@ -23,7 +24,8 @@ struct SizingInput {
   std::optional<int64_t> kv_cache_bytes;
   double memory_utilization = 0.9;
   int64_t host_memory_bytes = 0;
-  int64_t weight_bytes = 0;
+  int64_t weight_bytes = 0;   // as the load will hold them (model/memory_plan.h)
+  int64_t scratch_bytes = 0;  // the forward's working memory at max_num_batched_tokens
   // --num-gpu-blocks-override: exactly this many KV blocks, whatever the memory says (vLLM's,
   // for testing preemption); it must still hold one max_model_len sequence and fit the host.
   std::optional<int64_t> num_blocks_override;

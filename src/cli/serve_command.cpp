@@ -40,6 +40,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "model/deepseek_v3.h"
+#include "model/memory_plan.h"
 #include "model/tensor_parallel.h"
 #include "model/weight_census.h"
 #include "server/api_server.h"
@@ -50,7 +51,9 @@
 #include "transfer/kv_connector_factory.h"
 #include "transfer/kv_transfer_config.h"
 #include "worker/model_runner.h"
+#include "worker/numa_binding.h"
 #include "worker/stage_launcher.h"
+#include "worker/stage_plan.h"
 
 namespace cli {
 namespace {
@@ -59,13 +62,12 @@ int64_t host_memory_bytes() {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
 }
 
-int64_t checkpoint_bytes(const std::string& dir) {
-  int64_t total = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (e.path().extension() == ".safetensors") total += static_cast<int64_t>(e.file_size(ec));
-  }
-  return total;
+// The weights the load(s) on this host will hold, from the checkpoint's headers.
+common::Result<model::WeightCensus> planned_weights(const ServePlan& plan,
+                                                    const model::LoadOptions& load) {
+  CP_ASSIGN_OR_RETURN(auto ck, model::Checkpoint::open(plan.model_dir));
+  CP_ASSIGN_OR_RETURN(model::ModelConfig config, model::load_model_config(plan.model_dir));
+  return model::planned_weight_census(*ck, config, load);
 }
 
 std::atomic<bool> g_stop_requested{false};
@@ -88,6 +90,7 @@ worker::PipelineOptions pipeline_options(const ServePlan& plan) {
   o.num_blocks = plan.engine.num_kv_blocks;
   o.block_size = plan.engine.block_size;
   o.pin_stages = true;
+  o.numa_bind = plan.numa_bind;
   o.expanded_kv_cache = plan.engine.expanded_kv_cache;
   o.num_speculative_tokens = plan.engine.scheduler.num_lookahead_tokens;
   o.lm_head_int8 = plan.lm_head_int8;
@@ -492,42 +495,22 @@ int run_serve_command(int argc, char** argv) {
     dp_groups = std::move(groups).value();
     dp_store = host + ":" + std::to_string(port);
   }
-  // One stage loads the whole model; a pipeline (or TP ranks) loads one shard per process.
+  // One stage loads the whole model; a pipeline (or TP ranks) loads one shard per process. The
+  // memory plan comes first: a model that will not fit is refused before anything loads.
   std::unique_ptr<model::DeepseekV3Model> whole_model;
   model::ModelConfig mc;
   const bool one_process =
       plan.pipeline_parallel_size == 1 && plan.tensor_parallel_size == 1 && !dp_front;
+  model::LoadOptions load{.load_mtp = plan.speculative.has_value()};
   if (one_process) {
-    model::LoadOptions load{.load_mtp = plan.speculative.has_value()};
     load.lm_head_int8 = plan.lm_head_int8;
     load.w8a8_mix_static = plan.kv_transfer.kv_role == "kv_consumer";
     if (plan.dp.lockstep && plan.dp.expert_parallel) load.dp_experts = {plan.dp.rank, plan.dp.size};
     if (plan.dp.lockstep && plan.lmhead_tensor_parallel_size > 1)
       load.lmhead_tp = {plan.dp.rank % plan.lmhead_tensor_parallel_size,
                         plan.lmhead_tensor_parallel_size};
-    auto model = model::DeepseekV3Model::load(plan.model_dir, load);
-    if (!model.ok()) return fail_start(model.status().message());
-    whole_model = std::move(model).value();
-    mc = whole_model->config();
-    LOG(INFO) << "Model " << model::census_line(model::weight_census(whole_model->weights()))
-              << "; resident memory " << model::gib_text(common::resident_bytes());
-    if (plan.dp.lockstep) {
-      whole_model->set_expert_group(dp_groups.dp.get());
-      whole_model->set_lmhead_group(dp_groups.lmhead.get());
-      plan.engine.dp_group = dp_groups.dp.get();
-      const model::DataParallelExperts& ep = whole_model->dp_experts();
-      LOG(INFO) << "Data-parallel rank " << plan.dp.rank << " of " << plan.dp.size
-                << " in lock step over " << dp_groups.dp->backend() << ": "
-                << (ep.active()
-                        ? "experts " + std::to_string(ep.rank * mc.n_routed_experts / ep.size) +
-                              "-" +
-                              std::to_string((ep.rank + 1) * mc.n_routed_experts / ep.size - 1)
-                        : std::string("every expert"))
-                << (dp_groups.lmhead
-                        ? ", lm_head group of " + std::to_string(plan.lmhead_tensor_parallel_size)
-                        : std::string());
-    }
-  } else {
+  }
+  {
     auto config = model::load_model_config(plan.model_dir);
     if (!config.ok()) return fail_start(config.status().message());
     mc = *config;
@@ -609,12 +592,29 @@ int run_serve_command(int argc, char** argv) {
   sizing_in.num_blocks_override = plan.num_blocks_override;
   sizing_in.memory_utilization = plan.memory_utilization;
   sizing_in.host_memory_bytes = host_memory_bytes();
-  sizing_in.weight_bytes = checkpoint_bytes(plan.model_dir);
+  // This process's whole model (one process), or every stage and rank of this host together.
+  auto planned =
+      planned_weights(plan, one_process ? load : model::LoadOptions{.load_mtp = load.load_mtp});
+  if (!planned.ok()) return fail_start(planned.status().message());
+  // Over --nnodes hosts, each holds about its share of the layers.
+  sizing_in.weight_bytes = planned->total() / std::max(1, plan.topology.nnodes);
+  model::ScratchInput scratch_in;
+  scratch_in.num_batched_tokens = sizing_in.max_num_batched_tokens.value_or(
+      sizing_in.enable_chunked_prefill.value_or(true)
+          ? 2048
+          : std::max<int64_t>(sizing_in.max_model_len.value_or(mc.max_position_embeddings), 2048));
+  scratch_in.max_model_len = sizing_in.max_model_len.value_or(
+      mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096);
+  scratch_in.max_num_seqs = sizing_in.max_num_seqs;
+  scratch_in.threads = plan.engine.num_threads;
+  sizing_in.scratch_bytes = model::forward_scratch_bytes(mc, scratch_in);
+  LOG(INFO) << "Memory plan: " << model::census_line(*planned) << "; scratch "
+            << model::gib_text(sizing_in.scratch_bytes)
+            << " for max_num_batched_tokens=" << scratch_in.num_batched_tokens << " and "
+            << scratch_in.max_model_len << "-token contexts; host memory "
+            << model::gib_text(sizing_in.host_memory_bytes);
   auto sizing = plan_sizing(sizing_in);
-  if (!sizing.ok()) {
-    LOG(ERROR) << sizing.status().message();
-    return 1;
-  }
+  if (!sizing.ok()) return fail_start(sizing.status().message());
   const int64_t max_model_len = sizing->max_model_len;
   plan.engine.scheduler.max_model_len = max_model_len;
   plan.engine.scheduler.max_num_batched_tokens = sizing->max_num_batched_tokens;
@@ -635,6 +635,41 @@ int run_serve_command(int argc, char** argv) {
   LOG(INFO) << "Maximum concurrency for " << max_model_len << " tokens per request: "
             << std::round(100.0 * double(kv_tokens) / double(max_model_len)) / 100.0 << "x";
 
+  if (one_process && plan.numa_bind) {  // before the load: the weights' pages land on the node
+    // One engine process, or this host's data-parallel engines, one per node.
+    const int ranks = plan.dp.active() ? std::max(1, plan.dp.size_local) : 1;
+    const int rank = plan.dp.active() ? std::max(0, plan.dp.rank) % ranks : 0;
+    auto bindings = worker::plan_numa_binding(worker::read_numa_topology(worker::allowed_cpus()),
+                                              ranks, plan.engine.num_threads);
+    if (!bindings.ok()) return fail_start(bindings.status().message());
+    if (auto st = worker::apply_numa_binding((*bindings)[size_t(rank)]); !st.ok())
+      return fail_start(st.message());
+    LOG(INFO) << "Bound to NUMA " << worker::binding_text((*bindings)[size_t(rank)]);
+  }
+  if (one_process) {
+    auto model = model::DeepseekV3Model::load(plan.model_dir, load);
+    if (!model.ok()) return fail_start(model.status().message());
+    whole_model = std::move(model).value();
+    mc = whole_model->config();
+    LOG(INFO) << "Model " << model::census_line(model::weight_census(whole_model->weights()))
+              << "; resident memory " << model::gib_text(common::resident_bytes());
+    if (plan.dp.lockstep) {
+      whole_model->set_expert_group(dp_groups.dp.get());
+      whole_model->set_lmhead_group(dp_groups.lmhead.get());
+      plan.engine.dp_group = dp_groups.dp.get();
+      const model::DataParallelExperts& ep = whole_model->dp_experts();
+      LOG(INFO) << "Data-parallel rank " << plan.dp.rank << " of " << plan.dp.size
+                << " in lock step over " << dp_groups.dp->backend() << ": "
+                << (ep.active()
+                        ? "experts " + std::to_string(ep.rank * mc.n_routed_experts / ep.size) +
+                              "-" +
+                              std::to_string((ep.rank + 1) * mc.n_routed_experts / ep.size - 1)
+                        : std::string("every expert"))
+                << (dp_groups.lmhead
+                        ? ", lm_head group of " + std::to_string(plan.lmhead_tensor_parallel_size)
+                        : std::string());
+    }
+  }
   if (plan.headless && !plan.dp.active()) return run_headless_node(plan);
   if (dp_front && plan.headless) return run_data_parallel_headless(plan);
   if (dp_front) {

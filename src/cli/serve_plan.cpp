@@ -101,6 +101,9 @@ void add_serve_flags(ArgParser& p) {
                "Jinja chat template file (default: the checkpoint's, else built-in V3.1)");
   p.add_option("reasoning-parser",
                "deepseek_v3 or deepseek_r1: split reasoning_content from content");
+  p.add_flag("numa-bind",
+             "chunkpipe extension: each rank (pipeline stage x TP rank) on one NUMA node of its "
+             "host, its threads on that node's cores and its memory on that node");
   p.add_option("threads", "CPU threads of the worker",
                std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   p.add_option("tokenizer", "tokenizer directory (default: the model directory)");
@@ -359,6 +362,7 @@ common::Status plan_parallel_layout(const ArgParser& p, ServePlan* plan) {
     if (tp > 64) return common::invalid_argument("--tensor-parallel-size must be at most 64");
     plan->tensor_parallel_size = static_cast<int>(tp);
     plan->expert_parallel = tp > 1 && p.flag("enable-expert-parallel");
+    plan->numa_bind = p.flag("numa-bind");
     CP_RETURN_IF_ERROR(plan_data_parallel(p, plan->tensor_parallel_size,
                                           plan->pipeline_parallel_size,
                                           plan->lmhead_tensor_parallel_size, &plan->dp));

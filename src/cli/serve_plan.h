@@ -35,6 +35,7 @@ struct ServePlan {
   int pipeline_parallel_size = 1;
   int tensor_parallel_size = 1;         // processes per pipeline stage
   bool expert_parallel = false;         // --enable-expert-parallel with tensor_parallel_size > 1
+  bool numa_bind = false;               // --numa-bind: each rank on a NUMA node of its host
   int lmhead_tensor_parallel_size = 0;  // additional_config.finegrained_tp_config
   std::vector<int> layer_partition;     // empty: even split
   std::optional<SpeculativeConfig> speculative;  // --speculative-config (MTP)

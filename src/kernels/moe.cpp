@@ -96,9 +96,6 @@ void swiglu_mlp(const float* x, int64_t num_tokens, const ExpertWeights& w, floa
   linear(act.data(), num_tokens, w.down, out, pool);
 }
 
-// Most tokens an expert may have for the one-expert-per-thread form of moe_dispatch.
-constexpr int64_t kExpertsPerThreadMaxTokens = 8;
-
 void moe_dispatch(const float* x, int64_t num_tokens, int64_t hidden, const int32_t* topk_ids,
                   const float* topk_weights, int top_k, std::span<const ExpertWeights> experts,
                   float* out, common::ThreadPool& pool) {

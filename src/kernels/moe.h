@@ -10,6 +10,10 @@
 
 namespace kernels {
 
+// Most tokens an expert may have for the one-expert-per-thread form of moe_dispatch (decode-sized
+// batches), whose expert outputs are all held at once.
+inline constexpr int64_t kExpertsPerThreadMaxTokens = 8;
+
 enum class ScoringFunc { kSigmoid, kSoftmax };
 enum class TopkMethod { kNoauxTc, kGreedy, kGroupLimitedGreedy };
 

@@ -3,16 +3,22 @@
 // read them in place), and random initialization for benchmarks.
 #include "model/weights.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iomanip>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "common/check.h"
+#include "common/logging.h"
+#include "common/timer.h"
 #include "kernels/int8_linear.h"
+#include "model/load_parallel.h"
 #include "model/quant_description.h"
 #include "model/w8a8_weights.h"
 
@@ -23,6 +29,29 @@ using common::Result;
 using common::Status;
 using tensor::DType;
 using tensor::WeightMatrix;
+
+// Copies n FP8 codes; true when one is a NaN (0x7f or 0xff). The test is branch-free so the
+// loop vectorizes: (c & 0x7f) + 1 reaches 0x80 only for the NaN pattern.
+bool copy_fp8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  uint8_t seen = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t c = src[j];
+    dst[j] = c;
+    seen |= static_cast<uint8_t>((c & 0x7f) + 1);
+  }
+  return (seen & 0x80) != 0;
+}
+
+// memcpy, on every thread when large (load_parallel.h).
+void copy_bytes(const void* src, void* dst, size_t n) {
+  constexpr int64_t kPiece = 1 << 20;
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  for_each_row_range((int64_t(n) + kPiece - 1) / kPiece, kPiece, [&](int64_t b, int64_t e) {
+    const size_t begin = size_t(b * kPiece), end = std::min(n, size_t(e * kPiece));
+    std::memcpy(d + begin, s + begin, end - begin);
+  });
+}
 
 std::string shape_str(int64_t rows, int64_t cols) {
   return "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
@@ -53,6 +82,7 @@ class WeightLoader {
     Result<WeightMatrix> m = matrix_copy(name, rows, cols, force_f32, slice);
     // Copied: its mapped pages need not stay resident beside the copy.
     if (auto t = ck_.find(name); t.ok()) release_pages(**t);
+    if (m.ok()) loaded_bytes_ += int64_t(m->size_bytes());
     return m;
   }
 
@@ -104,17 +134,19 @@ class WeightLoader {
                           fp8_matrix(*t, rows, cols, r0, r1, c0, c1));
       if (kept) return std::move(*kept);
     }
+    // A new WeightMatrix is zero-filled, so padding rows need no writes.
     if (t->dtype == DType::kBF16 && !force_f32) {
       WeightMatrix m(DType::kBF16, out_rows, out_cols);
-      std::memset(m.mutable_bytes(), 0, m.size_bytes());
-      for (int64_t i = 0; i < real_rows; ++i)
-        std::memcpy(m.mutable_bf16() + i * out_cols, t->data + 2 * ((r0 + i) * cols + c0),
-                    size_t(out_cols) * 2);
+      uint16_t* dst = m.mutable_bf16();
+      for_each_row_range(real_rows, out_cols * 2, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+          std::memcpy(dst + i * out_cols, t->data + 2 * ((r0 + i) * cols + c0),
+                      size_t(out_cols) * 2);
+      });
       return m;
     }
     WeightMatrix m(DType::kF32, out_rows, out_cols);
     float* out = m.mutable_f32();
-    std::fill(out, out + out_rows * out_cols, 0.0f);
     if (t->dtype == DType::kF8E4M3) {
       CP_RETURN_IF_ERROR(dequantize_fp8(*t, rows, cols, r0, r0 + real_rows, c0, c1, out));
       return m;
@@ -191,8 +223,8 @@ class WeightLoader {
     if (gate.dtype() != up.dtype() || (fp8 && gate.rows() % gate.view().fp8.block_rows != 0))
       CP_RETURN_IF_ERROR(load(true, &gate, &up));
     w.gate_up = WeightMatrix(gate.dtype(), 2 * part.size(), h);
-    std::memcpy(w.gate_up.mutable_bytes(), gate.view().data, gate.size_bytes());
-    std::memcpy(w.gate_up.mutable_bytes() + gate.size_bytes(), up.view().data, up.size_bytes());
+    copy_bytes(gate.view().data, w.gate_up.mutable_bytes(), gate.size_bytes());
+    copy_bytes(up.view().data, w.gate_up.mutable_bytes() + gate.size_bytes(), up.size_bytes());
     if (gate.dtype() == DType::kF8E4M3) {
       const tensor::Fp8BlockScale& g = gate.view().fp8;
       float* scale = w.gate_up.mutable_fp8_scale(g.block_rows, g.block_cols_log2);
@@ -223,6 +255,8 @@ class WeightLoader {
     if (l.active()) head_split_ = TensorParallel{l.rank, l.size, false};
   }
   const TensorParallel* head_split() const { return head_split_ ? &*head_split_ : nullptr; }
+  // Bytes of the matrices loaded so far (thread-safe).
+  int64_t loaded_bytes() const { return loaded_bytes_.load(); }
 
   Result<DecoderLayerWeights> decoder_layer(int layer) const {
     const ModelConfig& c = cfg_;
@@ -306,13 +340,13 @@ class WeightLoader {
     std::vector<std::optional<Result<MlpWeights>>> loaded(static_cast<size_t>(count));
     std::atomic<int64_t> next{0};
     auto work = [&] {
+      ParallelLoadScope scope;  // each expert's copies stay on its thread
       for (int64_t i; (i = next.fetch_add(1)) < count;) {
         loaded[size_t(i)].emplace(
             mlp(prefix + "mlp.experts." + std::to_string(range.begin + i) + ".", inter, part));
       }
     };
-    const int threads = static_cast<int>(
-        std::min<int64_t>(count, std::max(1u, std::thread::hardware_concurrency())));
+    const int threads = static_cast<int>(std::min<int64_t>(count, load_threads()));
     std::vector<std::thread> workers;
     for (int t = 1; t < threads; ++t) workers.emplace_back(work);
     work();
@@ -417,18 +451,25 @@ class WeightLoader {
         scale[i * scale_cols + j] = v;
       }
     }
+    // Copies and scans for NaN codes (0x7f / 0xff) in one pass over the mapped bytes.
     uint8_t* codes = m.mutable_bytes();
-    for (int64_t i = 0; i < out_rows; ++i) {
-      uint8_t* dst = codes + i * out_cols;
-      std::memcpy(dst, t.data + (r0 + i) * cols + c0, size_t(out_cols));
-      bool nan = false;
-      for (int64_t j = 0; j < out_cols; ++j) nan |= (dst[j] & 0x7f) == 0x7f;
-      if (nan) {
-        int64_t j = 0;
-        while ((dst[j] & 0x7f) != 0x7f) ++j;
-        return common::data_loss(file_of(t) + ": FP8 tensor '" + t.name + "' holds a NaN code at " +
-                                 shape_str(r0 + i, c0 + j) + " (a corrupt checkpoint)");
+    std::atomic<int64_t> first_nan_row{out_rows};
+    for_each_row_range(out_rows, out_cols, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if (copy_fp8_row(t.data + (r0 + i) * cols + c0, codes + i * out_cols, out_cols)) {
+          int64_t seen = first_nan_row.load();
+          while (i < seen && !first_nan_row.compare_exchange_weak(seen, i)) {
+          }
+          return;
+        }
       }
+    });
+    if (const int64_t i = first_nan_row.load(); i < out_rows) {
+      const uint8_t* row = codes + i * out_cols;
+      int64_t j = 0;
+      while ((row[j] & 0x7f) != 0x7f) ++j;
+      return common::data_loss(file_of(t) + ": FP8 tensor '" + t.name + "' holds a NaN code at " +
+                               shape_str(r0 + i, c0 + j) + " (a corrupt checkpoint)");
     }
     return std::optional<WeightMatrix>(std::move(m));
   }
@@ -444,12 +485,15 @@ class WeightLoader {
     std::vector<float> scales(static_cast<size_t>(s->shape[0] * sc));
     std::memcpy(scales.data(), s->data, scales.size() * sizeof(float));
     const int64_t w = c1 - c0;
-    for (int64_t i = r0; i < r1; ++i) {
-      const float* srow = scales.data() + (i / br) * sc;
-      for (int64_t j = c0; j < c1; ++j) {
-        out[(i - r0) * w + (j - c0)] = tensor::fp8_e4m3_to_f32(t.data[i * cols + j]) * srow[j / bc];
+    for_each_row_range(r1 - r0, w * 4, [&](int64_t b, int64_t e) {
+      for (int64_t i = r0 + b; i < r0 + e; ++i) {
+        const float* srow = scales.data() + (i / br) * sc;
+        for (int64_t j = c0; j < c1; ++j) {
+          out[(i - r0) * w + (j - c0)] =
+              tensor::fp8_e4m3_to_f32(t.data[i * cols + j]) * srow[j / bc];
+        }
       }
-    }
+    });
     return {};
   }
 
@@ -460,6 +504,7 @@ class WeightLoader {
   const QuantDescription* quant_;  // W8A8 checkpoints; null otherwise
   bool mix_static_ = false;
   bool fp8_dequantize_ = false;
+  mutable std::atomic<int64_t> loaded_bytes_{0};
   std::optional<TensorParallel> head_split_;
 };
 
@@ -615,6 +660,44 @@ void add_absorbed_projections(AttentionWeights& a, int64_t qk_nope_head_dim, int
   }
 }
 
+// Logs a load's progress: a line per layer at most every 2 s, and the total at the end of a load
+// of 256 MiB or more (small test models load silently: their commands' stderr stays clean).
+class LoadProgress {
+ public:
+  LoadProgress(const WeightLoader& loader, int layers)
+      : loader_(loader), layers_(layers), start_(common::now_seconds()), last_(start_) {}
+  void layer_done(int layer) {
+    ++done_;
+    const double now = common::now_seconds();
+    if (now - last_ < 2.0 || done_ == layers_) return;
+    last_ = now;
+    logged_ = true;
+    LOG(INFO) << "Loading weights: " << done_ << " of " << layers_ << " layers (to layer " << layer
+              << "), " << line(now);
+  }
+  void finish() const {
+    if (loader_.loaded_bytes() < (int64_t{256} << 20) && !logged_) return;
+    LOG(INFO) << "Loaded the weights: " << line(common::now_seconds()) << " on " << load_threads()
+              << " thread(s)";
+  }
+
+ private:
+  std::string line(double now) const {
+    const double bytes = double(loader_.loaded_bytes()), s = std::max(now - start_, 1e-9);
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(2) << bytes / double(1 << 30) << " GiB in "
+        << std::setprecision(1) << s << " s (" << std::setprecision(2) << bytes / s / 1e9
+        << " GB/s)";
+    return out.str();
+  }
+  const WeightLoader& loader_;
+  const int layers_;
+  const double start_;
+  double last_;
+  int done_ = 0;
+  bool logged_ = false;
+};
+
 Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
                                   const LoadOptions& options) {
   CP_RETURN_IF_ERROR(validate_tensor_parallel(c, options.tp));
@@ -648,8 +731,10 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
     CP_ASSIGN_OR_RETURN(w.lm_head, loader.vocab_table("lm_head.weight", loader.head_split()));
   }
   w.layers.resize(c.num_hidden_layers);
+  LoadProgress progress(loader, end - options.layer_begin);
   for (int layer = options.layer_begin; layer < end; ++layer) {
     CP_ASSIGN_OR_RETURN(w.layers[layer], loader.decoder_layer(layer));
+    progress.layer_done(layer);
   }
   if (options.load_mtp && options.load_head) {
     for (int k = 0; k < c.num_nextn_predict_layers; ++k) {
@@ -673,6 +758,7 @@ Result<ModelWeights> load_weights(const Checkpoint& ck, const ModelConfig& c,
     }
   }
   if (options.lm_head_int8) quantize_lm_head_int8(w);
+  progress.finish();
   return w;
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "dist/process.h"
+#include "worker/numa_binding.h"
 #include "worker/stage_plan.h"
 
 namespace worker {
@@ -143,13 +144,23 @@ common::Result<LocalStages> launch_local_stages(const std::vector<StageSpec>& sp
   const std::vector<int> cpus = allowed_cpus();
   const int ncpu = static_cast<int>(cpus.size());
   const int ranks_per_node = n * tp / topo.nnodes;
+  // --numa-bind: the node's k-th rank on node k / (ranks per NUMA node), on its own cores.
+  std::vector<NumaBinding> numa;
+  if (n > 0 && specs[0].numa_node >= 0) {
+    CP_ASSIGN_OR_RETURN(numa, plan_numa_binding(read_numa_topology(cpus), ranks_per_node,
+                                                std::max(1, specs[0].threads)));
+  }
   for (int s = 0; s < n; ++s) {
     for (int r = 0; r < tp; ++r) {
       if (node_of_rank(topo, s, r) != topo.node_rank) continue;
       StageSpec spec = specs[s];
       spec.tp_rank = r;
       spec.store = store;
-      if (!spec.cpus.empty()) {  // pinned: the node's k-th rank on cores [k·t, (k+1)·t)
+      if (!numa.empty()) {
+        const NumaBinding& b = numa[size_t((s * tp + r) % ranks_per_node)];
+        spec.cpus = b.cpus;
+        spec.numa_node = b.node;
+      } else if (!spec.cpus.empty()) {  // pinned: the node's k-th rank on cores [k·t, (k+1)·t)
         const int k = (s * tp + r) % ranks_per_node, t = int(spec.cpus.size());
         for (int i = 0; i < t; ++i) spec.cpus[size_t(i)] = cpus[size_t((k * t + i) % ncpu)];
       }
@@ -199,6 +210,10 @@ std::vector<std::string> stage_worker_args(const StageSpec& spec, const std::str
   if (!spec.cpus.empty()) {
     a.push_back("--cpus");
     a.push_back(join_ints(spec.cpus));
+  }
+  if (spec.numa_node >= 0) {
+    a.push_back("--numa-node");
+    a.push_back(std::to_string(spec.numa_node));
   }
   if (spec.expanded_kv_cache) a.push_back("--expanded-kv-cache");
   if (spec.lm_head_int8) a.push_back("--lm-head-int8");
@@ -289,6 +304,9 @@ common::Result<StageWorkerArgs> parse_stage_worker_args(const std::vector<std::s
       CP_ASSIGN_OR_RETURN(int64_t e, number(f, v.substr(colon + 1)));
       out.spec.layer_begin = static_cast<int>(b);
       out.spec.layer_end = static_cast<int>(e);
+    } else if (f == "--numa-node") {
+      CP_ASSIGN_OR_RETURN(int64_t node, number(f, v));
+      out.spec.numa_node = static_cast<int>(node);
     } else if (f == "--cpus") {
       size_t start = 0;
       while (start <= v.size()) {

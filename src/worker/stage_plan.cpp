@@ -79,7 +79,9 @@ common::Result<std::vector<StageSpec>> stage_specs(const PipelineOptions& o,
     spec.experts_dp_rank = o.experts_dp_rank;
     spec.experts_dp_size = o.experts_dp_size;
     spec.experts_store = o.experts_store;
-    if (o.pin_stages) {  // the node's k-th rank on cores [k·t, (k+1)·t), wrapping (the
+    if (o.numa_bind) spec.numa_node = 0;  // the launcher picks each rank's node
+    if (o.pin_stages ||
+        o.numa_bind) {  // the node's k-th rank on cores [k·t, (k+1)·t), wrapping (the
       // launcher places each TP rank)
       const int k = (s * topo.tp_size) % (o.num_stages * topo.tp_size / topo.nnodes);
       for (int t = 0; t < o.threads_per_stage; ++t)

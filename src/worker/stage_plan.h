@@ -26,6 +26,7 @@ struct PipelineOptions {
   int64_t num_blocks = 0;
   int block_size = 16;
   bool pin_stages = false;  // stage s on cores [s·t, (s+1)·t) of its host
+  bool numa_bind = false;   // each rank on a NUMA node of its host (worker/numa_binding.h)
   bool expanded_kv_cache = false;
   int num_speculative_tokens = 0;  // MTP drafts per step, on the last stage (0: off)
   bool lm_head_int8 = false;       // the last stage's lm_head in int8 (model::LoadOptions)

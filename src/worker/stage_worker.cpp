@@ -22,6 +22,7 @@
 #include "model/tensor_parallel.h"
 #include "model/weight_census.h"
 #include "worker/model_runner.h"
+#include "worker/numa_binding.h"
 #include "worker/stage_protocol.h"
 
 namespace worker {
@@ -186,6 +187,14 @@ int run_stage_worker(const StageSpec& spec, dist::Communicator& comm,
   const std::string name =
       "pipeline stage " + std::to_string(spec.stage) +
       (spec.tp_size > 1 ? " tensor-parallel rank " + std::to_string(spec.tp_rank) : "");
+  if (spec.numa_node >= 0) {  // before the load, so the weights' pages land on the node
+    const NumaBinding binding{spec.numa_node, spec.cpus};
+    if (auto st = apply_numa_binding(binding); !st.ok()) {
+      LOG(ERROR) << name << ": " << st.message();
+      return 1;
+    }
+    LOG(INFO) << name << ": bound to NUMA " << binding_text(binding);
+  }
   model::LoadOptions opts;
   opts.tp = {spec.tp_rank, spec.tp_size, spec.expert_parallel};
   opts.dp_experts = expert_group_rank(spec);

@@ -26,6 +26,9 @@ struct StageSpec {
   int layer_begin = 0, layer_end = 0;
   int threads = 1;
   std::vector<int> cpus;  // pin the stage's threads here (empty: not pinned)
+  // --numa-bind: this rank's NUMA node (its memory is bound there before it loads, its threads
+  // run on `cpus` of it); -1: not bound. The plan sets 0 to ask; the launcher picks the node.
+  int numa_node = -1;
   int64_t num_blocks = 0;
   int block_size = 16;
   bool expanded_kv_cache = false;

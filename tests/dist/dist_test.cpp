@@ -257,6 +257,7 @@ TEST(StageLauncherTest, StageCommandLineRoundTrips) {
   spec.expanded_kv_cache = true;
   spec.bf16_activations = true;
   spec.bf16_kv_cache = true;
+  spec.numa_node = 1;
   auto args = worker::stage_worker_args(spec, "shm:7", "tcp-connect:tcp://10.0.0.1:29502");
   ASSERT_EQ(args.front(), "pp-stage");
   args.erase(args.begin());
@@ -270,6 +271,7 @@ TEST(StageLauncherTest, StageCommandLineRoundTrips) {
   EXPECT_TRUE(parsed->spec.expanded_kv_cache);
   EXPECT_TRUE(parsed->spec.bf16_activations);
   EXPECT_TRUE(parsed->spec.bf16_kv_cache);
+  EXPECT_EQ(parsed->spec.numa_node, 1);
   EXPECT_EQ(parsed->recv_link, "shm:7");
   EXPECT_EQ(parsed->send_link, "tcp-connect:tcp://10.0.0.1:29502");
   EXPECT_EQ(worker::parse_stage_worker_args({"--model", "m", "--stage", "x"}).status().message(),
@@ -284,11 +286,13 @@ TEST(StageLauncherTest, StageCommandLineRoundTrips) {
   spec.experts_dp_size = 4;
   spec.experts_store = "10.0.0.1:13389";
   spec.bf16_kv_cache = false;
+  spec.numa_node = -1;
   args = worker::stage_worker_args(spec, "none", "none");
   args.erase(args.begin());
   parsed = worker::parse_stage_worker_args(args);
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   EXPECT_FALSE(parsed->spec.bf16_kv_cache);
+  EXPECT_EQ(parsed->spec.numa_node, -1);
   EXPECT_EQ(parsed->spec.experts_dp_rank, 3);
   EXPECT_EQ(parsed->spec.experts_dp_size, 4);
   EXPECT_EQ(parsed->spec.experts_store, "10.0.0.1:13389");

@@ -2,6 +2,7 @@
 // `tokenize`, `quantize`, `bench serve`'s flags, limits on numbers, and usage errors that name
 // the problem.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "command.h"
 #include "kernels/cpu_features.h"
@@ -308,6 +309,33 @@ TEST(MakeModelCommandTest, PresetStreamsALoadableFp8Checkpoint) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.out.find("--preset: invalid choice: 'deepseek-v2'"), std::string::npos) << bad.out;
   std::filesystem::remove_all(root);
+}
+
+}  // namespace
+
+namespace {
+
+// A model whose weights, scratch and KV cache exceed the host is refused before anything loads,
+// with the numbers and the flags to change.
+TEST(ServeMemoryPlanTest, AModelThatWillNotFitIsRefusedBeforeLoading) {
+  const std::string serve =
+      "serve " + kModel + " --tokenizer " CHUNKPIPE_TOKENIZER_DIR " --host 127.0.0.1 --port 0 ";
+  // Twice this host's memory, as --kv-cache-memory.
+  const long long host = static_cast<long long>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const CommandResult kv = run(serve + "--kv-cache-memory " + std::to_string(2 * host));
+  EXPECT_EQ(kv.exit_code, 1) << kv.out;
+  for (const char* part :
+       {"Memory plan: weights", "does not fit in memory", "--kv-cache-memory", "GiB"})
+    EXPECT_NE(kv.out.find(part), std::string::npos) << part << " in:\n" << kv.out;
+  EXPECT_EQ(kv.out.find("Loaded the weights"), std::string::npos) << kv.out;
+  // A token budget whose scratch alone is past the host.
+  const CommandResult scratch =
+      run(serve + "--gpu-memory-utilization 0.000001 --max-num-batched-tokens 4096");
+  EXPECT_EQ(scratch.exit_code, 1) << scratch.out;
+  for (const char* part :
+       {"scratch", "max_num_batched_tokens=4096", "--gpu-memory-utilization", "--max-model-len"})
+    EXPECT_NE(scratch.out.find(part), std::string::npos) << part << " in:\n" << scratch.out;
+  EXPECT_EQ(scratch.out.find("Loaded the weights"), std::string::npos) << scratch.out;
 }
 
 }  // namespace

@@ -87,3 +87,32 @@ TEST(EngineSizingTest, BlockCountOverride) {
 }
 
 }  // namespace
+
+TEST(EngineSizingTest, WeightsAndScratchThatDoNotFitAreRefusedWithTheNumbersAndFlags) {
+  auto in = input();
+  in.kv_cache_bytes.reset();
+  in.max_model_len = 1024;  // 64 blocks of 1000 bytes for one request
+  in.memory_utilization = 0.5;
+  in.host_memory_bytes = int64_t{8} << 30;
+  in.weight_bytes = int64_t{3} << 30;
+  in.scratch_bytes = int64_t{1} << 29;
+  auto fits = cli::plan_sizing(in);
+  ASSERT_TRUE(fits.ok()) << fits.status().message();
+  // (0.5 x 8 GiB - 3.5 GiB) / 1000, capped at 4 sequences of 64 blocks
+  EXPECT_EQ(fits->num_kv_blocks, 4 * 64);
+  in.scratch_bytes = int64_t{3} << 29;  // 3 + 1.5 GiB > 4 GiB
+  const std::string why = cli::plan_sizing(in).status().message();
+  for (const char* part :
+       {"does not fit in memory", "weights 3 GiB", "scratch 1.5 GiB", "max_num_batched_tokens=2048",
+        "max_model_len=1024", "--gpu-memory-utilization", "8 GiB", "--max-num-batched-tokens",
+        "--max-model-len"})
+    EXPECT_NE(why.find(part), std::string::npos) << part << " in: " << why;
+  // An explicit KV cache is checked against the whole host.
+  in.scratch_bytes = 0;
+  in.kv_cache_bytes = int64_t{6} << 30;
+  const std::string kv_why = cli::plan_sizing(in).status().message();
+  EXPECT_NE(kv_why.find("--kv-cache-memory"), std::string::npos) << kv_why;
+  EXPECT_NE(kv_why.find("= 9 GiB"), std::string::npos) << kv_why;
+  in.kv_cache_bytes = int64_t{4} << 30;
+  EXPECT_TRUE(cli::plan_sizing(in).ok());
+}
