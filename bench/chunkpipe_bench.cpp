@@ -8,6 +8,8 @@
 // the read roof before each, and a second line gives its read rate against that roof.
 //
 //   chunkpipe_bench [--model small|tiny] [--threads 1,2] [--prefill 512] [--decode 128]
+//                   [--model-dir DIR]  (a checkpoint instead, loaded as serve loads it: FP8 in
+//                   place, BF16, W8A8; its MTP layers left out)
 //                   [--long-prefill 4096] [--skip-gemm] [--skip-model] [--dtype bf16|f32|w8a8]
 //                   [--lm-head-int8]  (the lm_head in int8, model::LoadOptions::lm_head_int8)
 //                   [--activations auto|f32|bf16]  (kernels::ActivationPrecision of the model
@@ -41,6 +43,7 @@
 #include "kernels/mla_attention.h"
 #include "model/deepseek_v3.h"
 #include "model/kv_cache.h"
+#include "model/weight_census.h"
 #include "tensor/aligned_buffer.h"
 
 namespace {
@@ -580,23 +583,13 @@ void bench_decode_attention(const std::string& name, const std::vector<int64_t>&
   }
 }
 
-void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8,
-                 const std::vector<int>& thread_counts, const std::vector<double>& peaks,
-                 const std::vector<double>& bandwidths, int prefill, int decode, int long_prefill,
-                 int depth, model::KvCacheDtype kv_dtype) {
-  model::ModelConfig c = perf_model_config(name);
-  const double t0 = common::now_seconds();
-  model::ModelWeights weights = model::random_weights(c, dtype, 1);
-  if (lm_head_int8) model::quantize_lm_head_int8(weights);
-  model::DeepseekV3Model m(c, std::move(weights));
-  std::printf(
-      "\n== model '%s' (%s weights%s%s, random), built in %.1f s ==\n", name.c_str(),
-      dtype == tensor::DType::kBF16 ? "bf16" : (dtype == tensor::DType::kI8 ? "w8a8" : "f32"),
-      lm_head_int8 ? ", int8 lm_head" : "",
-      kernels::activation_precision() == kernels::ActivationPrecision::kBf16
-          ? ", activations rounded to bf16 before BF16 weights"
-          : "",
-      common::now_seconds() - t0);
+// Prefill and decode of a whole model `m` (see bench_model); `decode_bytes` and `prefill_flops`
+// are per token, for the roofs.
+void bench_model_run(model::DeepseekV3Model& m, const std::vector<int>& thread_counts,
+                     const std::vector<double>& peaks, const std::vector<double>& bandwidths,
+                     int prefill, int decode, int long_prefill, int depth,
+                     model::KvCacheDtype kv_dtype, double decode_bytes, double prefill_flops) {
+  const model::ModelConfig& c = m.config();
   const int bs = 128;
   const int64_t max_tokens = std::max({prefill + decode, long_prefill, depth + decode});
   const int64_t nb = (max_tokens + bs - 1) / bs;
@@ -618,13 +611,6 @@ void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8
     m.final_norm(hidden.data() + (n - 1) * c.hidden_size, 1, hidden.data());
     CHECK(m.compute_logits(hidden.data(), 1, logits.data(), pool).ok()) << "forward failed";
   };
-  const TokenWeights tw = weights_per_token(c);
-  const bool w8a8 = dtype == tensor::DType::kI8;
-  const double float_bytes = w8a8 ? 2 : tensor::dtype_size_bytes(dtype);
-  const double head_bytes = lm_head_int8 ? 1 : float_bytes;
-  const double decode_bytes = tw.main * tensor::dtype_size_bytes(dtype) + tw.float_ * head_bytes +
-                              tw.absorbed * float_bytes + tw.f32 * 4;
-  const double prefill_flops = 2 * (tw.main + tw.float_ + tw.absorbed + tw.f32);
   std::printf(
       "per token: %.1f MB of weights (decode reads them all), %.2f GFLOP of linear "
       "layers (prefill; attention excluded)\n",
@@ -692,6 +678,102 @@ void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8
   }
 }
 
+void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8,
+                 const std::vector<int>& thread_counts, const std::vector<double>& peaks,
+                 const std::vector<double>& bandwidths, int prefill, int decode, int long_prefill,
+                 int depth, model::KvCacheDtype kv_dtype) {
+  model::ModelConfig c = perf_model_config(name);
+  const double t0 = common::now_seconds();
+  model::ModelWeights weights = model::random_weights(c, dtype, 1);
+  if (lm_head_int8) model::quantize_lm_head_int8(weights);
+  model::DeepseekV3Model m(c, std::move(weights));
+  std::printf(
+      "\n== model '%s' (%s weights%s%s, random), built in %.1f s ==\n", name.c_str(),
+      dtype == tensor::DType::kBF16 ? "bf16" : (dtype == tensor::DType::kI8 ? "w8a8" : "f32"),
+      lm_head_int8 ? ", int8 lm_head" : "",
+      kernels::activation_precision() == kernels::ActivationPrecision::kBf16
+          ? ", activations rounded to bf16 before BF16 weights"
+          : "",
+      common::now_seconds() - t0);
+  const TokenWeights tw = weights_per_token(c);
+  const bool w8a8 = dtype == tensor::DType::kI8;
+  const double float_bytes = w8a8 ? 2 : tensor::dtype_size_bytes(dtype);
+  const double head_bytes = lm_head_int8 ? 1 : float_bytes;
+  const double decode_bytes = tw.main * tensor::dtype_size_bytes(dtype) + tw.float_ * head_bytes +
+                              tw.absorbed * float_bytes + tw.f32 * 4;
+  const double prefill_flops = 2 * (tw.main + tw.float_ + tw.absorbed + tw.f32);
+  bench_model_run(m, thread_counts, peaks, bandwidths, prefill, decode, long_prefill, depth,
+                  kv_dtype, decode_bytes, prefill_flops);
+}
+
+// A loaded matrix's bytes as decode streams them (FP8 with its block scales, int8 with its per-row
+// scale) and its multiply-adds per token.
+struct MatrixCost {
+  double bytes = 0, elements = 0;
+  void add(const tensor::WeightMatrix& m, double share = 1.0) {
+    if (m.empty()) return;
+    double b = double(m.size_bytes());
+    if (m.dtype() == tensor::DType::kF8E4M3) b += double(m.fp8_scale_count()) * 4;
+    if (m.dtype() == tensor::DType::kI8) b += double(m.rows()) * 4;
+    bytes += share * b;
+    elements += share * double(m.rows()) * double(m.cols());
+  }
+  void add(const model::MlpWeights& w, double share = 1.0) {
+    add(w.gate_up, share);
+    add(w.down, share);
+  }
+};
+
+// What one token reads from a loaded model: every attention projection (the absorbed form's
+// copies, not kv_b_proj), the dense MLPs, the router and shared experts, top_k of the routed
+// experts (their mean), and the head; the embedding row is left out.
+MatrixCost per_token_cost(const model::DeepseekV3Model& m) {
+  const model::ModelConfig& c = m.config();
+  const model::ModelWeights& w = m.weights();
+  MatrixCost cost;
+  for (const model::DecoderLayerWeights& l : w.layers) {
+    const model::AttentionWeights& a = l.attn;
+    for (const tensor::WeightMatrix* x : {&a.q_a_proj, &a.q_b_proj, &a.q_proj, &a.kv_a_proj,
+                                          &a.absorb_uk_t, &a.absorb_uv, &a.o_proj})
+      cost.add(*x);
+    if (l.dense_mlp) cost.add(*l.dense_mlp);
+    if (l.moe) {
+      cost.add(l.moe->router);
+      if (l.moe->shared) cost.add(*l.moe->shared);
+      const double share =
+          double(c.num_experts_per_tok) / double(std::max<size_t>(l.moe->experts.size(), 1));
+      for (const model::MlpWeights& e : l.moe->experts) cost.add(e, share);
+    }
+  }
+  cost.add(w.lm_head);
+  return cost;
+}
+
+// A checkpoint as `serve` loads it (its dtypes as stored: FP8 in place, BF16, W8A8), without MTP.
+void bench_checkpoint(const std::string& dir, const std::vector<int>& thread_counts,
+                      const std::vector<double>& peaks, const std::vector<double>& bandwidths,
+                      int prefill, int decode, int long_prefill, int depth,
+                      model::KvCacheDtype kv_dtype) {
+  const double t0 = common::now_seconds();
+  auto loaded = model::DeepseekV3Model::load(dir, {.load_mtp = false});
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "error: %s\n", loaded.status().message().c_str());
+    std::exit(1);
+  }
+  model::DeepseekV3Model& m = **loaded;
+  const model::ModelConfig& c = m.config();
+  std::printf(
+      "\n== checkpoint %s: hidden %lld, %d layers (%d dense), %d experts of %lld (top %d), "
+      "vocabulary %lld; %s; loaded in %.1f s ==\n",
+      dir.c_str(), static_cast<long long>(c.hidden_size), c.num_hidden_layers,
+      c.first_k_dense_replace, c.n_routed_experts, static_cast<long long>(c.moe_intermediate_size),
+      c.num_experts_per_tok, static_cast<long long>(c.vocab_size),
+      model::census_line(model::weight_census(m.weights())).c_str(), common::now_seconds() - t0);
+  const MatrixCost cost = per_token_cost(m);
+  bench_model_run(m, thread_counts, peaks, bandwidths, prefill, decode, long_prefill, depth,
+                  kv_dtype, cost.bytes, 2 * cost.elements);
+}
+
 template <typename T = int>
 std::vector<T> parse_list(const std::string& s) {
   std::vector<T> out;
@@ -704,7 +786,7 @@ std::vector<T> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_name = "small", dtype_name = "bf16", activations = "auto";
+  std::string model_name = "small", dtype_name = "bf16", activations = "auto", model_dir;
   std::vector<int> threads = {1, 2};
   int prefill = 512, decode = 128, long_prefill = 0, depth = 0;
   std::string kv_cache_dtype = "f32";
@@ -722,6 +804,8 @@ int main(int argc, char** argv) {
     };
     if (a == "--model")
       model_name = next();
+    else if (a == "--model-dir")
+      model_dir = next();
     else if (a == "--threads")
       threads = parse_list(next());
     else if (a == "--prefill")
@@ -810,7 +894,13 @@ int main(int argc, char** argv) {
   if (!attention_contexts.empty()) {
     bench_decode_attention(model_name, attention_contexts, threads, peaks, bandwidths);
   }
-  if (!skip_model) {
+  if (!model_dir.empty()) {
+    // Its weights' dtype decides the peak its prefill percentage is of.
+    bench_checkpoint(
+        model_dir, threads, bf16_activations ? bf16_peaks : peaks, bandwidths, prefill, decode,
+        long_prefill, depth,
+        kv_cache_dtype == "bf16" ? model::KvCacheDtype::kBf16 : model::KvCacheDtype::kF32);
+  } else if (!skip_model) {
     const tensor::DType dtype = dtype_name == "bf16"   ? tensor::DType::kBF16
                                 : dtype_name == "w8a8" ? tensor::DType::kI8
                                                        : tensor::DType::kF32;
