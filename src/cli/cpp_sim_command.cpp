@@ -116,6 +116,10 @@ int run_cpp_sim_command(int argc, char** argv) {
               "rates given.");
   p.add_option("model-config", "config.json of the model (default: DeepSeek-V3's dimensions)");
   p.add_option("fit-log", "a chunkpipe serve log with a \"[ProfilingChunk] Cost model\" line");
+  p.add_option("fit-layers",
+               "decoder layers on the fitted server's slowest stage: the fit's per-token, "
+               "per-history and per-pair costs are scaled to the --model-config's layers per "
+               "stage (a slice's costs predict the whole model's)");
   p.add_option("prompt", "prompt tokens", "131072");
   p.add_option("chunk", "the base chunk B (--max-num-batched-tokens)", "32768");
   p.add_option("min-chunk", "profiling_chunk_config.min_chunk (default B/8)");
@@ -179,7 +183,19 @@ int run_cpp_sim_command(int argc, char** argv) {
     auto m = cost_model_from_log(*log);
     if (!m.ok()) return fail(m.status(), 1);
     model = *m;
+    if (p.given("fit-layers")) {
+      auto fit_layers = p.int_option("fit-layers", 1, kMaxIntFlag);
+      if (!fit_layers.ok()) return fail(fit_layers.status(), 2);
+      // The slowest stage holds ceil(layers / stages) layers; the per-forward c stays.
+      const int64_t per_stage = (dims.layers + *stages - 1) / *stages;
+      model = scaled(model, double(per_stage) / double(*fit_layers));
+      std::printf("fit of %lld layer(s) per stage scaled to %lld (%lld layers over %lld stages)\n",
+                  static_cast<long long>(*fit_layers), static_cast<long long>(per_stage),
+                  static_cast<long long>(dims.layers), static_cast<long long>(*stages));
+    }
   } else {
+    if (p.given("fit-layers"))
+      return fail(common::invalid_argument("--fit-layers scales a --fit-log's costs"), 2);
     sched::StageRates rates;
     rates.num_stages = static_cast<int>(*stages);
     rates.tensor_parallel = static_cast<int>(*tp);

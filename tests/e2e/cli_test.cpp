@@ -339,3 +339,44 @@ TEST(ServeMemoryPlanTest, AModelThatWillNotFitIsRefusedBeforeLoading) {
 }
 
 }  // namespace
+
+namespace {
+
+// cpp-sim --fit-layers scales a fitted slice's per-layer costs to the model's layers per stage:
+// one layer per stage fitted, DeepSeek-V3's 61 layers over 2 stages (31 on the slowest) cost
+// about 31 times as much; a config of 2 layers over 2 stages predicts the fit unchanged.
+TEST(CppSimCommandTest, FitLayersScalesASlicesCostsToTheWholeModel) {
+  char tmpl[] = "/tmp/chunkpipe_cppsim_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/serve.log")
+      << "INFO [ProfilingChunk] Cost model: expanded: c=2.0 ms, token=500.0 us, history=1.0 us, "
+         "pair=20.0 ns; absorbed: not fitted\n";
+  auto config = nlohmann::json::parse(
+      std::ifstream(std::string(CHUNKPIPE_TEST_DATA_DIR) + "/tiny-bf16/config.json"));
+  config["num_hidden_layers"] = 2;
+  std::ofstream(dir + "/config.json") << config.dump();
+  const std::string sim = "cpp-sim --fit-log " + dir + "/serve.log --prompt 4096 --chunk 1024 ";
+  auto ttft = [](const std::string& out) {
+    const size_t at = out.find("fixed ");
+    const size_t t = out.find("TTFT", at);
+    return t == std::string::npos ? -1.0 : std::stod(out.substr(t + 4));
+  };
+  const CommandResult plain = run(sim);
+  const CommandResult same = run(sim + "--fit-layers 1 --model-config " + dir + "/config.json");
+  const CommandResult whole = run(sim + "--fit-layers 1");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  ASSERT_EQ(same.exit_code, 0) << same.out;
+  ASSERT_EQ(whole.exit_code, 0) << whole.out;
+  EXPECT_NE(whole.out.find("scaled to 31 (61 layers over 2 stages)"), std::string::npos)
+      << whole.out;
+  EXPECT_DOUBLE_EQ(ttft(same.out), ttft(plain.out));
+  const double ratio = ttft(whole.out) / ttft(plain.out);
+  EXPECT_GT(ratio, 29.0) << whole.out;  // c (2 ms per chunk) does not scale
+  EXPECT_LT(ratio, 31.0) << whole.out;
+  const CommandResult bad = run("cpp-sim --fit-layers 2");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--fit-layers scales a --fit-log"), std::string::npos) << bad.out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
