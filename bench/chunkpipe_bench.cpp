@@ -613,7 +613,7 @@ void bench_model_run(model::DeepseekV3Model& m, const std::vector<int>& thread_c
   };
   std::printf(
       "per token: %.1f MB of weights (decode reads them all), %.2f GFLOP of linear "
-      "layers (prefill; attention excluded)\n",
+      "layers (prefill; attention and the last token's head excluded)\n",
       decode_bytes / 1e6, prefill_flops / 1e9);
   // A step at depth also reads the latent cache of every layer up to its position.
   const double kv_bytes = double(c.num_hidden_layers) * double(c.kv_cache_row_dim()) *
@@ -701,7 +701,8 @@ void bench_model(const std::string& name, tensor::DType dtype, bool lm_head_int8
   const double head_bytes = lm_head_int8 ? 1 : float_bytes;
   const double decode_bytes = tw.main * tensor::dtype_size_bytes(dtype) + tw.float_ * head_bytes +
                               tw.absorbed * float_bytes + tw.f32 * 4;
-  const double prefill_flops = 2 * (tw.main + tw.float_ + tw.absorbed + tw.f32);
+  // A prefill computes the head for its last token only.
+  const double prefill_flops = 2 * (tw.main + tw.absorbed + tw.f32);
   bench_model_run(m, thread_counts, peaks, bandwidths, prefill, decode, long_prefill, depth,
                   kv_dtype, decode_bytes, prefill_flops);
 }
@@ -726,8 +727,8 @@ struct MatrixCost {
 
 // What one token reads from a loaded model: every attention projection (the absorbed form's
 // copies, not kv_b_proj), the dense MLPs, the router and shared experts, top_k of the routed
-// experts (their mean), and the head; the embedding row is left out.
-MatrixCost per_token_cost(const model::DeepseekV3Model& m) {
+// experts (their mean), and with `head` the lm_head; the embedding row is left out.
+MatrixCost per_token_cost(const model::DeepseekV3Model& m, bool head) {
   const model::ModelConfig& c = m.config();
   const model::ModelWeights& w = m.weights();
   MatrixCost cost;
@@ -745,7 +746,7 @@ MatrixCost per_token_cost(const model::DeepseekV3Model& m) {
       for (const model::MlpWeights& e : l.moe->experts) cost.add(e, share);
     }
   }
-  cost.add(w.lm_head);
+  if (head) cost.add(w.lm_head);
   return cost;
 }
 
@@ -769,9 +770,9 @@ void bench_checkpoint(const std::string& dir, const std::vector<int>& thread_cou
       c.first_k_dense_replace, c.n_routed_experts, static_cast<long long>(c.moe_intermediate_size),
       c.num_experts_per_tok, static_cast<long long>(c.vocab_size),
       model::census_line(model::weight_census(m.weights())).c_str(), common::now_seconds() - t0);
-  const MatrixCost cost = per_token_cost(m);
+  // Decode reads the head every token; a prefill computes it for its last token only.
   bench_model_run(m, thread_counts, peaks, bandwidths, prefill, decode, long_prefill, depth,
-                  kv_dtype, cost.bytes, 2 * cost.elements);
+                  kv_dtype, per_token_cost(m, true).bytes, 2 * per_token_cost(m, false).elements);
 }
 
 template <typename T = int>
