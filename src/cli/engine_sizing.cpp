@@ -7,7 +7,7 @@
 
 namespace cli {
 
-common::Result<Sizing> plan_sizing(const SizingInput& in) {
+common::Result<Sizing> plan_token_budget(const SizingInput& in) {
   Sizing s;
   const int64_t derived = in.max_position_embeddings > 0 ? in.max_position_embeddings : 4096;
   s.max_model_len = in.max_model_len.value_or(derived);
@@ -36,6 +36,11 @@ common::Result<Sizing> plan_sizing(const SizingInput& in) {
                                     ") must be greater than or equal to max_num_seqs (" +
                                     std::to_string(in.max_num_seqs) + ").");
   }
+  return s;
+}
+
+common::Result<Sizing> plan_sizing(const SizingInput& in) {
+  CP_ASSIGN_OR_RETURN(Sizing s, plan_token_budget(in));
   const int64_t usable =
       static_cast<int64_t>(in.memory_utilization * static_cast<double>(in.host_memory_bytes));
   const int64_t kv_bytes = in.kv_cache_bytes.value_or(usable - in.weight_bytes - in.scratch_bytes);

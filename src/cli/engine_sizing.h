@@ -40,5 +40,8 @@ struct Sizing {
 };
 
 common::Result<Sizing> plan_sizing(const SizingInput& in);
+// Only max_model_len, the token budget and chunked prefill (num_kv_blocks stays 0), with the
+// same checks: what the scratch estimate needs before the memory is sized.
+common::Result<Sizing> plan_token_budget(const SizingInput& in);
 
 }  // namespace cli

@@ -63,10 +63,10 @@ int64_t host_memory_bytes() {
 }
 
 // The weights the load(s) on this host will hold, from the checkpoint's headers.
-common::Result<model::WeightCensus> planned_weights(const ServePlan& plan,
+common::Result<model::WeightCensus> planned_weights(const std::string& model_dir,
+                                                    const model::ModelConfig& config,
                                                     const model::LoadOptions& load) {
-  CP_ASSIGN_OR_RETURN(auto ck, model::Checkpoint::open(plan.model_dir));
-  CP_ASSIGN_OR_RETURN(model::ModelConfig config, model::load_model_config(plan.model_dir));
+  CP_ASSIGN_OR_RETURN(auto ck, model::Checkpoint::open(model_dir));
   return model::planned_weight_census(*ck, config, load);
 }
 
@@ -593,18 +593,16 @@ int run_serve_command(int argc, char** argv) {
   sizing_in.memory_utilization = plan.memory_utilization;
   sizing_in.host_memory_bytes = host_memory_bytes();
   // This process's whole model (one process), or every stage and rank of this host together.
-  auto planned =
-      planned_weights(plan, one_process ? load : model::LoadOptions{.load_mtp = load.load_mtp});
+  auto planned = planned_weights(
+      plan.model_dir, mc, one_process ? load : model::LoadOptions{.load_mtp = load.load_mtp});
   if (!planned.ok()) return fail_start(planned.status().message());
   // Over --nnodes hosts, each holds about its share of the layers.
   sizing_in.weight_bytes = planned->total() / std::max(1, plan.topology.nnodes);
+  auto budget = plan_token_budget(sizing_in);
+  if (!budget.ok()) return fail_start(budget.status().message());
   model::ScratchInput scratch_in;
-  scratch_in.num_batched_tokens = sizing_in.max_num_batched_tokens.value_or(
-      sizing_in.enable_chunked_prefill.value_or(true)
-          ? 2048
-          : std::max<int64_t>(sizing_in.max_model_len.value_or(mc.max_position_embeddings), 2048));
-  scratch_in.max_model_len = sizing_in.max_model_len.value_or(
-      mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096);
+  scratch_in.num_batched_tokens = budget->max_num_batched_tokens;
+  scratch_in.max_model_len = budget->max_model_len;
   scratch_in.max_num_seqs = sizing_in.max_num_seqs;
   scratch_in.threads = plan.engine.num_threads;
   sizing_in.scratch_bytes = model::forward_scratch_bytes(mc, scratch_in);

@@ -131,7 +131,6 @@ common::Result<WeightCensus> planned_weight_census(const Checkpoint& ck, const M
     }
     // gate_proj and up_proj stack into one FP8 matrix only when gate's rows end on a block.
     const bool gate_or_up =
-        ends_with(name, "mlp.gate_proj.weight") || ends_with(name, "mlp.up_proj.weight") ||
         ends_with(name, ".gate_proj.weight") || ends_with(name, ".up_proj.weight");
     if (t->dtype == DType::kF8E4M3 && !router && fp8_in_place && (!gate_or_up || rows % br == 0)) {
       const int64_t cols = t->shape[1];
